@@ -1,0 +1,209 @@
+// chorus — the Communicator: a group of ranks and the collectives they run together.
+//
+// Buffers are pointer + count (elements, never bytes) + DataType. In-place follows NCCL's rules:
+//   all_reduce      in place when send == recv
+//   reduce_scatter  in place when send + rank * recv_count elements == recv
+//   all_gather      in place when send == recv + rank * send_count elements
+//   broadcast/reduce in place when send == recv
+//   gather          in place (root) when send == recv + root * send_count; scatter (root) when
+//                   recv == send + root * recv_count
+// Other overlaps between send and recv are rejected. Every call has an *_async form returning a
+// Work; the blocking form is the async one plus wait(). Operations on one communicator complete
+// in the order they were issued, and every rank must issue the same collectives in the same
+// order (point-to-point calls pair by order between each two ranks).
+//
+// Threading: one thread at a time may issue calls on a Communicator (like NCCL); Work handles may
+// be waited on from any thread. Each Communicator has one progress thread that runs queued
+// operations; a blocking call issued while nothing is queued runs directly in the caller.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "chorus/error.h"
+#include "chorus/store.h"
+#include "chorus/types.h"
+
+namespace chorus {
+
+enum class Collective : uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kGather,
+  kScatter,
+  kAllToAll,
+  kBarrier,
+  kSend,
+  kRecv,
+  kSendRecv,
+};
+std::string_view to_string(Collective c);
+
+// A handle on an operation in flight. Default-constructed = already complete.
+class Work {
+ public:
+  Work() = default;
+  // Blocks until the operation completes; rethrows its error (a chorus::Error) if it failed.
+  void wait();
+  // Like wait(), but returns false if it did not complete within `timeout`.
+  bool wait_for(std::chrono::milliseconds timeout);
+  // True once complete (successfully or not). Never throws.
+  bool test() const;
+  // The failure, or nullptr (also while still running).
+  std::exception_ptr error() const;
+  // The algorithm that ran (or was chosen), e.g. "ring"; empty for a default Work.
+  std::string algorithm() const;
+
+  struct State;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+struct CommOptions {
+  // Deadline of every blocking wait inside an operation; 0 = CHORUS_TIMEOUT (default 300 s).
+  std::chrono::milliseconds timeout{0};
+  // Algorithm for every collective that has it ("ring", "tree", "direct"); empty = CHORUS_ALGO,
+  // else chosen by size.
+  std::string algorithm;
+};
+
+// Returned by split() to ranks that pass kNoColor.
+inline constexpr int kNoColor = -1;
+
+class Communicator {
+ public:
+  // Reads rank, world size and master from the launcher's environment (see launch_env.h), hosts
+  // the bootstrap store on rank 0, and connects every rank.
+  static Communicator from_env(const CommOptions& options = {});
+  // An explicit group: `store` must be shared by all `world_size` ranks (e.g. a TcpStore).
+  Communicator(int rank, int world_size, std::shared_ptr<Store> store,
+               const CommOptions& options = {});
+  ~Communicator();
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+
+  // ---- collectives (counts in elements) ----------------------------------------------------
+  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
+                            ReduceOp op);
+  Work all_gather_async(const void* send, void* recv, size_t send_count, DataType dtype);
+  // Root's send is broadcast into every rank's recv (send is only read on the root).
+  Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root);
+  // recv is only written on the root (may be null elsewhere).
+  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                    int root);
+  // The root's recv gets size() * send_count elements, rank i's at offset i * send_count.
+  Work gather_async(const void* send, void* recv, size_t send_count, DataType dtype, int root);
+  // Rank i's recv gets the root's send[i * recv_count ...].
+  Work scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype, int root);
+  // send holds size() blocks of `count`; block j goes to rank j, whose recv block i it fills.
+  Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype);
+  Work barrier_async();
+  Work send_async(const void* send, size_t count, DataType dtype, int peer);
+  Work recv_async(void* recv, size_t count, DataType dtype, int peer);
+  // Sends to send_peer and receives from recv_peer at once (no ordering deadlock).
+  Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
+                       size_t recv_count, int recv_peer, DataType dtype);
+
+  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+    all_reduce_async(send, recv, count, dtype, op).wait();
+  }
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op) {
+    reduce_scatter_async(send, recv, recv_count, dtype, op).wait();
+  }
+  void all_gather(const void* send, void* recv, size_t send_count, DataType dtype) {
+    all_gather_async(send, recv, send_count, dtype).wait();
+  }
+  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
+    broadcast_async(send, recv, count, dtype, root).wait();
+  }
+  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
+    reduce_async(send, recv, count, dtype, op, root).wait();
+  }
+  void gather(const void* send, void* recv, size_t send_count, DataType dtype, int root) {
+    gather_async(send, recv, send_count, dtype, root).wait();
+  }
+  void scatter(const void* send, void* recv, size_t recv_count, DataType dtype, int root) {
+    scatter_async(send, recv, recv_count, dtype, root).wait();
+  }
+  void all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
+    all_to_all_async(send, recv, count, dtype).wait();
+  }
+  void barrier() { barrier_async().wait(); }
+  void send(const void* buf, size_t count, DataType dtype, int peer) {
+    send_async(buf, count, dtype, peer).wait();
+  }
+  void recv(void* buf, size_t count, DataType dtype, int peer) {
+    recv_async(buf, count, dtype, peer).wait();
+  }
+  void send_recv(const void* send, size_t send_count, int send_peer, void* recv,
+                 size_t recv_count, int recv_peer, DataType dtype) {
+    send_recv_async(send, send_count, send_peer, recv, recv_count, recv_peer, dtype).wait();
+  }
+
+  // ---- typed spans ---------------------------------------------------------------------------
+  template <class T> void all_reduce(std::span<T> data, ReduceOp op) {
+    all_reduce(data.data(), data.data(), data.size(), kDataTypeOf<std::remove_const_t<T>>, op);
+  }
+  template <class T> void all_reduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    CHORUS_ARG_CHECK(in.size() == out.size(), "all_reduce: in has ", in.size(),
+                     " elements but out has ", out.size());
+    all_reduce(in.data(), out.data(), in.size(), kDataTypeOf<T>, op);
+  }
+  template <class T> void broadcast(std::span<T> data, int root) {
+    broadcast(data.data(), data.data(), data.size(), kDataTypeOf<T>, root);
+  }
+  template <class T> void all_gather(std::span<const T> in, std::span<T> out) {
+    CHORUS_ARG_CHECK(out.size() == in.size() * static_cast<size_t>(size()),
+                     "all_gather: out must hold size() * in.size() = ", in.size() * size(),
+                     " elements, has ", out.size());
+    all_gather(in.data(), out.data(), in.size(), kDataTypeOf<T>);
+  }
+  template <class T> void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
+    CHORUS_ARG_CHECK(in.size() == out.size() * static_cast<size_t>(size()),
+                     "reduce_scatter: in must hold size() * out.size() = ", out.size() * size(),
+                     " elements, has ", in.size());
+    reduce_scatter(in.data(), out.data(), out.size(), kDataTypeOf<T>, op);
+  }
+
+  // ---- groups --------------------------------------------------------------------------------
+  // Collective over this communicator: ranks passing the same color form a new communicator,
+  // ordered by (key, rank). kNoColor returns nullopt. Uses this communicator's store; no new
+  // rendezvous.
+  std::optional<Communicator> split(int color, int key);
+
+  // ---- algorithms ----------------------------------------------------------------------------
+  // Forces an algorithm ("ring", "tree", "direct") for later calls, or "auto". Every rank must
+  // make the same call at the same point. Throws InvalidArgument for an unknown name.
+  void set_algorithm(std::string_view name);
+  // The algorithm the selector picks for a collective of `bytes` per rank buffer.
+  std::string algorithm_for(Collective c, size_t bytes) const;
+
+  // Waits for every queued operation (errors stay with their Work handles).
+  void synchronize();
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,54 @@
+#include "chorus/error.h"
+
+#include <cstring>
+
+namespace chorus {
+
+std::string_view to_string(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument: return "invalid argument";
+    case ErrorKind::kTimeout: return "timeout";
+    case ErrorKind::kPeerFailure: return "peer failure";
+    case ErrorKind::kTransport: return "transport error";
+    case ErrorKind::kSystem: return "system error";
+    case ErrorKind::kInternal: return "internal error";
+    case ErrorKind::kMismatch: return "mismatch";
+  }
+  return "error";
+}
+
+namespace {
+std::string format_what(ErrorKind kind, const std::string& message, int rank,
+                        const std::string& op, int64_t seq) {
+  std::string s = "chorus ";
+  s += to_string(kind);
+  if (rank >= 0 || !op.empty()) {
+    s += " [";
+    bool first = true;
+    if (rank >= 0) { s += "rank " + std::to_string(rank); first = false; }
+    if (!op.empty()) { s += first ? "" : ", "; s += op; first = false; }
+    if (seq >= 0) { s += " #" + std::to_string(seq); }
+    s += "]";
+  }
+  s += ": ";
+  s += message;
+  return s;
+}
+}  // namespace
+
+Error::Error(ErrorKind kind, std::string message, int rank, std::string op, int64_t seq)
+    : std::runtime_error(format_what(kind, message, rank, op, seq)),
+      kind_(kind), rank_(rank), op_(std::move(op)), seq_(seq), message_(std::move(message)) {}
+
+void throw_system_error(std::string_view what, int err) {
+  throw Error(ErrorKind::kSystem, detail::concat(what, ": ", std::strerror(err)));
+}
+
+namespace detail {
+void check_failed(const char* file, int line, const std::string& message) {
+  const char* base = std::strrchr(file, '/');
+  throw Error(ErrorKind::kInternal, concat(message, " at ", base ? base + 1 : file, ":", line));
+}
+}  // namespace detail
+
+}  // namespace chorus
