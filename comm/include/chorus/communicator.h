@@ -122,41 +122,21 @@ class Communicator {
   Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
                        size_t recv_count, int recv_peer, DataType dtype);
 
-  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-    all_reduce_async(send, recv, count, dtype, op).wait();
-  }
-  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op) {
-    reduce_scatter_async(send, recv, recv_count, dtype, op).wait();
-  }
-  void all_gather(const void* send, void* recv, size_t send_count, DataType dtype) {
-    all_gather_async(send, recv, send_count, dtype).wait();
-  }
-  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-    broadcast_async(send, recv, count, dtype, root).wait();
-  }
-  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-    reduce_async(send, recv, count, dtype, op, root).wait();
-  }
-  void gather(const void* send, void* recv, size_t send_count, DataType dtype, int root) {
-    gather_async(send, recv, send_count, dtype, root).wait();
-  }
-  void scatter(const void* send, void* recv, size_t recv_count, DataType dtype, int root) {
-    scatter_async(send, recv, recv_count, dtype, root).wait();
-  }
-  void all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
-    all_to_all_async(send, recv, count, dtype).wait();
-  }
-  void barrier() { barrier_async().wait(); }
-  void send(const void* buf, size_t count, DataType dtype, int peer) {
-    send_async(buf, count, dtype, peer).wait();
-  }
-  void recv(void* buf, size_t count, DataType dtype, int peer) {
-    recv_async(buf, count, dtype, peer).wait();
-  }
+  // Blocking forms: the async call plus wait(), except that when nothing is queued the operation
+  // runs directly on the calling thread.
+  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op);
+  void all_gather(const void* send, void* recv, size_t send_count, DataType dtype);
+  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root);
+  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
+  void gather(const void* send, void* recv, size_t send_count, DataType dtype, int root);
+  void scatter(const void* send, void* recv, size_t recv_count, DataType dtype, int root);
+  void all_to_all(const void* send, void* recv, size_t count, DataType dtype);
+  void barrier();
+  void send(const void* buf, size_t count, DataType dtype, int peer);
+  void recv(void* buf, size_t count, DataType dtype, int peer);
   void send_recv(const void* send, size_t send_count, int send_peer, void* recv,
-                 size_t recv_count, int recv_peer, DataType dtype) {
-    send_recv_async(send, send_count, send_peer, recv, recv_count, recv_peer, dtype).wait();
-  }
+                 size_t recv_count, int recv_peer, DataType dtype);
 
   // ---- typed spans ---------------------------------------------------------------------------
   template <class T> void all_reduce(std::span<T> data, ReduceOp op) {

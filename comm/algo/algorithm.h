@@ -1,0 +1,122 @@
+// chorus — what an algorithm is: a function of (context, arguments), registered with an id, a
+// name, the collective it implements and a line of description (like UCC's algorithm tables).
+//
+// Algorithms are written once against the Exchange (post send / recv / recv-reduce, wait); they
+// never name a transport. The communicator validates arguments, handles world size 1, and calls
+// exactly one algorithm per operation. Every algorithm leaves identical bits on every rank that
+// receives a reduced result (reductions happen once, in a fixed order, then travel).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "chorus/communicator.h"
+#include "chorus/types.h"
+#include "exchange.h"
+
+namespace chorus::algo {
+
+enum class Algorithm : uint8_t { kRing, kTree, kDirect };
+std::string_view to_string(Algorithm a);
+std::optional<Algorithm> parse_algorithm(std::string_view name);
+
+// One operation's arguments, validated. Counts in elements.
+struct CollArgs {
+  Collective coll = Collective::kAllReduce;
+  const std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+  size_t count = 0;  // see Communicator: all_reduce count, reduce_scatter recv_count, ...
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int peer = -1;          // send / recv / send_recv's send peer
+  size_t recv_count = 0;  // send_recv
+  int recv_peer = -1;     // send_recv
+
+  size_t elem() const { return dtype_size(dtype); }
+  size_t bytes() const { return count * elem(); }
+};
+
+// Scratch memory an algorithm may use; grows on demand and is reused across operations.
+class Scratch {
+ public:
+  std::byte* get(size_t slot, size_t bytes);
+
+ private:
+  struct Buffer {
+    std::byte* data = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Buffer> buffers_;
+
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch();
+};
+
+struct Context {
+  int rank;
+  int size;
+  Exchange& ex;
+  Scratch& scratch;
+  size_t chunk_bytes;  // pipelining unit (CHORUS_CHUNK_BYTES), a multiple of 64
+};
+
+using AlgoFn = void (*)(Context&, const CollArgs&);
+
+struct AlgoEntry {
+  Collective coll;
+  Algorithm algo;
+  AlgoFn run;
+  const char* description;
+};
+
+// Every registered algorithm, for listing (chorus-bench --list, docs).
+std::span<const AlgoEntry> all_algorithms();
+const AlgoEntry* find_algorithm(Collective coll, Algorithm algo);
+
+// The default choice by size (bytes per rank buffer as chorus-bench counts them).
+Algorithm select_default(Collective coll, size_t bytes, int world_size);
+
+// ---- helpers shared by algorithm files --------------------------------------------------------
+// Elements per pipelining chunk for this dtype (at least 1).
+inline size_t chunk_elems(const Context& c, DataType dtype) {
+  const size_t e = c.chunk_bytes / dtype_size(dtype);
+  return e > 0 ? e : 1;
+}
+// The reduction op applied while data travels (kAvg sums; the finish divides).
+inline ReduceOp travel_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+// Finishes kAvg on a result: divides `count` elements at `buf` by the world size.
+void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size);
+// memmove-safe copy of `bytes` when src != dst.
+void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes);
+
+// Algorithm entry points (one file each: <collective>_<algorithm>.cc).
+void all_reduce_ring(Context&, const CollArgs&);
+void all_reduce_tree(Context&, const CollArgs&);
+void all_reduce_direct(Context&, const CollArgs&);
+void reduce_scatter_ring(Context&, const CollArgs&);
+void reduce_scatter_direct(Context&, const CollArgs&);
+void all_gather_ring(Context&, const CollArgs&);
+void all_gather_direct(Context&, const CollArgs&);
+void broadcast_ring(Context&, const CollArgs&);
+void broadcast_tree(Context&, const CollArgs&);
+void broadcast_direct(Context&, const CollArgs&);
+void reduce_ring(Context&, const CollArgs&);
+void reduce_tree(Context&, const CollArgs&);
+void reduce_direct(Context&, const CollArgs&);
+void gather_direct(Context&, const CollArgs&);
+void scatter_direct(Context&, const CollArgs&);
+void all_to_all_direct(Context&, const CollArgs&);
+void barrier_direct(Context&, const CollArgs&);
+void send_direct(Context&, const CollArgs&);
+void recv_direct(Context&, const CollArgs&);
+void send_recv_direct(Context&, const CollArgs&);
+
+}  // namespace chorus::algo

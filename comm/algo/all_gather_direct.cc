@@ -1,0 +1,20 @@
+// Direct all-gather: send our block to every peer and receive every peer's block in place.
+// One step of latency, (n-1) x block bytes sent per rank.
+#include "algo/algorithm.h"
+
+namespace chorus::algo {
+
+void all_gather_direct(Context& c, const CollArgs& a) {
+  const int n = c.size, r = c.rank;
+  const size_t bytes = a.bytes();
+  copy_if_distinct(a.recv + r * bytes, a.send, bytes);
+  c.ex.step("exchange blocks");
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    c.ex.post_send(p, a.send, bytes);
+    c.ex.post_recv(p, a.recv + p * bytes, bytes);
+  }
+  c.ex.wait_all();
+}
+
+}  // namespace chorus::algo

@@ -1,0 +1,29 @@
+// One-shot all-reduce for small messages: every rank sends its whole input to every peer,
+// receives all of theirs, and reduces all n inputs itself in rank order. One step of latency;
+// (n-1) x bytes sent per rank, so only worth it while messages are latency-bound. Every rank
+// folds the same inputs in the same order, so the bits agree everywhere.
+#include <vector>
+
+#include "algo/algorithm.h"
+#include "chorus/kernels/cpu.h"
+
+namespace chorus::algo {
+
+void all_reduce_direct(Context& c, const CollArgs& a) {
+  const int n = c.size, r = c.rank;
+  const size_t bytes = a.bytes();
+  std::byte* inbox = c.scratch.get(0, bytes * n);
+  c.ex.step("exchange inputs");
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    c.ex.post_send(p, a.send, bytes);
+    c.ex.post_recv(p, inbox + p * bytes, bytes);
+  }
+  c.ex.wait_all();
+  std::vector<const void*> srcs(n);
+  for (int p = 0; p < n; ++p) srcs[p] = p == r ? a.send : inbox + p * bytes;
+  kernels::reduce_n(a.dtype, travel_op(a.op), a.recv, srcs.data(), n, a.count);
+  finish_avg(a, a.recv, a.count, n);
+}
+
+}  // namespace chorus::algo

@@ -1,0 +1,27 @@
+// Direct reduce-scatter for small messages: send block p of the input to rank p, receive block r
+// from everyone, reduce the n blocks in rank order. One step of latency.
+#include <vector>
+
+#include "algo/algorithm.h"
+#include "chorus/kernels/cpu.h"
+
+namespace chorus::algo {
+
+void reduce_scatter_direct(Context& c, const CollArgs& a) {
+  const int n = c.size, r = c.rank;
+  const size_t bytes = a.bytes();
+  std::byte* inbox = c.scratch.get(0, bytes * n);
+  c.ex.step("exchange blocks");
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    c.ex.post_send(p, a.send + p * bytes, bytes);
+    c.ex.post_recv(p, inbox + p * bytes, bytes);
+  }
+  c.ex.wait_all();
+  std::vector<const void*> srcs(n);
+  for (int p = 0; p < n; ++p) srcs[p] = p == r ? a.send + r * bytes : inbox + p * bytes;
+  kernels::reduce_n(a.dtype, travel_op(a.op), a.recv, srcs.data(), n, a.count);
+  finish_avg(a, a.recv, a.count, n);
+}
+
+}  // namespace chorus::algo

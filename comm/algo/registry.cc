@@ -1,0 +1,115 @@
+// The algorithm table, the default selector, and the helpers algorithm files share.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "algo/algorithm.h"
+#include "chorus/error.h"
+#include "chorus/kernels/cpu.h"
+
+namespace chorus::algo {
+namespace {
+
+constexpr AlgoEntry kAlgorithms[] = {
+    {Collective::kAllReduce, Algorithm::kRing, all_reduce_ring,
+     "reduce-scatter + all-gather around a ring; bandwidth-optimal"},
+    {Collective::kAllReduce, Algorithm::kTree, all_reduce_tree,
+     "double binary tree, half the data on each; log-depth latency"},
+    {Collective::kAllReduce, Algorithm::kDirect, all_reduce_direct,
+     "one-shot: every rank reduces all inputs itself; small messages"},
+    {Collective::kReduceScatter, Algorithm::kRing, reduce_scatter_ring, "ring, n-1 steps"},
+    {Collective::kReduceScatter, Algorithm::kDirect, reduce_scatter_direct, "one-shot"},
+    {Collective::kAllGather, Algorithm::kRing, all_gather_ring, "ring, n-1 steps"},
+    {Collective::kAllGather, Algorithm::kDirect, all_gather_direct, "one-shot"},
+    {Collective::kBroadcast, Algorithm::kRing, broadcast_ring, "pipelined chain from the root"},
+    {Collective::kBroadcast, Algorithm::kTree, broadcast_tree, "pipelined binary tree"},
+    {Collective::kBroadcast, Algorithm::kDirect, broadcast_direct, "root sends to all"},
+    {Collective::kReduce, Algorithm::kRing, reduce_ring, "pipelined chain to the root"},
+    {Collective::kReduce, Algorithm::kTree, reduce_tree, "pipelined binary tree"},
+    {Collective::kReduce, Algorithm::kDirect, reduce_direct, "all send to the root"},
+    {Collective::kGather, Algorithm::kDirect, gather_direct, "all send to the root"},
+    {Collective::kScatter, Algorithm::kDirect, scatter_direct, "root sends to all"},
+    {Collective::kAllToAll, Algorithm::kDirect, all_to_all_direct, "staggered pairwise"},
+    {Collective::kBarrier, Algorithm::kDirect, barrier_direct, "dissemination"},
+    {Collective::kSend, Algorithm::kDirect, send_direct, "point-to-point"},
+    {Collective::kRecv, Algorithm::kDirect, recv_direct, "point-to-point"},
+    {Collective::kSendRecv, Algorithm::kDirect, send_recv_direct, "point-to-point pair"},
+};
+
+}  // namespace
+
+std::string_view to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kTree: return "tree";
+    case Algorithm::kDirect: return "direct";
+  }
+  return "?";
+}
+
+std::optional<Algorithm> parse_algorithm(std::string_view name) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect})
+    if (to_string(a) == name) return a;
+  return std::nullopt;
+}
+
+std::span<const AlgoEntry> all_algorithms() { return kAlgorithms; }
+
+const AlgoEntry* find_algorithm(Collective coll, Algorithm algo) {
+  for (const auto& e : kAlgorithms)
+    if (e.coll == coll && e.algo == algo) return &e;
+  return nullptr;
+}
+
+// Thresholds from first measurements on a 2-core host (docs/PERFORMANCE.md); the tuner of the
+// performance work replaces them with measured constants.
+Algorithm select_default(Collective coll, size_t bytes, int world_size) {
+  switch (coll) {
+    case Collective::kAllReduce:
+      if (bytes <= 16 * 1024) return Algorithm::kDirect;
+      if (bytes <= 256 * 1024 && world_size > 2) return Algorithm::kTree;
+      return Algorithm::kRing;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+      return bytes <= 32 * 1024 ? Algorithm::kDirect : Algorithm::kRing;
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+      if (bytes <= 16 * 1024) return Algorithm::kDirect;
+      if (bytes <= 1024 * 1024 && world_size > 3) return Algorithm::kTree;
+      return Algorithm::kRing;
+    default:
+      return Algorithm::kDirect;
+  }
+}
+
+void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size) {
+  if (a.op == ReduceOp::kAvg && count > 0) kernels::divide(a.dtype, buf, buf, count, world_size);
+}
+
+void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+std::byte* Scratch::get(size_t slot, size_t bytes) {
+  if (buffers_.size() <= slot) buffers_.resize(slot + 1);
+  Buffer& b = buffers_[slot];
+  if (b.bytes < bytes) {
+    if (b.data != nullptr) ::munmap(b.data, b.bytes);
+    b.data = nullptr;
+    b.bytes = 0;
+    const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw_system_error("mmap of " + std::to_string(size) + " scratch bytes", errno);
+    b.data = static_cast<std::byte*>(p);
+    b.bytes = size;
+  }
+  return b.data;
+}
+
+Scratch::~Scratch() {
+  for (auto& b : buffers_)
+    if (b.data != nullptr) ::munmap(b.data, b.bytes);
+}
+
+}  // namespace chorus::algo

@@ -1,0 +1,270 @@
+// The public Communicator: argument packing and validation, then Impl::submit.
+#include "chorus/communicator.h"
+
+#include "chorus/in_process_store.h"
+#include "chorus/launch_env.h"
+#include "chorus/log.h"
+#include "communicator_impl.h"
+#include "validate.h"
+
+namespace chorus {
+
+std::string_view to_string(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kReduce: return "reduce";
+    case Collective::kGather: return "gather";
+    case Collective::kScatter: return "scatter";
+    case Collective::kAllToAll: return "all_to_all";
+    case Collective::kBarrier: return "barrier";
+    case Collective::kSend: return "send";
+    case Collective::kRecv: return "recv";
+    case Collective::kSendRecv: return "send_recv";
+  }
+  return "?";
+}
+
+// ---- Work ----------------------------------------------------------------------------------------
+
+void Work::wait() {
+  if (!state_) return;
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::wait_for(std::chrono::milliseconds timeout) {
+  if (!state_) return true;
+  std::unique_lock lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) return false;
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+bool Work::test() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+std::exception_ptr Work::error() const {
+  if (!state_) return nullptr;
+  std::lock_guard lock(state_->mu);
+  return state_->error;
+}
+
+std::string Work::algorithm() const { return state_ ? state_->algorithm : std::string(); }
+
+// ---- construction --------------------------------------------------------------------------------
+
+Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Communicator::Communicator(int rank, int world_size, std::shared_ptr<Store> store,
+                           const CommOptions& options) {
+  Impl::Setup s;
+  s.rank = rank;
+  s.world_size = world_size;
+  s.local_ranks = world_size;
+  s.store = std::move(store);
+  s.options = options;
+  impl_ = std::make_shared<Impl>(std::move(s));
+}
+
+Communicator Communicator::from_env(const CommOptions& options) {
+  const LaunchEnv env = detect_launch_env();
+  set_log_rank(env.rank);
+  Impl::Setup s;
+  s.rank = env.rank;
+  s.world_size = env.world_size;
+  s.local_ranks = env.local_world_size;
+  s.job_id = env.job_id;
+  s.options = options;
+  std::unique_ptr<TcpStoreServer> server;
+  if (env.world_size == 1 && !env.store_fd) {
+    // A single process needs no rendezvous, no thread and no port.
+    s.store = std::make_shared<InProcessStore>();
+  } else {
+    if (env.rank == 0) {
+      server = env.store_fd ? TcpStoreServer::adopt(*env.store_fd)
+                            : std::make_unique<TcpStoreServer>(env.master_addr, env.master_port);
+    }
+    s.store = std::make_shared<TcpStore>(env.master_addr, env.master_port);
+  }
+  auto impl = std::make_shared<Impl>(std::move(s));
+  impl->server = std::move(server);
+  impl->owns_bootstrap = true;
+  CHORUS_INFO(kLogInit, "started by ", env.launcher, ": rank ", env.rank, " of ", env.world_size,
+              ", master ", env.master_addr, ":", env.master_port);
+  return Communicator(std::move(impl));
+}
+
+Communicator::~Communicator() = default;
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+
+// ---- operations ----------------------------------------------------------------------------------
+
+namespace {
+algo::CollArgs make(Collective coll, const void* send, void* recv, size_t count, DataType dtype,
+                    ReduceOp op = ReduceOp::kSum, int root = 0) {
+  algo::CollArgs a;
+  a.coll = coll;
+  a.send = static_cast<const std::byte*>(send);
+  a.recv = static_cast<std::byte*>(recv);
+  a.count = count;
+  a.dtype = dtype;
+  a.op = op;
+  a.root = root;
+  return a;
+}
+}  // namespace
+
+#define CHORUS_SUBMIT(args, blocking)                                   \
+  do {                                                                  \
+    CHORUS_ARG_CHECK(impl_ != nullptr, "use of a moved-from Communicator"); \
+    const algo::CollArgs a_ = (args);                                   \
+    validate(a_, impl_->rank, impl_->size);                             \
+    return impl_->submit(a_, blocking);                                 \
+  } while (0)
+
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                    ReduceOp op) {
+  CHORUS_SUBMIT(make(Collective::kAllReduce, send, recv, count, dtype, op), false);
+}
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                        DataType dtype, ReduceOp op) {
+  CHORUS_SUBMIT(make(Collective::kReduceScatter, send, recv, recv_count, dtype, op), false);
+}
+Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count,
+                                    DataType dtype) {
+  CHORUS_SUBMIT(make(Collective::kAllGather, send, recv, send_count, dtype), false);
+}
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
+                                   int root) {
+  CHORUS_SUBMIT(make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), false);
+}
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                ReduceOp op, int root) {
+  CHORUS_SUBMIT(make(Collective::kReduce, send, recv, count, dtype, op, root), false);
+}
+Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
+                                int root) {
+  CHORUS_SUBMIT(make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), false);
+}
+Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                 int root) {
+  CHORUS_SUBMIT(make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root), false);
+}
+Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
+  CHORUS_SUBMIT(make(Collective::kAllToAll, send, recv, count, dtype), false);
+}
+Work Communicator::barrier_async() {
+  CHORUS_SUBMIT(make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), false);
+}
+Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer) {
+  algo::CollArgs a = make(Collective::kSend, send, nullptr, count, dtype);
+  a.peer = peer;
+  CHORUS_SUBMIT(a, false);
+}
+Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer) {
+  algo::CollArgs a = make(Collective::kRecv, nullptr, recv, count, dtype);
+  a.peer = peer;
+  CHORUS_SUBMIT(a, false);
+}
+Work Communicator::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
+                                   size_t recv_count, int recv_peer, DataType dtype) {
+  algo::CollArgs a = make(Collective::kSendRecv, send, recv, send_count, dtype);
+  a.peer = send_peer;
+  a.recv_count = recv_count;
+  a.recv_peer = recv_peer;
+  CHORUS_SUBMIT(a, false);
+}
+
+#define CHORUS_BLOCKING(args)                                           \
+  do {                                                                  \
+    CHORUS_ARG_CHECK(impl_ != nullptr, "use of a moved-from Communicator"); \
+    const algo::CollArgs a_ = (args);                                   \
+    validate(a_, impl_->rank, impl_->size);                             \
+    impl_->submit(a_, true).wait();                                     \
+  } while (0)
+
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype,
+                              ReduceOp op) {
+  CHORUS_BLOCKING(make(Collective::kAllReduce, send, recv, count, dtype, op));
+}
+void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                  ReduceOp op) {
+  CHORUS_BLOCKING(make(Collective::kReduceScatter, send, recv, recv_count, dtype, op));
+}
+void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType dtype) {
+  CHORUS_BLOCKING(make(Collective::kAllGather, send, recv, send_count, dtype));
+}
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  CHORUS_BLOCKING(make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root));
+}
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                          int root) {
+  CHORUS_BLOCKING(make(Collective::kReduce, send, recv, count, dtype, op, root));
+}
+void Communicator::gather(const void* send, void* recv, size_t send_count, DataType dtype,
+                          int root) {
+  CHORUS_BLOCKING(make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root));
+}
+void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
+                           int root) {
+  CHORUS_BLOCKING(make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root));
+}
+void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
+  CHORUS_BLOCKING(make(Collective::kAllToAll, send, recv, count, dtype));
+}
+void Communicator::barrier() {
+  CHORUS_BLOCKING(make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8));
+}
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
+  algo::CollArgs a = make(Collective::kSend, buf, nullptr, count, dtype);
+  a.peer = peer;
+  CHORUS_BLOCKING(a);
+}
+void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
+  algo::CollArgs a = make(Collective::kRecv, nullptr, buf, count, dtype);
+  a.peer = peer;
+  CHORUS_BLOCKING(a);
+}
+void Communicator::send_recv(const void* send, size_t send_count, int send_peer, void* recv,
+                             size_t recv_count, int recv_peer, DataType dtype) {
+  algo::CollArgs a = make(Collective::kSendRecv, send, recv, send_count, dtype);
+  a.peer = send_peer;
+  a.recv_count = recv_count;
+  a.recv_peer = recv_peer;
+  CHORUS_BLOCKING(a);
+}
+
+// ---- groups and algorithms -----------------------------------------------------------------------
+
+std::optional<Communicator> Communicator::split(int color, int key) { return impl_->split(color, key); }
+
+void Communicator::set_algorithm(std::string_view name) {
+  if (name == "auto") {
+    impl_->forced.reset();
+    return;
+  }
+  auto a = algo::parse_algorithm(name);
+  CHORUS_ARG_CHECK(a.has_value(), "set_algorithm: unknown algorithm '", name,
+                   "' (ring, tree, direct or auto)");
+  // Operations already queued keep the algorithm chosen when they were issued.
+  impl_->forced = a;
+}
+
+std::string Communicator::algorithm_for(Collective c, size_t bytes) const {
+  return std::string(algo::to_string(impl_->choose(c, bytes)));
+}
+
+void Communicator::synchronize() { impl_->synchronize(); }
+
+}  // namespace chorus

@@ -1,0 +1,98 @@
+// chorus — inside a Communicator: its store scope, transport, request engine and the executor
+// that runs operations in issue order.
+//
+// Execution model: every operation gets a sequence number when it is issued. Async calls queue
+// it for the communicator's progress thread (started on first use); a blocking call issued while
+// nothing is queued or running executes directly on the caller's thread (no hand-off latency).
+// Either way exactly one operation runs at a time, in issue order. An error while running breaks
+// the communicator: the failing Work carries the error and every later call fails fast with it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "algo/algorithm.h"
+#include "chorus/communicator.h"
+#include "chorus/store.h"
+#include "exchange.h"
+#include "transport/transport.h"
+
+namespace chorus {
+
+struct Work::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  std::string algorithm;
+
+  void complete(std::exception_ptr e);
+};
+
+struct Communicator::Impl {
+  struct Setup {
+    int rank = 0;
+    int world_size = 1;
+    int local_ranks = 1;  // ranks of the whole job on this host (for the wait policy)
+    std::shared_ptr<Store> store;  // unscoped: keys get "chorus/<comm id>/" here
+    std::string job_id;            // empty: agreed through the store
+    std::string comm_id;           // empty: "w<k>" for this rank's k-th world communicator
+    CommOptions options;
+  };
+
+  explicit Impl(Setup setup);
+  ~Impl();
+
+  // Issues an operation: validated args, a sequence number, an algorithm; runs or queues it.
+  Work submit(const algo::CollArgs& args, bool blocking);
+  void synchronize();
+  std::optional<Communicator> split(int color, int key);
+  algo::Algorithm choose(Collective coll, size_t bytes) const;
+
+  int rank;
+  int size;
+  int local_ranks;
+  std::shared_ptr<Store> root_store;   // unscoped (split makes children on it)
+  std::shared_ptr<Store> store;        // scoped to this communicator
+  std::string job_id;
+  std::string comm_id;
+  std::chrono::milliseconds timeout;
+  std::optional<algo::Algorithm> forced;
+  size_t chunk_bytes;
+  std::unique_ptr<TcpStoreServer> server;  // from_env's rank 0 hosts the store
+  bool owns_bootstrap = false;             // made by from_env: says goodbye to the store
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<Exchange> exchange;
+  algo::Scratch scratch;
+  int64_t next_seq = 0;
+  int splits = 0;
+
+ private:
+  struct Op {
+    algo::CollArgs args;
+    int64_t seq;
+    algo::Algorithm algorithm;
+    std::shared_ptr<Work::State> state;
+  };
+  void execute(Op& op);
+  void run_single_rank(const algo::CollArgs& a);
+  void progress_loop();
+  void finalize_store();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  bool running_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+  std::exception_ptr broken_;
+};
+
+}  // namespace chorus

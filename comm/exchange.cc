@@ -1,0 +1,169 @@
+#include "exchange.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "chorus/config.h"
+#include "chorus/error.h"
+
+namespace chorus {
+namespace {
+const IntKnob kWaitSpin{"CHORUS_WAIT_SPIN", -1,
+                        "progress passes a waiting rank spins before yielding (-1 = auto: 0 when "
+                        "ranks outnumber cores)"};
+const IntKnob kWaitYield{"CHORUS_WAIT_YIELD", -1,
+                         "sched_yield()s before a waiting rank sleeps on its futex (-1 = auto)"};
+
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
+WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
+  WaitPolicy p;
+  const bool oversubscribed = local_ranks > usable_cpus();
+  p.spin_passes = oversubscribed ? 0 : 4000;
+  p.yield_passes = oversubscribed ? 2 : 16;
+  p.sleep_ns = 2'000'000;
+  if (int64_t v = kWaitSpin.get(); v >= 0) p.spin_passes = static_cast<int>(v);
+  if (int64_t v = kWaitYield.get(); v >= 0) p.yield_passes = static_cast<int>(v);
+  return p;
+}
+
+void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
+                     std::chrono::milliseconds timeout) {
+  CHORUS_CHECK_EQ(pending_, 0u, "requests left over from the previous operation");
+  requests_.clear();
+  op_name_ = op_name;
+  seq_ = seq;
+  algorithm_ = algorithm;
+  step_ = "";
+  timeout_ = timeout;
+  deadline_ = std::chrono::steady_clock::now() + timeout;
+}
+
+Exchange::RequestId Exchange::post(transport::Request r) {
+  const RequestId id = requests_.size();
+  requests_.push_back(r);
+  transport::Request& req = requests_.back();
+  if (req.bytes == 0) {  // both sides know the size: nothing travels
+    req.done = true;
+    return id;
+  }
+  CHORUS_CHECK(req.peer != rank_, "request to self");
+  auto& q = req.kind == transport::Request::Kind::kSend ? send_q_[req.peer] : recv_q_[req.peer];
+  if (send_q_[req.peer].empty() && recv_q_[req.peer].empty()) active_.push_back(req.peer);
+  q.push_back(&req);
+  ++pending_;
+  return id;
+}
+
+Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes) {
+  transport::Request r;
+  r.kind = transport::Request::Kind::kSend;
+  r.peer = peer;
+  r.src = static_cast<const std::byte*>(src);
+  r.bytes = bytes;
+  return post(r);
+}
+
+Exchange::RequestId Exchange::post_recv(int peer, void* dst, size_t bytes) {
+  transport::Request r;
+  r.kind = transport::Request::Kind::kRecv;
+  r.peer = peer;
+  r.dst = static_cast<std::byte*>(dst);
+  r.bytes = bytes;
+  return post(r);
+}
+
+Exchange::RequestId Exchange::post_recv_reduce(int peer, void* dst, const void* local,
+                                               size_t count, DataType dtype, ReduceOp op) {
+  transport::Request r;
+  r.kind = transport::Request::Kind::kRecvReduce;
+  r.peer = peer;
+  r.dst = static_cast<std::byte*>(dst);
+  r.local = static_cast<const std::byte*>(local);
+  r.bytes = count * dtype_size(dtype);
+  r.dtype = dtype;
+  r.op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  return post(r);
+}
+
+bool Exchange::progress() {
+  bool moved = false;
+  for (size_t i = 0; i < active_.size();) {
+    const int peer = active_[i];
+    auto& link = transport_.link(peer);
+    for (auto* q : {&send_q_[peer], &recv_q_[peer]}) {
+      while (!q->empty()) {
+        transport::Request& r = *q->front();
+        const bool m = r.kind == transport::Request::Kind::kSend ? link.progress_send(r)
+                                                                 : link.progress_recv(r);
+        moved |= m;
+        if (!r.done) break;
+        q->pop_front();
+        --pending_;
+      }
+    }
+    if (send_q_[peer].empty() && recv_q_[peer].empty()) {
+      active_[i] = active_.back();
+      active_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return moved;
+}
+
+template <class Done>
+void Exchange::wait_until(Done&& done) {
+  auto& bell = transport_.doorbell();
+  int idle = 0;
+  for (;;) {
+    const uint32_t seen = bell.sample();
+    if (progress()) idle = 0;
+    if (done()) return;
+    ++idle;
+    if (idle <= policy_.spin_passes) {
+      transport::cpu_relax();
+      continue;
+    }
+    if (idle <= policy_.spin_passes + policy_.yield_passes) {
+      sched_yield();
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline_) throw_timeout();
+    const long left_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
+    bell.sleep(seen, std::min(policy_.sleep_ns, left_ns));
+  }
+}
+
+void Exchange::wait(RequestId id) {
+  wait_until([&] { return requests_[id].done; });
+}
+
+void Exchange::wait_all() {
+  wait_until([&] { return pending_ == 0; });
+}
+
+void Exchange::throw_timeout() const {
+  std::string waiting;
+  for (int peer : active_) {
+    if (!waiting.empty()) waiting += ", ";
+    waiting += "rank " + std::to_string(peer);
+    const bool s = !send_q_[peer].empty(), r = !recv_q_[peer].empty();
+    waiting += s && r ? " (send+recv)" : s ? " (send)" : " (recv)";
+  }
+  throw Timeout(detail::concat("not complete after ", timeout_.count() / 1000.0, " s in ", algorithm_,
+                               " algorithm, step '", step_, "'; still waiting for ", waiting,
+                               " (set CHORUS_TIMEOUT to change the deadline)"),
+                rank_, op_name_, seq_);
+}
+
+}  // namespace chorus

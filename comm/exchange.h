@@ -1,0 +1,81 @@
+// chorus — the request engine algorithms talk to.
+//
+// An algorithm posts sends, receives and receive-reduces to peers and waits for some or all of
+// them; the Exchange drives every pending request of every link while it waits, so posting a
+// send and a receive and waiting for both can never deadlock on a full FIFO. Requests to one peer
+// in one direction complete in posting order.
+//
+// Waiting spins briefly (not at all when ranks outnumber cores), yields, then sleeps on the
+// rank's doorbell; every wait has a deadline and a timeout names the operation, the step and the
+// peers still pending.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "chorus/types.h"
+#include "transport/transport.h"
+
+namespace chorus {
+
+struct WaitPolicy {
+  int spin_passes = 0;   // progress passes before yielding
+  int yield_passes = 0;  // sched_yield()s before sleeping
+  long sleep_ns = 0;     // longest single futex sleep (wake-ups come from peers sooner)
+  // Chooses from the number of ranks on this host and the CPUs this process may run on
+  // (CHORUS_WAIT_SPIN / CHORUS_WAIT_YIELD override).
+  static WaitPolicy for_ranks(int local_ranks);
+};
+
+class Exchange {
+ public:
+  using RequestId = size_t;
+
+  Exchange(transport::Transport& transport, int rank, int world_size, const WaitPolicy& policy)
+      : transport_(transport), rank_(rank), send_q_(world_size), recv_q_(world_size),
+        policy_(policy) {}
+
+  // Starts a new operation: forgets finished requests, sets the deadline and the names used in
+  // error messages.
+  void begin(const char* op_name, int64_t seq, const char* algorithm,
+             std::chrono::milliseconds timeout);
+  // Labels the current step for timeout messages (a static string).
+  void step(const char* label) { step_ = label; }
+
+  RequestId post_send(int peer, const void* src, size_t bytes);
+  RequestId post_recv(int peer, void* dst, size_t bytes);
+  // dst = local op incoming (count elements of dtype); dst may equal local.
+  RequestId post_recv_reduce(int peer, void* dst, const void* local, size_t count, DataType dtype,
+                             ReduceOp op);
+
+  void wait(RequestId id);
+  void wait_all();
+  bool done(RequestId id) const { return requests_[id].done; }
+
+ private:
+  RequestId post(transport::Request r);
+  // One pass over every link with pending requests. Returns whether anything moved.
+  bool progress();
+  template <class Done> void wait_until(Done&& done);
+  [[noreturn]] void throw_timeout() const;
+
+  transport::Transport& transport_;
+  int rank_;
+  std::deque<transport::Request> requests_;           // stable addresses
+  std::vector<std::deque<transport::Request*>> send_q_;  // per peer, oldest first
+  std::vector<std::deque<transport::Request*>> recv_q_;
+  std::vector<int> active_;                            // peers with anything queued
+  size_t pending_ = 0;
+  WaitPolicy policy_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds timeout_{0};
+  const char* op_name_ = "";
+  const char* algorithm_ = "";
+  const char* step_ = "";
+  int64_t seq_ = -1;
+};
+
+}  // namespace chorus

@@ -1,0 +1,67 @@
+// chorus — the layout of a rank's shared-memory segment.
+//
+// Rank r's segment holds everything that flows *into* r: one FIFO per sender, plus r's doorbell.
+// A sender maps the receiver's segment, writes payload into a slot, then publishes it by
+// advancing `head`; the receiver consumes the slot and advances `tail`. Counters only grow
+// (64-bit, no wrap). Each counter has its own cache line: they are written by different ranks.
+//
+//   [SegmentHeader][FifoCtrl x world_size][pad to 4 KiB][slots of sender 0][slots of sender 1]...
+//   slots of one sender: depth x ([SlotHeader][slot_bytes of payload])
+//
+// A slot is either EAGER (payload inline: `bytes` at `offset` of a `total`-byte message) or
+// RENDEZVOUS (payload stays in the sender's memory at `addr`; the receiver reads it with
+// process_vm_readv and then bumps `rndv_done`, which the sender waits for before its send
+// completes — a single copy for large messages).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/futex.h"
+
+namespace chorus::transport::shm {
+
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730001ull;  // "chorus", layout v1
+
+struct alignas(64) SegmentHeader {
+  uint64_t magic;
+  uint32_t world_size;
+  uint32_t rank;
+  int32_t pid;
+  uint32_t slot_bytes;
+  uint32_t depth;
+  uint64_t probe;  // a known value peers read with process_vm_readv to test single-copy access
+  alignas(64) Doorbell bell;
+};
+
+struct FifoCtrl {
+  alignas(64) std::atomic<uint64_t> head;       // slots published by the sender
+  alignas(64) std::atomic<uint64_t> tail;       // slots consumed by the receiver
+  alignas(64) std::atomic<uint64_t> rndv_done;  // rendezvous reads finished by the receiver
+  std::atomic<uint32_t> cma_ok;                 // receiver can read the sender's memory
+};
+
+enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2 };
+
+struct alignas(64) SlotHeader {
+  SlotKind kind;
+  uint32_t bytes;   // eager: payload bytes in this slot
+  uint64_t total;   // bytes of the whole message
+  uint64_t offset;  // eager: where this slot's payload starts in the message
+  uint64_t addr;    // rendezvous: the message in the sender's address space
+};
+
+struct Layout {
+  size_t world_size, slot_bytes, depth;
+
+  static constexpr size_t kCtrlOffset = (sizeof(SegmentHeader) + 63) / 64 * 64;
+  size_t slot_stride() const { return sizeof(SlotHeader) + slot_bytes; }
+  size_t slots_offset() const {
+    return (kCtrlOffset + world_size * sizeof(FifoCtrl) + 4095) / 4096 * 4096;
+  }
+  size_t fifo_offset(int sender) const { return slots_offset() + sender * depth * slot_stride(); }
+  size_t total_bytes() const { return fifo_offset(static_cast<int>(world_size)); }
+};
+
+}  // namespace chorus::transport::shm

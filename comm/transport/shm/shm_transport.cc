@@ -1,0 +1,307 @@
+#include "transport/shm/shm_transport.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "chorus/config.h"
+#include "chorus/error.h"
+#include "chorus/kernels/cpu.h"
+#include "chorus/log.h"
+
+namespace chorus::transport {
+namespace {
+
+const IntKnob kSlotBytes{"CHORUS_SHM_SLOT_BYTES", 64 << 10,
+                         "payload bytes per shm FIFO slot (multiple of 64)"};
+const IntKnob kDepth{"CHORUS_SHM_DEPTH", 8, "slots per shm FIFO (per ordered pair of ranks)"};
+const IntKnob kCmaThreshold{"CHORUS_SHM_CMA_THRESHOLD", 128 << 10,
+                            "messages of at least this many bytes move single-copy (CMA)"};
+const IntKnob kCma{"CHORUS_SHM_CMA", 1, "1 = allow single-copy process_vm_readv between ranks"};
+const StringKnob kHostId{"CHORUS_HOST_ID", "",
+                         "identity of this host (default hostname + boot id); ranks with equal "
+                         "ids share memory"};
+
+constexpr size_t kStagingBytes = 256 << 10;
+
+// Reads `bytes` at `remote` in process `pid` into `local`; returns errno or 0.
+int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec l{static_cast<char*>(local) + done, bytes - done};
+    iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
+    ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EFAULT;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+}  // namespace
+
+ShmOptions ShmOptions::from_env() {
+  ShmOptions o;
+  o.slot_bytes = static_cast<size_t>(kSlotBytes.get());
+  o.depth = static_cast<size_t>(kDepth.get());
+  o.cma_threshold = static_cast<size_t>(kCmaThreshold.get());
+  o.cma = kCma.get() != 0;
+  CHORUS_ARG_CHECK(o.slot_bytes >= 64 && o.slot_bytes % 64 == 0 && o.slot_bytes <= (1u << 30),
+                   "CHORUS_SHM_SLOT_BYTES=", o.slot_bytes, " must be a multiple of 64 in [64, 1G]");
+  CHORUS_ARG_CHECK(o.depth >= 2 && o.depth <= 1024, "CHORUS_SHM_DEPTH=", o.depth,
+                   " must be in [2, 1024]");
+  return o;
+}
+
+std::string local_host_id() {
+  if (auto id = kHostId.get_if_set()) return *id;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + "/" + boot;
+}
+
+// One peer: we write into the FIFO for us in the peer's segment and read the FIFO for the peer
+// in ours.
+class ShmLink : public Link {
+ public:
+  ShmLink(int peer, pid_t peer_pid, const shm::Layout& layout, std::byte* own_base,
+          std::byte* peer_base, int rank, Doorbell& own_bell, std::vector<std::byte>& staging,
+          size_t cma_threshold)
+      : peer_(peer), peer_pid_(peer_pid), layout_(layout),
+        in_ctrl_(reinterpret_cast<shm::FifoCtrl*>(own_base + shm::Layout::kCtrlOffset) + peer),
+        out_ctrl_(reinterpret_cast<shm::FifoCtrl*>(peer_base + shm::Layout::kCtrlOffset) + rank),
+        in_slots_(own_base + layout.fifo_offset(peer)),
+        out_slots_(peer_base + layout.fifo_offset(rank)),
+        own_bell_(own_bell),
+        peer_bell_(reinterpret_cast<shm::SegmentHeader*>(peer_base)->bell),
+        staging_(staging), cma_threshold_(cma_threshold) {}
+
+  bool single_copy() const { return out_ctrl_->cma_ok.load(std::memory_order_acquire) != 0; }
+
+  bool progress_send(Request& r) override {
+    if (r.phase == kAwaitingAck) {
+      if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < r.token) return false;
+      r.done = true;
+      return true;
+    }
+    const uint64_t tail = out_ctrl_->tail.load(std::memory_order_acquire);
+    if (r.bytes >= cma_threshold_ && single_copy()) {
+      if (sent_ - tail >= layout_.depth) return false;
+      auto* h = slot_header(out_slots_, sent_);
+      h->kind = shm::SlotKind::kRendezvous;
+      h->bytes = 0;
+      h->total = r.bytes;
+      h->offset = 0;
+      h->addr = reinterpret_cast<uint64_t>(r.src);
+      r.token = ++rndv_sent_;
+      r.phase = kAwaitingAck;
+      publish();
+      return true;
+    }
+    bool moved = false;
+    while (r.offset < r.bytes && sent_ - tail < layout_.depth) {
+      const size_t n = std::min(layout_.slot_bytes, r.bytes - r.offset);
+      auto* h = slot_header(out_slots_, sent_);
+      h->kind = shm::SlotKind::kEager;
+      h->bytes = static_cast<uint32_t>(n);
+      h->total = r.bytes;
+      h->offset = r.offset;
+      std::memcpy(payload(h), r.src + r.offset, n);
+      r.offset += n;
+      ++sent_;
+      out_ctrl_->head.store(sent_, std::memory_order_release);
+      moved = true;
+    }
+    if (moved) {
+      peer_bell_.ring();
+      r.done = r.offset == r.bytes;
+    }
+    return moved;
+  }
+
+  bool progress_recv(Request& r) override {
+    bool moved = false;
+    while (!r.done && received_ < in_ctrl_->head.load(std::memory_order_acquire)) {
+      const auto* h = slot_header(in_slots_, received_);
+      if (h->total != r.bytes)
+        throw Error(ErrorKind::kMismatch,
+                    detail::concat("rank ", peer_, " sent a ", h->total, "-byte message where this "
+                                   "rank expected ", r.bytes, " bytes (the ranks called different "
+                                   "collectives, counts or types)"));
+      if (h->kind == shm::SlotKind::kRendezvous) {
+        const uint64_t addr = h->addr;
+        consume_slot();
+        receive_rendezvous(r, addr);
+        in_ctrl_->rndv_done.fetch_add(1, std::memory_order_release);
+        peer_bell_.ring();
+        r.done = true;
+        return true;
+      }
+      CHORUS_CHECK_EQ(h->offset, r.offset, "eager slot out of order from rank ", peer_);
+      deliver(r, r.offset, payload(h), h->bytes);
+      r.offset += h->bytes;
+      consume_slot();
+      peer_bell_.ring();
+      moved = true;
+      r.done = r.offset == r.bytes;
+    }
+    return moved;
+  }
+
+ private:
+  static constexpr uint8_t kAwaitingAck = 1;
+
+  shm::SlotHeader* slot_header(std::byte* fifo, uint64_t index) const {
+    return reinterpret_cast<shm::SlotHeader*>(fifo + (index % layout_.depth) * layout_.slot_stride());
+  }
+  static std::byte* payload(shm::SlotHeader* h) { return reinterpret_cast<std::byte*>(h + 1); }
+  static const std::byte* payload(const shm::SlotHeader* h) {
+    return reinterpret_cast<const std::byte*>(h + 1);
+  }
+
+  void publish() {
+    ++sent_;
+    out_ctrl_->head.store(sent_, std::memory_order_release);
+    peer_bell_.ring();
+  }
+  void consume_slot() {
+    ++received_;
+    in_ctrl_->tail.store(received_, std::memory_order_release);
+  }
+
+  // Copies or reduces `n` incoming bytes that belong at `offset` of the message.
+  void deliver(Request& r, size_t offset, const std::byte* data, size_t n) {
+    if (r.kind == Request::Kind::kRecv) {
+      std::memcpy(r.dst + offset, data, n);
+    } else {
+      kernels::reduce(r.dtype, r.op, r.dst + offset, r.local + offset, data,
+                      n / dtype_size(r.dtype));
+    }
+  }
+
+  void receive_rendezvous(Request& r, uint64_t addr) {
+    if (r.kind == Request::Kind::kRecv) {
+      if (int err = cma_read(peer_pid_, r.dst, addr, r.bytes))
+        throw Error(ErrorKind::kTransport, detail::concat("single-copy read from rank ", peer_,
+                                                          " failed: ", std::strerror(err)));
+      return;
+    }
+    // Reduce: pull a cache-sized piece, combine it while it is hot.
+    if (staging_.size() < kStagingBytes) staging_.resize(kStagingBytes);
+    const size_t piece = kStagingBytes / 64 * 64;
+    for (size_t off = 0; off < r.bytes; off += piece) {
+      const size_t n = std::min(piece, r.bytes - off);
+      if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n))
+        throw Error(ErrorKind::kTransport, detail::concat("single-copy read from rank ", peer_,
+                                                          " failed: ", std::strerror(err)));
+      deliver(r, off, staging_.data(), n);
+    }
+  }
+
+  int peer_;
+  pid_t peer_pid_;
+  shm::Layout layout_;
+  shm::FifoCtrl* in_ctrl_;
+  shm::FifoCtrl* out_ctrl_;
+  std::byte* in_slots_;
+  std::byte* out_slots_;
+  [[maybe_unused]] Doorbell& own_bell_;
+  Doorbell& peer_bell_;
+  std::vector<std::byte>& staging_;
+  size_t cma_threshold_;
+  uint64_t sent_ = 0;       // slots this rank published to the peer
+  uint64_t received_ = 0;   // slots this rank consumed from the peer
+  uint64_t rndv_sent_ = 0;  // rendezvous messages this rank sent to the peer
+};
+
+ShmTransport::ShmTransport(int rank, int world_size, Store& store,
+                           const std::string& segment_prefix, std::chrono::milliseconds timeout,
+                           const ShmOptions& options)
+    : rank_(rank), world_size_(world_size), options_(options) {
+  const shm::Layout layout{static_cast<size_t>(world_size), options.slot_bytes, options.depth};
+  const std::string name = segment_prefix + "-" + std::to_string(rank);
+  own_ = ShmSegment::create(name, layout.total_bytes());
+  auto* hdr = header();
+  hdr->magic = shm::kSegmentMagic;
+  hdr->world_size = static_cast<uint32_t>(world_size);
+  hdr->rank = static_cast<uint32_t>(rank);
+  hdr->pid = ::getpid();
+  hdr->slot_bytes = static_cast<uint32_t>(options.slot_bytes);
+  hdr->depth = static_cast<uint32_t>(options.depth);
+  hdr->probe = shm::kSegmentMagic ^ static_cast<uint64_t>(rank);
+
+  const std::string host = local_host_id();
+  store.set("shm/" + std::to_string(rank),
+            detail::concat(::getpid(), " ", reinterpret_cast<uint64_t>(&hdr->probe), " ", name,
+                           " ", host));
+
+  auto* own_base = static_cast<std::byte*>(own_.data());
+  auto* in_ctrl = reinterpret_cast<shm::FifoCtrl*>(own_base + shm::Layout::kCtrlOffset);
+  std::vector<pid_t> pids(world_size, 0);
+  peers_.resize(world_size);
+  for (int p = 0; p < world_size; ++p) {
+    if (p == rank) continue;
+    std::istringstream in(store.get("shm/" + std::to_string(p), timeout));
+    long pid = 0;
+    uint64_t probe_addr = 0;
+    std::string peer_name, peer_host;
+    in >> pid >> probe_addr >> peer_name;
+    std::getline(in >> std::ws, peer_host);
+    if (peer_host != host)
+      throw Error(ErrorKind::kInvalidArgument,
+                  detail::concat("rank ", p, " runs on another host (", peer_host, " vs ", host,
+                                 "); the shm transport connects ranks of one host only"),
+                  rank);
+    pids[p] = static_cast<pid_t>(pid);
+    peers_[p] = ShmSegment::open(peer_name, layout.total_bytes());
+    const auto* peer_hdr = static_cast<const shm::SegmentHeader*>(peers_[p].data());
+    CHORUS_CHECK_EQ(peer_hdr->magic, shm::kSegmentMagic, "segment of rank ", p);
+    CHORUS_CHECK(peer_hdr->slot_bytes == options.slot_bytes && peer_hdr->depth == options.depth,
+                 "rank ", p, " uses different CHORUS_SHM_SLOT_BYTES / CHORUS_SHM_DEPTH");
+    // Can this rank read peer p's memory directly? Then p may send to us single-copy.
+    uint64_t probe = 0;
+    const bool cma = options.cma && cma_read(pids[p], &probe, probe_addr, sizeof probe) == 0 &&
+                     probe == (shm::kSegmentMagic ^ static_cast<uint64_t>(p));
+    in_ctrl[p].cma_ok.store(cma ? 1 : 0, std::memory_order_release);
+    CHORUS_INFO(kLogShm, "rank ", p, " -> ", rank, ": ", cma ? "single-copy (CMA)" : "copy via FIFO",
+                " above ", options.cma_threshold, " bytes");
+  }
+
+  // Everyone has mapped everything: the names can go.
+  store.set("shm_mapped/" + std::to_string(rank), "1");
+  std::vector<std::string> keys;
+  for (int p = 0; p < world_size; ++p) keys.push_back("shm_mapped/" + std::to_string(p));
+  store.wait(keys, timeout);
+  own_.unlink();
+
+  links_.resize(world_size);
+  for (int p = 0; p < world_size; ++p) {
+    if (p == rank) continue;
+    links_[p] = std::make_unique<ShmLink>(p, pids[p], layout, own_base,
+                                          static_cast<std::byte*>(peers_[p].data()), rank,
+                                          hdr->bell, staging_, options.cma_threshold);
+  }
+}
+
+ShmTransport::~ShmTransport() = default;
+
+Link& ShmTransport::link(int peer) {
+  CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);
+  return *links_[peer];
+}
+
+bool ShmTransport::single_copy_to(int peer) const {
+  return peer != rank_ && links_[peer]->single_copy();
+}
+
+}  // namespace chorus::transport

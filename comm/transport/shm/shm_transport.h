@@ -1,0 +1,61 @@
+// chorus — the same-host transport over POSIX shared memory (see shm_layout.h for the format).
+//
+// Set-up: every rank creates its segment (/chorus-<job>-<comm>-<rank>), publishes its name, pid
+// and host id through the store, maps every peer's segment, tests single-copy (CMA) access to
+// each peer, and once all ranks have mapped everything unlinks its own name. From then on nothing
+// is left in /dev/shm even if the job crashes; chorus-run sweeps /dev/shm/chorus-<job>-* for the
+// short window before that.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/store.h"
+#include "transport/shm/shm_layout.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/transport.h"
+
+namespace chorus::transport {
+
+struct ShmOptions {
+  size_t slot_bytes;       // CHORUS_SHM_SLOT_BYTES
+  size_t depth;            // CHORUS_SHM_DEPTH
+  size_t cma_threshold;    // CHORUS_SHM_CMA_THRESHOLD: messages this large go single-copy
+  bool cma;                // CHORUS_SHM_CMA
+  static ShmOptions from_env();
+};
+
+class ShmLink;
+
+class ShmTransport : public Transport {
+ public:
+  // Collective over the `world_size` ranks sharing `store` (already scoped to one communicator).
+  ShmTransport(int rank, int world_size, Store& store, const std::string& segment_prefix,
+               std::chrono::milliseconds timeout, const ShmOptions& options);
+  ~ShmTransport() override;
+
+  Link& link(int peer) override;
+  Doorbell& doorbell() override { return header()->bell; }
+  std::string name() const override { return "shm"; }
+
+  // Whether sends to `peer` may use the single-copy path (for tests and logs).
+  bool single_copy_to(int peer) const;
+
+ private:
+  shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
+
+  int rank_;
+  int world_size_;
+  ShmOptions options_;
+  ShmSegment own_;
+  std::vector<ShmSegment> peers_;
+  std::vector<std::unique_ptr<ShmLink>> links_;
+  std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
+};
+
+// The host identity ranks compare to decide whether they share memory: CHORUS_HOST_ID, else
+// hostname + boot id.
+std::string local_host_id();
+
+}  // namespace chorus::transport

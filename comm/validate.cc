@@ -1,0 +1,174 @@
+// Argument checks for every Communicator call. Each failure is an InvalidArgument that names the
+// call, the argument and its value, raised on the calling thread before anything is queued, so a
+// bad call never breaks the communicator or reaches a peer.
+#include "validate.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "chorus/error.h"
+
+namespace chorus {
+namespace {
+
+using algo::CollArgs;
+
+std::string call_name(Collective c) { return std::string(to_string(c)); }
+
+[[noreturn]] void fail(const CollArgs& a, int rank, const std::string& message) {
+  throw InvalidArgument(call_name(a.coll) + ": " + message, rank, call_name(a.coll));
+}
+
+// bytes = count * blocks * element size, or an error when that does not fit.
+size_t checked_bytes(const CollArgs& a, int rank, size_t count, size_t blocks, const char* what) {
+  const size_t es = dtype_size(a.dtype);
+  const size_t limit = static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max());
+  if (count != 0 && (blocks > limit / count || count * blocks > limit / es))
+    fail(a, rank, detail::concat(what, " = ", count, " elements of ", to_string(a.dtype),
+                                 (blocks > 1 ? detail::concat(" x ", blocks, " ranks") : std::string()),
+                                 " overflows the addressable byte range"));
+  return count * blocks * es;
+}
+
+void require_buffer(const CollArgs& a, int rank, const void* p, size_t bytes, const char* name) {
+  if (p == nullptr && bytes > 0)
+    fail(a, rank, detail::concat(name, " is null but ", bytes, " bytes are to be ",
+                                 std::string_view(name).starts_with("recv") ? "written" : "read"));
+}
+
+bool overlap(const void* a, size_t an, const void* b, size_t bn) {
+  if (an == 0 || bn == 0) return false;
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+
+// send and recv must either be the in-place pair or not overlap at all.
+void require_in_place_or_disjoint(const CollArgs& a, int rank, size_t send_bytes, size_t recv_bytes,
+                                  const void* in_place_send, const char* rule) {
+  if (a.send == in_place_send) return;
+  if (overlap(a.send, send_bytes, a.recv, recv_bytes))
+    fail(a, rank, detail::concat("send and recv overlap but are not the in-place pair (", rule, ")"));
+}
+
+void require_rank(const CollArgs& a, int rank, int world, int value, const char* name) {
+  if (value < 0 || value >= world)
+    fail(a, rank, detail::concat(name, " ", value, " is out of range [0, ", world, ")"));
+}
+
+}  // namespace
+
+void validate(const CollArgs& a, int rank, int world) {
+  if (!is_valid(a.dtype))
+    fail(a, rank, detail::concat("unknown dtype ", static_cast<int>(a.dtype)));
+  if (!is_valid(a.op)) fail(a, rank, detail::concat("unknown op ", static_cast<int>(a.op)));
+  const auto n = static_cast<size_t>(world);
+  const size_t es = dtype_size(a.dtype);
+  switch (a.coll) {
+    case Collective::kAllReduce: {
+      const size_t b = checked_bytes(a, rank, a.count, 1, "count");
+      require_buffer(a, rank, a.send, b, "send");
+      require_buffer(a, rank, a.recv, b, "recv");
+      require_in_place_or_disjoint(a, rank, b, b, a.recv, "in place means send == recv");
+      break;
+    }
+    case Collective::kReduceScatter: {
+      const size_t in = checked_bytes(a, rank, a.count, n, "recv_count");
+      const size_t out = a.count * es;
+      require_buffer(a, rank, a.send, in, "send");
+      require_buffer(a, rank, a.recv, out, "recv");
+      require_in_place_or_disjoint(a, rank, in, out,
+                                   a.recv == nullptr ? nullptr : a.recv - rank * out,
+                                   "in place means send + rank * recv_count == recv");
+      break;
+    }
+    case Collective::kAllGather: {
+      const size_t out = checked_bytes(a, rank, a.count, n, "send_count");
+      const size_t in = a.count * es;
+      require_buffer(a, rank, a.send, in, "send");
+      require_buffer(a, rank, a.recv, out, "recv");
+      require_in_place_or_disjoint(a, rank, in, out,
+                                   a.recv == nullptr ? nullptr : a.recv + rank * in,
+                                   "in place means send == recv + rank * send_count");
+      break;
+    }
+    case Collective::kBroadcast: {
+      require_rank(a, rank, world, a.root, "root");
+      const size_t b = checked_bytes(a, rank, a.count, 1, "count");
+      if (rank == a.root) require_buffer(a, rank, a.send, b, "send");
+      require_buffer(a, rank, a.recv, b, "recv");
+      if (rank == a.root)
+        require_in_place_or_disjoint(a, rank, b, b, a.recv, "in place means send == recv");
+      break;
+    }
+    case Collective::kReduce: {
+      require_rank(a, rank, world, a.root, "root");
+      const size_t b = checked_bytes(a, rank, a.count, 1, "count");
+      require_buffer(a, rank, a.send, b, "send");
+      if (rank == a.root) {
+        require_buffer(a, rank, a.recv, b, "recv");
+        require_in_place_or_disjoint(a, rank, b, b, a.recv, "in place means send == recv");
+      }
+      break;
+    }
+    case Collective::kGather: {
+      require_rank(a, rank, world, a.root, "root");
+      const size_t out = checked_bytes(a, rank, a.count, n, "send_count");
+      const size_t in = a.count * es;
+      require_buffer(a, rank, a.send, in, "send");
+      if (rank == a.root) {
+        require_buffer(a, rank, a.recv, out, "recv");
+        require_in_place_or_disjoint(a, rank, in, out,
+                                     a.recv == nullptr ? nullptr : a.recv + rank * in,
+                                     "in place means send == recv + root * send_count");
+      }
+      break;
+    }
+    case Collective::kScatter: {
+      require_rank(a, rank, world, a.root, "root");
+      const size_t in = checked_bytes(a, rank, a.count, n, "recv_count");
+      const size_t out = a.count * es;
+      require_buffer(a, rank, a.recv, out, "recv");
+      if (rank == a.root) {
+        require_buffer(a, rank, a.send, in, "send");
+        // In place: recv == send + root * recv_count, i.e. send == recv - root * recv_count.
+        require_in_place_or_disjoint(a, rank, in, out,
+                                     a.recv == nullptr ? nullptr : a.recv - rank * out,
+                                     "in place means recv == send + root * recv_count");
+      }
+      break;
+    }
+    case Collective::kAllToAll: {
+      const size_t b = checked_bytes(a, rank, a.count, n, "count");
+      require_buffer(a, rank, a.send, b, "send");
+      require_buffer(a, rank, a.recv, b, "recv");
+      if (overlap(a.send, b, a.recv, b)) fail(a, rank, "send and recv overlap (not supported)");
+      break;
+    }
+    case Collective::kBarrier:
+      break;
+    case Collective::kSend:
+    case Collective::kRecv: {
+      require_rank(a, rank, world, a.peer, "peer");
+      if (a.peer == rank)
+        fail(a, rank, detail::concat("peer ", a.peer, " is this rank (send to self is not supported)"));
+      const size_t b = checked_bytes(a, rank, a.count, 1, "count");
+      if (a.coll == Collective::kSend) require_buffer(a, rank, a.send, b, "send");
+      else require_buffer(a, rank, a.recv, b, "recv");
+      break;
+    }
+    case Collective::kSendRecv: {
+      require_rank(a, rank, world, a.peer, "send_peer");
+      require_rank(a, rank, world, a.recv_peer, "recv_peer");
+      if (a.peer == rank || a.recv_peer == rank)
+        fail(a, rank, "send_peer and recv_peer must be other ranks (send to self is not supported)");
+      const size_t sb = checked_bytes(a, rank, a.count, 1, "send_count");
+      const size_t rb = checked_bytes(a, rank, a.recv_count, 1, "recv_count");
+      require_buffer(a, rank, a.send, sb, "send");
+      require_buffer(a, rank, a.recv, rb, "recv");
+      if (overlap(a.send, sb, a.recv, rb)) fail(a, rank, "send and recv overlap");
+      break;
+    }
+  }
+}
+
+}  // namespace chorus

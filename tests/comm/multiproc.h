@@ -1,0 +1,35 @@
+// Test harness: runs a body in N real processes that connect through the real bootstrap
+// (Communicator::from_env with the environment chorus-run would set, rank 0 adopting a
+// listening socket made here) and the real shm transport.
+//
+// Each rank is a fork of the test process; gtest assertions inside the body report in that
+// rank's output, and the rank's exit status carries the verdict back. The whole run has a hard
+// deadline: ranks still alive then are killed and the test fails naming them, so a hang fails
+// instead of blocking CI.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "chorus/communicator.h"
+
+namespace chorus::testing {
+
+struct RunOptions {
+  std::chrono::milliseconds deadline{120000};
+  std::map<std::string, std::string> env;  // extra environment for every rank
+  std::string job_id;                      // empty: a fresh one per run
+};
+
+// Runs body(comm) on `world_size` ranks. Returns the job id used.
+std::string run_ranks(int world_size, const std::function<void(Communicator&)>& body,
+                      const RunOptions& options = {});
+
+// Raw form: runs body(rank) in `world_size` processes with the launcher environment set but no
+// Communicator made (for tests of set-up failures).
+std::string run_processes(int world_size, const std::function<void(int rank)>& body,
+                          const RunOptions& options = {});
+
+}  // namespace chorus::testing
