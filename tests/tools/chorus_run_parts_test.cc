@@ -1,0 +1,163 @@
+// chorus-run's pieces on their own: option parsing, line tagging, wait statuses, job ids, the
+// shm sweep and the rank environment.
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "exit_status.h"
+#include "job_id.h"
+#include "options.h"
+#include "rank_spawn.h"
+#include "shm_sweep.h"
+#include "tagged_output.h"
+
+namespace chorus::run {
+namespace {
+
+Options parse(std::vector<std::string> args) { return parse_options(args); }
+
+TEST(Options, AcceptsEveryFlagForm) {
+  const Options o =
+      parse({"-n4", "--nnodes=3", "--node-rank", "2", "--master-addr=10.0.0.1", "--master-port",
+             "29500", "--tag-output", "--grace", "0.5", "--bind", "none", "prog", "-n", "7"});
+  EXPECT_EQ(o.nproc_per_node, 4);
+  EXPECT_EQ(o.nnodes, 3);
+  EXPECT_EQ(o.node_rank, 2);
+  EXPECT_EQ(o.master_addr, "10.0.0.1");
+  EXPECT_EQ(o.master_port, 29500);
+  EXPECT_TRUE(o.tag_output);
+  EXPECT_DOUBLE_EQ(o.grace_seconds, 0.5);
+  EXPECT_EQ(o.command, (std::vector<std::string>{"prog", "-n", "7"})) << "PROGRAM's own flags";
+}
+
+TEST(Options, DoubleDashEndsOptions) {
+  const Options o = parse({"-n", "1", "--", "--looks-like-a-flag"});
+  EXPECT_EQ(o.command, std::vector<std::string>{"--looks-like-a-flag"});
+}
+
+TEST(Options, Defaults) {
+  const Options o = parse({"-n", "2", "prog"});
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_EQ(o.node_rank, 0);
+  EXPECT_EQ(o.master_addr, "127.0.0.1");
+  EXPECT_EQ(o.master_port, 0);
+  EXPECT_FALSE(o.tag_output);
+}
+
+TEST(Options, RejectsMalformedLines) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"prog"},
+           {"-n", "2"},
+           {"-n", "-1", "prog"},
+           {"-n", "2x", "prog"},
+           {"-n", "2", "--master-port", "70000", "prog"},
+           {"-n", "2", "--tag-output=yes", "prog"},
+           {"-n", "2", "--nnodes", "2", "--master-addr", "h", "prog"},  // no fixed port
+           {"-n", "2", "--node-rank", "1", "prog"},
+           {"-n", "2", "--grace", "soon", "prog"},
+           {"-x", "prog"},
+       }) {
+    EXPECT_THROW(parse(args), UsageError) << args[0] << " " << args.size();
+  }
+}
+
+TEST(Options, HelpNeedsNothingElse) { EXPECT_TRUE(parse({"--help"}).help); }
+
+TEST(LineTagger, TagsCompleteLinesAndKeepsPartialOnes) {
+  LineTagger t("[3] ");
+  EXPECT_EQ(t.feed("hel"), "");
+  EXPECT_EQ(t.feed("lo\nwor"), "[3] hello\n");
+  EXPECT_EQ(t.feed("ld\n\nx"), "[3] world\n[3] \n");
+  EXPECT_EQ(t.finish(), "[3] x\n");
+  EXPECT_EQ(t.finish(), "");
+}
+
+TEST(LineTagger, SplitsOverlongLines) {
+  LineTagger t("[0] ");
+  const std::string chunk(LineTagger::kMaxLine, 'a');
+  const std::string out = t.feed(chunk);
+  EXPECT_EQ(out, "[0] " + chunk + "\n");
+  EXPECT_EQ(t.feed("b\n"), "[0] b\n");
+}
+
+TEST(ExitStatus, DescribesExitsAndSignals) {
+  EXPECT_EQ(describe_wait_status(W_EXITCODE(3, 0)), "exited with code 3");
+  EXPECT_EQ(describe_wait_status(W_EXITCODE(0, SIGSEGV)), "killed by signal 11 (SIGSEGV)");
+  EXPECT_EQ(exit_code_of(W_EXITCODE(3, 0)), 3);
+  EXPECT_EQ(exit_code_of(W_EXITCODE(0, SIGKILL)), 128 + SIGKILL);
+  EXPECT_TRUE(is_clean_exit(W_EXITCODE(0, 0)));
+  EXPECT_FALSE(is_clean_exit(W_EXITCODE(1, 0)));
+  EXPECT_FALSE(is_clean_exit(W_EXITCODE(0, SIGTERM)));
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+}
+
+TEST(JobId, RandomIdsAreTwelveLowercaseAlphanumerics) {
+  const std::string a = random_job_id();
+  EXPECT_EQ(a.size(), 12u);
+  EXPECT_EQ(a.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789"), std::string::npos) << a;
+  EXPECT_NE(a, random_job_id());
+  EXPECT_TRUE(is_valid_job_id(a));
+}
+
+TEST(JobId, RejectsIdsUnfitForFileNames) {
+  EXPECT_TRUE(is_valid_job_id("Run_42-b"));
+  EXPECT_FALSE(is_valid_job_id(""));
+  EXPECT_FALSE(is_valid_job_id("../etc"));
+  EXPECT_FALSE(is_valid_job_id("a/b"));
+  EXPECT_FALSE(is_valid_job_id("a b"));
+  EXPECT_FALSE(is_valid_job_id(std::string(65, 'a')));
+}
+
+TEST(ShmSweep, RemovesOnlyTheJobsSegments) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("chorus-sweep-test-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (const char* name : {"chorus-job1-a", "chorus-job1-b.ring", "chorus-job10-a", "chorus-job1",
+                           "other-chorus-job1-a"})
+    std::ofstream(dir / name).put('x');
+  std::vector<std::string> removed = sweep_job_shm("job1", dir);
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{"chorus-job1-a", "chorus-job1-b.ring"}));
+  EXPECT_TRUE(fs::exists(dir / "chorus-job10-a"));
+  EXPECT_TRUE(fs::exists(dir / "chorus-job1"));
+  EXPECT_TRUE(fs::exists(dir / "other-chorus-job1-a"));
+  fs::remove_all(dir);
+}
+
+TEST(RankEnvironment, ReplacesInheritedLaunchVariables) {
+  JobLayout layout;
+  layout.nproc_per_node = 4;
+  layout.nnodes = 2;
+  layout.node_rank = 1;
+  layout.master_addr = "10.1.2.3";
+  layout.master_port = 1234;
+  layout.job_id = "j";
+  const char* inherited[] = {"PATH=/bin", "CHORUS_RANK=99", "CHORUS_STORE_FD=7",
+                             "CHORUS_DEBUG=INFO", nullptr};
+  const std::vector<std::string> env = rank_environment(layout, 2, std::nullopt, inherited);
+  auto has = [&](const std::string& entry) {
+    return std::find(env.begin(), env.end(), entry) != env.end();
+  };
+  EXPECT_TRUE(has("PATH=/bin"));
+  EXPECT_TRUE(has("CHORUS_DEBUG=INFO"));
+  EXPECT_TRUE(has("CHORUS_RANK=6"));
+  EXPECT_FALSE(has("CHORUS_RANK=99"));
+  EXPECT_TRUE(has("CHORUS_WORLD_SIZE=8"));
+  EXPECT_TRUE(has("CHORUS_LOCAL_RANK=2"));
+  EXPECT_TRUE(has("CHORUS_LOCAL_WORLD_SIZE=4"));
+  EXPECT_TRUE(has("CHORUS_NODE_RANK=1"));
+  EXPECT_TRUE(has("CHORUS_MASTER_ADDR=10.1.2.3"));
+  EXPECT_TRUE(has("CHORUS_MASTER_PORT=1234"));
+  for (const std::string& e : env) EXPECT_FALSE(e.starts_with("CHORUS_STORE_FD=")) << e;
+}
+
+}  // namespace
+}  // namespace chorus::run

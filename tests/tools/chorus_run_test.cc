@@ -1,0 +1,470 @@
+// chorus-run end to end: the real launcher runs rank_probe (see rank_probe.cc for its actions).
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kChorusRun = CHORUS_RUN_BIN;
+constexpr const char* kProbe = RANK_PROBE_BIN;
+
+struct Result {
+  int exit_code = -1;  // 128 + signal when chorus-run itself was killed
+  std::string out;
+  std::string err;
+  double seconds = 0;  // from start to exit
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// chorus-run started in the background, its stdout and stderr captured. The environment is the
+// test's minus every CHORUS_* variable, plus `env`.
+class Launch {
+ public:
+  explicit Launch(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv_strings = {kChorusRun};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e)
+      if (!std::string_view(*e).starts_with("CHORUS_")) env_strings.emplace_back(*e);
+    env_strings.insert(env_strings.end(), env.begin(), env.end());
+
+    int out[2], err[2];
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+    auto argv = c_strings(argv_strings);
+    auto envp = c_strings(env_strings);
+    const int rc = ::posix_spawn(&pid_, kChorusRun, &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0) << "cannot start " << kChorusRun;
+    ::close(out[1]);
+    ::close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    start_ = Clock::now();
+  }
+
+  ~Launch() {
+    if (!reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) ::close(out_fd_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // Copies output until `done(stdout so far)` holds; false after `timeout`.
+  bool wait_for_stdout(const std::function<bool(const std::string&)>& done,
+                       Clock::duration timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (!done(result_.out)) {
+      if (Clock::now() > deadline || (out_fd_ < 0 && err_fd_ < 0)) return false;
+      pump(20);
+    }
+    return true;
+  }
+
+  // Waits for chorus-run to exit and collects the rest of its output. On timeout it is killed and
+  // the test fails.
+  Result finish(Clock::duration timeout = 20s) {
+    const auto deadline = start_ + timeout;
+    while (!reaped_) {
+      pump(10);
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        result_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+        result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      } else if (Clock::now() > deadline) {
+        ADD_FAILURE() << "chorus-run did not exit in time; stderr so far:\n" << result_.err;
+        ::kill(pid_, SIGKILL);
+      }
+    }
+    // Ranks inherit the pipes when output is not tagged; they must all be gone too.
+    const auto output_deadline = Clock::now() + 2s;
+    while ((out_fd_ >= 0 || err_fd_ >= 0) && Clock::now() < output_deadline) pump(20);
+    EXPECT_TRUE(out_fd_ < 0 && err_fd_ < 0) << "a rank outlived chorus-run (its pipe is open)";
+    return result_;
+  }
+
+ private:
+  static std::vector<char*> c_strings(std::vector<std::string>& strings) {
+    std::vector<char*> out;
+    for (std::string& s : strings) out.push_back(s.data());
+    out.push_back(nullptr);
+    return out;
+  }
+
+  void pump(int timeout_ms) {
+    pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, timeout_ms) <= 0) return;
+    read_into(fds[0], out_fd_, result_.out);
+    read_into(fds[1], err_fd_, result_.err);
+  }
+
+  static void read_into(const pollfd& p, int& fd, std::string& sink) {
+    if (fd < 0 || p.revents == 0) return;
+    char buffer[4096];
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      sink.append(buffer, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  bool reaped_ = false;
+  Clock::time_point start_;
+  Result result_;
+};
+
+Result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  return Launch(args, env).finish();
+}
+
+// `chorus-run <launcher_args> rank_probe <probe_args>`
+std::vector<std::string> probe_job(std::vector<std::string> launcher_args,
+                                   const std::vector<std::string>& probe_args) {
+  launcher_args.push_back(kProbe);
+  launcher_args.insert(launcher_args.end(), probe_args.begin(), probe_args.end());
+  return launcher_args;
+}
+
+using EnvByRank = std::map<int, std::map<std::string, std::string>>;
+
+// Parses rank_probe's "rank=<r> NAME=value ..." lines.
+EnvByRank parse_env_lines(const std::string& out) {
+  EnvByRank env;
+  for (const std::string& line : lines_of(out)) {
+    if (!line.starts_with("rank=")) continue;
+    std::istringstream words(line);
+    std::string word;
+    words >> word;
+    const int rank = std::stoi(word.substr(5));
+    EXPECT_EQ(env.count(rank), 0u) << "rank " << rank << " printed twice";
+    while (words >> word) {
+      const size_t eq = word.find('=');
+      env[rank][word.substr(0, eq)] = word.substr(eq + 1);
+    }
+  }
+  return env;
+}
+
+bool path_exists(const std::string& path) { return std::filesystem::exists(path); }
+
+// ---- environment ----------------------------------------------------------------------------
+
+TEST(ChorusRun, OneRankGetsItsEnvironment) {
+  const Result r = run(probe_job({"-n", "1"}, {"env"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const EnvByRank env = parse_env_lines(r.out);
+  ASSERT_EQ(env.size(), 1u) << r.out;
+  const auto& e = env.at(0);
+  EXPECT_EQ(e.at("CHORUS_RANK"), "0");
+  EXPECT_EQ(e.at("CHORUS_WORLD_SIZE"), "1");
+  EXPECT_EQ(e.at("CHORUS_LOCAL_RANK"), "0");
+  EXPECT_EQ(e.at("CHORUS_LOCAL_WORLD_SIZE"), "1");
+  EXPECT_EQ(e.at("CHORUS_NNODES"), "1");
+  EXPECT_EQ(e.at("CHORUS_NODE_RANK"), "0");
+  EXPECT_EQ(e.at("CHORUS_MASTER_ADDR"), "127.0.0.1");
+  EXPECT_GT(std::stoi(e.at("CHORUS_MASTER_PORT")), 0) << "port 0 must become the real port";
+  EXPECT_TRUE(std::regex_match(e.at("CHORUS_JOB_ID"), std::regex("[a-z0-9]{12}")))
+      << e.at("CHORUS_JOB_ID");
+  EXPECT_NE(e.at("CHORUS_STORE_FD"), "<unset>");
+}
+
+TEST(ChorusRun, ThreeRanksShareJobAndPort) {
+  const Result r = run(probe_job({"-n", "3"}, {"env"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const EnvByRank env = parse_env_lines(r.out);
+  ASSERT_EQ(env.size(), 3u) << r.out;
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto& e = env.at(rank);
+    EXPECT_EQ(e.at("CHORUS_RANK"), std::to_string(rank));
+    EXPECT_EQ(e.at("CHORUS_LOCAL_RANK"), std::to_string(rank));
+    EXPECT_EQ(e.at("CHORUS_WORLD_SIZE"), "3");
+    EXPECT_EQ(e.at("CHORUS_LOCAL_WORLD_SIZE"), "3");
+    EXPECT_EQ(e.at("CHORUS_MASTER_PORT"), env.at(0).at("CHORUS_MASTER_PORT"));
+    EXPECT_EQ(e.at("CHORUS_JOB_ID"), env.at(0).at("CHORUS_JOB_ID"));
+    EXPECT_EQ(e.at("CHORUS_STORE_FD") == "<unset>", rank != 0) << "rank " << rank;
+  }
+}
+
+TEST(ChorusRun, JobIdFromEnvironmentIsKept) {
+  const Result r = run(probe_job({"-n", "2"}, {"env"}), {"CHORUS_JOB_ID=given_id-7"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const EnvByRank env = parse_env_lines(r.out);
+  ASSERT_EQ(env.size(), 2u);
+  for (const auto& [rank, e] : env) EXPECT_EQ(e.at("CHORUS_JOB_ID"), "given_id-7");
+}
+
+TEST(ChorusRun, SecondNodeRanksFollowNodeRank) {
+  const Result r = run(probe_job({"-n", "3", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                                  "127.0.0.1", "--master-port", "29999"},
+                                 {"env", "store-fd"}),
+                       {"CHORUS_JOB_ID=twonodes"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const EnvByRank env = parse_env_lines(r.out);
+  ASSERT_EQ(env.size(), 3u) << r.out;
+  for (int local = 0; local < 3; ++local) {
+    const auto& e = env.at(3 + local);
+    EXPECT_EQ(e.at("CHORUS_RANK"), std::to_string(3 + local));
+    EXPECT_EQ(e.at("CHORUS_LOCAL_RANK"), std::to_string(local));
+    EXPECT_EQ(e.at("CHORUS_WORLD_SIZE"), "6");
+    EXPECT_EQ(e.at("CHORUS_LOCAL_WORLD_SIZE"), "3");
+    EXPECT_EQ(e.at("CHORUS_NNODES"), "2");
+    EXPECT_EQ(e.at("CHORUS_NODE_RANK"), "1");
+    EXPECT_EQ(e.at("CHORUS_MASTER_PORT"), "29999");
+    EXPECT_EQ(e.at("CHORUS_JOB_ID"), "twonodes");
+    EXPECT_EQ(e.at("CHORUS_STORE_FD"), "<unset>") << "only node 0 hosts the store";
+  }
+}
+
+// ---- the store socket -------------------------------------------------------------------------
+
+TEST(ChorusRun, StoreSocketGoesToRankZeroOnly) {
+  const Result r = run(probe_job({"-n", "3"}, {"store-fd", "env"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const EnvByRank env = parse_env_lines(r.out);
+  ASSERT_EQ(env.size(), 3u);
+  const std::string port = env.at(0).at("CHORUS_MASTER_PORT");
+  EXPECT_NE(r.out.find("store-fd 0 ok port " + port + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("store-fd 1 ok\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("store-fd 2 ok\n"), std::string::npos) << r.out;
+}
+
+TEST(ChorusRun, PortInUseIsReported) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+
+  const Result r = run(probe_job({"-n", "2", "--master-port", port}, {"env"}));
+  ::close(fd);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("port " + port + " is already in use"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "no rank may start";
+}
+
+// ---- output -------------------------------------------------------------------------------------
+
+TEST(ChorusRun, TagOutputPrefixesEveryLine) {
+  constexpr int kRanks = 3;
+  constexpr int kLines = 4;
+  const Result r = run(
+      probe_job({"-n", std::to_string(kRanks), "--tag-output"}, {"lines", std::to_string(kLines)}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::regex out_line(R"(\[(\d+)\] (out (\d+) \d+|tail (\d+)))");
+  const std::regex err_line(R"(\[(\d+)\] err (\d+) \d+)");
+  std::set<std::string> seen;
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, out_line)) << "untagged or broken line: '" << line << "'";
+    EXPECT_EQ(m[1], m[3].matched ? m[3] : m[4]) << line;
+    seen.insert(line);
+  }
+  EXPECT_EQ(seen.size(), size_t{kRanks * (kLines + 1)}) << r.out;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const std::string r_text = std::to_string(rank);
+    EXPECT_TRUE(seen.count("[" + r_text + "] out " + r_text + " 0")) << "split line rejoined";
+    EXPECT_TRUE(seen.count("[" + r_text + "] tail " + r_text)) << "unterminated line flushed";
+  }
+  const auto err_lines = lines_of(r.err);
+  EXPECT_EQ(err_lines.size(), size_t{kRanks * kLines}) << r.err;
+  for (const std::string& line : err_lines) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, err_line)) << "stderr line: '" << line << "'";
+    EXPECT_EQ(m[1], m[2]);
+  }
+}
+
+TEST(ChorusRun, AllRanksCleanMeansExitZero) {
+  const Result r = run(probe_job({"-n", "4"}, {}));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+}
+
+// ---- failures -----------------------------------------------------------------------------------
+
+TEST(ChorusRun, FirstFailureIsNamedWithItsExitCode) {
+  // Rank 2 fails at once; rank 0 fails 300 ms later, inside the grace period; rank 1 never
+  // exits and is terminated when the grace period ends.
+  constexpr double kGrace = 1.0;
+  const Result r = run(probe_job({"-n", "3", "--grace", "1"},
+                                 {"exit", "2", "3", "sleep-ms", "300", "exit", "0", "5", "sleep"}));
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(chorus-run: rank 2 \(pid \d+\) failed first: exited with code 3\n)")))
+      << r.err;
+  EXPECT_NE(r.err.find("rank 0 exited with code 5"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 killed by signal 15 (SIGTERM)"), std::string::npos) << r.err;
+  EXPECT_GE(r.seconds, kGrace);
+  EXPECT_LT(r.seconds, kGrace + 2.0);
+}
+
+TEST(ChorusRun, FirstFailureBySignalIsNamed) {
+  const Result r = run(probe_job({"-n", "2", "--grace", "0.3"}, {"segv", "1", "sleep"}));
+  EXPECT_EQ(r.exit_code, 128 + SIGSEGV);
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(rank 1 \(pid \d+\) failed first: killed by signal 11 \(SIGSEGV\))")))
+      << r.err;
+  EXPECT_NE(r.err.find("rank 0 killed by signal 15 (SIGTERM)"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 0.3 + 2.0);
+}
+
+TEST(ChorusRun, RanksIgnoringSigtermAreKilled) {
+  // Rank 0 fails; rank 1 ignores SIGTERM: SIGKILL follows one second after it.
+  const Result r =
+      run(probe_job({"-n", "2", "--grace", "0.3"}, {"ignore-term", "exit", "0", "4", "sleep"}));
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_NE(r.err.find("rank 1 killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_GE(r.seconds, 0.3 + 1.0);
+  EXPECT_LT(r.seconds, 0.3 + 1.0 + 2.0);
+}
+
+TEST(ChorusRun, GraceComesFromTheEnvironment) {
+  const Result r =
+      run(probe_job({"-n", "2"}, {"exit", "1", "7", "sleep"}), {"CHORUS_RUN_GRACE=0.2"});
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_LT(r.seconds, 0.2 + 1.5) << "the default grace (3 s) was used";
+}
+
+TEST(ChorusRun, SigtermStopsEveryRank) {
+  constexpr int kRanks = 3;
+  Launch launch(probe_job({"-n", std::to_string(kRanks)}, {"ready", "sleep"}));
+  const std::regex ready(R"(ready (\d+) (\d+))");
+  auto count_ready = [&](const std::string& out) {
+    const auto lines = lines_of(out);
+    return std::count_if(lines.begin(), lines.end(),
+                         [&](const std::string& l) { return std::regex_match(l, ready); });
+  };
+  ASSERT_TRUE(launch.wait_for_stdout(
+      [&](const std::string& out) { return count_ready(out) == kRanks; }, 10s));
+  ASSERT_EQ(::kill(launch.pid(), SIGTERM), 0);
+  const auto signalled = Clock::now();
+  const Result r = launch.finish();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - signalled).count(), 2.0);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_NE(r.err.find("received SIGTERM"), std::string::npos) << r.err;
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, ready)) continue;
+    const pid_t pid = std::stoi(m[2]);
+    EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "rank " << m[1] << " survived";
+  }
+}
+
+// ---- shared-memory hygiene ----------------------------------------------------------------------
+
+TEST(ChorusRun, CrashedJobsShmLitterIsSwept) {
+  const std::string job = "sweep" + std::to_string(::getpid());
+  const std::string other = "/dev/shm/chorus-other" + std::to_string(::getpid()) + "-keep";
+  std::ofstream(other).put('x');
+  ASSERT_TRUE(path_exists(other));
+
+  const Result r =
+      run(probe_job({"-n", "2", "--grace", "0.3"}, {"shm-litter", "segv", "1", "sleep"}),
+          {"CHORUS_JOB_ID=" + job});
+  EXPECT_EQ(r.exit_code, 128 + SIGSEGV) << r.err;
+  EXPECT_NE(r.out.find("litter /chorus-" + job + "-litter-0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("litter /chorus-" + job + "-litter-1"), std::string::npos) << r.out;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_FALSE(entry.path().filename().string().starts_with("chorus-" + job + "-"))
+        << entry.path() << " was left behind";
+  EXPECT_TRUE(path_exists(other)) << "another job's segment was removed";
+  std::filesystem::remove(other);
+}
+
+// ---- command line ------------------------------------------------------------------------------
+
+TEST(ChorusRun, BadUsageExitsTwoWithMessage) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "-n N"},
+      {{"-n", "0", kProbe}, "-n"},
+      {{"-n", "two", kProbe}, "expected an integer"},
+      {{"--bogus", "-n", "2", kProbe}, "unknown option '--bogus'"},
+      {{"-n", "2"}, "missing PROGRAM"},
+      {{"-n", "2", "--grace"}, "--grace needs a value"},
+      {{"-n", "2", "--grace", "-1", kProbe}, "--grace"},
+      {{"-n", "2", "--bind", "numa", kProbe}, "--bind"},
+      {{"-n", "2", "--nnodes", "2", kProbe}, "--master-addr"},
+      {{"-n", "2", "--nnodes", "2", "--node-rank", "2", kProbe}, "--node-rank"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run(args);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined;
+    EXPECT_NE(r.err.find("chorus-run: "), std::string::npos) << joined << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << joined << "\n" << r.err;
+    EXPECT_NE(r.err.find("Usage: chorus-run"), std::string::npos) << joined << "\n" << r.err;
+  }
+}
+
+TEST(ChorusRun, MultiNodeNeedsAJobId) {
+  const Result r = run(probe_job({"-n", "1", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                                  "127.0.0.1", "--master-port", "29999"},
+                                 {}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("CHORUS_JOB_ID"), std::string::npos) << r.err;
+}
+
+TEST(ChorusRun, HelpDescribesTheLauncher) {
+  const Result r = run({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("Usage: chorus-run -n N"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CHORUS_JOB_ID"), std::string::npos);
+  EXPECT_NE(r.out.find("CHORUS_STORE_FD"), std::string::npos);
+}
+
+TEST(ChorusRun, MissingProgramExits127) {
+  const Result r = run({"-n", "2", "/nonexistent/program"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.err.find("cannot execute '/nonexistent/program'"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,148 @@
+#include "supervisor.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "chorus/error.h"
+#include "chorus/log.h"
+#include "exit_status.h"
+
+namespace chorus::run {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Between SIGTERM and SIGKILL.
+constexpr auto kKillDelay = 1s;
+// How long the output of exited ranks is still copied when a pipe stays open (held by a process
+// the rank started).
+constexpr auto kDrainTime = 1s;
+
+// Signals a rank's process group, or the rank alone if it has left its group.
+void signal_rank(pid_t pid, int signal) {
+  if (::kill(-pid, signal) != 0) ::kill(pid, signal);
+}
+
+}  // namespace
+
+Supervisor::Supervisor(std::vector<RankProcess>& ranks, SignalWatch& signals, TaggedOutput& output,
+                       Clock::duration grace)
+    : ranks_(ranks), signals_(signals), output_(output), grace_(grace) {}
+
+JobOutcome Supervisor::run() {
+  std::vector<pollfd> fds;
+  // A SIGCHLD that arrived before the loop is waiting in the signalfd; reaping once more here
+  // costs nothing and covers ranks that exited during start-up.
+  reap();
+  while (running_count() > 0) {
+    fds.clear();
+    fds.push_back(pollfd{signals_.fd(), POLLIN, 0});
+    output_.add_pollfds(fds);
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0) {
+      if (errno == EINTR) continue;
+      throw_system_error("poll", errno);
+    }
+    if (fds[0].revents != 0) handle_signals();
+    output_.service(std::span<const pollfd>(fds).subspan(1));
+    if (deadline_ && Clock::now() >= *deadline_) on_deadline();
+  }
+  output_.drain(Clock::now() + kDrainTime);
+  return outcome_;
+}
+
+void Supervisor::handle_signals() {
+  for (int signal : signals_.take()) {
+    if (signal == SIGCHLD) {
+      reap();
+    } else if (SignalWatch::is_forwarded(signal)) {
+      std::fprintf(stderr, "chorus-run: received %s, forwarding it to the ranks\n",
+                   signal_name(signal).c_str());
+      outcome_.interrupted_by = signal;
+      signal_running(signal);
+      begin_shutdown();
+    }
+  }
+}
+
+void Supervisor::reap() {
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid == 0) return;
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ECHILD) return;
+      throw_system_error("waitpid", errno);
+    }
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      RankProcess& r = ranks_[i];
+      if (r.pid != pid || !r.running) continue;
+      r.running = false;
+      r.status = status;
+      CHORUS_INFO(kLogRun, "rank ", r.rank, " (pid ", pid, ") ", describe_wait_status(status));
+      if (!is_clean_exit(status) && !outcome_.first_failure) {
+        outcome_.first_failure = i;
+        begin_shutdown();
+      }
+    }
+  }
+}
+
+void Supervisor::begin_shutdown() {
+  if (phase_ != Phase::kRunning) return;
+  phase_ = Phase::kGrace;
+  deadline_ = Clock::now() + grace_;
+}
+
+void Supervisor::on_deadline() {
+  if (phase_ == Phase::kGrace) {
+    if (running_count() > 0) {
+      CHORUS_INFO(kLogRun, running_count(), " ranks still running after the grace period: SIGTERM");
+      outcome_.terminated = true;
+      signal_running(SIGTERM);
+    }
+    phase_ = Phase::kTerminating;
+    deadline_ = Clock::now() + kKillDelay;
+  } else if (phase_ == Phase::kTerminating) {
+    if (running_count() > 0) {
+      CHORUS_INFO(kLogRun, running_count(), " ranks ignored SIGTERM: SIGKILL");
+      signal_running(SIGKILL);
+    }
+    phase_ = Phase::kKilled;
+    deadline_.reset();
+  }
+}
+
+void Supervisor::signal_running(int signal) {
+  for (const RankProcess& r : ranks_)
+    if (r.running) signal_rank(r.pid, signal);
+}
+
+int Supervisor::running_count() const {
+  int n = 0;
+  for (const RankProcess& r : ranks_) n += r.running ? 1 : 0;
+  return n;
+}
+
+int Supervisor::poll_timeout_ms() const {
+  if (!deadline_) return -1;
+  const auto left = *deadline_ - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Rounded up, so the wake-up is never before the deadline.
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+}
+
+void kill_and_reap(std::vector<RankProcess>& ranks) {
+  for (RankProcess& r : ranks) {
+    if (!r.running) continue;
+    signal_rank(r.pid, SIGKILL);
+    while (::waitpid(r.pid, &r.status, 0) < 0 && errno == EINTR) {
+    }
+    r.running = false;
+  }
+}
+
+}  // namespace chorus::run

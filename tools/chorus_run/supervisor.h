@@ -1,0 +1,70 @@
+// chorus-run — watching the ranks until all have exited.
+//
+// One poll() waits on a signalfd (child exits and the signals to forward) and on the ranks'
+// output pipes, with a timeout only while a deadline is armed; nothing spins. The shutdown of a
+// failing job runs through these phases:
+//   running     -> a rank fails (non-zero exit or a signal): it is the first failure; the others
+//                  get `grace` to exit on their own (they may notice the failure themselves)
+//   grace       -> deadline: SIGTERM to every rank still running
+//   terminating -> one second later: SIGKILL
+// A signal forwarded from the user starts the same sequence at the grace phase.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include "signal_watch.h"
+#include "tagged_output.h"
+
+namespace chorus::run {
+
+struct RankProcess {
+  int rank = 0;  // global rank
+  pid_t pid = -1;
+  bool running = true;
+  int status = 0;  // the wait status, once reaped
+};
+
+struct JobOutcome {
+  std::optional<size_t> first_failure;  // index into the ranks, by time of reaping
+  int interrupted_by = 0;               // the last signal forwarded to the ranks, 0 if none
+  bool terminated = false;              // chorus-run had to SIGTERM or SIGKILL ranks
+};
+
+class Supervisor {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Supervisor(std::vector<RankProcess>& ranks, SignalWatch& signals, TaggedOutput& output,
+             Clock::duration grace);
+
+  // Returns once every rank has been reaped and its output copied.
+  JobOutcome run();
+
+ private:
+  enum class Phase { kRunning, kGrace, kTerminating, kKilled };
+
+  void handle_signals();
+  void reap();
+  void begin_shutdown();
+  void on_deadline();
+  void signal_running(int signal);
+  int running_count() const;
+  int poll_timeout_ms() const;
+
+  std::vector<RankProcess>& ranks_;
+  SignalWatch& signals_;
+  TaggedOutput& output_;
+  Clock::duration grace_;
+  Phase phase_ = Phase::kRunning;
+  std::optional<Clock::time_point> deadline_;
+  JobOutcome outcome_;
+};
+
+// Kills every running rank's process group and reaps it (used when the job cannot start).
+void kill_and_reap(std::vector<RankProcess>& ranks);
+
+}  // namespace chorus::run

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that chorus's build and tests need. Idempotent: when every package
+# is already installed it touches nothing and returns at once.
+#
+#   tools/install-deps.sh            install what is missing
+#   tools/install-deps.sh --check    only report what is missing (exit 1 if anything is)
+set -euo pipefail
+
+# One list; append here when a new dependency appears.
+PACKAGES=(
+  build-essential
+  cmake
+  ninja-build
+  pkg-config
+  git
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  libdnnl-dev
+  libopenblas-dev
+  python3
+  procps
+  iproute2
+)
+
+die() {
+  echo "install-deps: $*" >&2
+  exit 1
+}
+
+missing_packages() {
+  local pkg status
+  for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    [[ "$status" == "installed" ]] || echo "$pkg"
+  done
+}
+
+command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian and Ubuntu only"
+
+mapfile -t missing < <(missing_packages)
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  echo "install-deps: missing: ${missing[*]}" >&2
+  exit 1
+fi
+
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null; then
+  as_root=(sudo)
+else
+  die "need root to install ${missing[*]} (run as root, or install sudo)"
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+# A held dpkg lock (another apt run, unattended-upgrades) is waited for instead of failing.
+apt_get=("${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
+"${apt_get[@]}" update -q || die "apt-get update failed"
+"${apt_get[@]}" install -y -q --no-install-recommends "${missing[@]}" ||
+  die "apt-get install failed for: ${missing[*]}"
