@@ -4,8 +4,10 @@
 //   1. chorus-run / explicit: CHORUS_RANK, CHORUS_WORLD_SIZE, CHORUS_LOCAL_RANK,
 //      CHORUS_LOCAL_WORLD_SIZE, CHORUS_MASTER_ADDR, CHORUS_MASTER_PORT
 //   2. torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-//   3. Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
-//   4. Open MPI (mpirun): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+//   3. Open MPI (mpirun): OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+//   4. Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+// Open MPI comes before Slurm because mpirun inside a Slurm allocation starts its daemons with
+// srun: every rank then also inherits the daemon's SLURM_PROCID (a node index, not a rank).
 // For 3 and 4 the master comes from CHORUS_MASTER_ADDR/PORT (or MASTER_ADDR/PORT); when none is
 // given and every rank is on this host, 127.0.0.1 and port 29500 are used.
 #pragma once
