@@ -1,0 +1,40 @@
+// chorus-bench — the command line (nccl-tests' flags plus --algo and --json).
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chorus/types.h"
+#include "chorus_bench/collectives.h"
+
+namespace chorus::bench {
+
+struct Options {
+  std::vector<BenchCollective> collectives;  // one, or all of them for `all`
+  SizeRange sizes{32 << 20, 32 << 20, 2, 0};
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  std::string algorithm;  // empty: the selector's choice
+  std::string json_path;  // empty: no JSON
+};
+
+struct ParsedOptions {
+  Options options;
+  bool help = false;
+  std::string error;  // non-empty: the command line was rejected, for this reason
+};
+
+// Parses the arguments after the program name. Flags take their value as the next argument,
+// attached (-b8) or, for long names, after '=' (--minbytes=8).
+ParsedOptions parse_options(std::span<const std::string_view> args);
+
+// The --help text.
+std::string usage();
+
+}  // namespace chorus::bench

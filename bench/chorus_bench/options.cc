@@ -1,0 +1,217 @@
+#include "chorus_bench/options.h"
+
+#include <charconv>
+#include <functional>
+#include <optional>
+
+#include "chorus/config.h"
+
+namespace chorus::bench {
+namespace {
+
+std::optional<int64_t> parse_int(std::string_view text) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
+  return value;
+}
+
+// Each flag's handler stores its value or returns why it cannot.
+using Handler = std::function<std::string(std::string_view value, Options& options)>;
+
+struct Flag {
+  char short_name;
+  std::string_view long_name;
+  Handler handle;
+};
+
+Handler size_flag(size_t SizeRange::*field) {
+  return [field](std::string_view value, Options& o) -> std::string {
+    auto bytes = parse_size(std::string(value));
+    if (!bytes) return "expects a size in bytes with an optional K/M/G suffix";
+    o.sizes.*field = static_cast<size_t>(*bytes);
+    return {};
+  };
+}
+
+Handler int_flag(int Options::*field, int64_t min, int64_t max) {
+  return [=](std::string_view value, Options& o) -> std::string {
+    auto v = parse_int(value);
+    if (!v || *v < min || *v > max)
+      return "expects an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    o.*field = static_cast<int>(*v);
+    return {};
+  };
+}
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> kFlags = {
+      {'b', "minbytes", size_flag(&SizeRange::min_bytes)},
+      {'e', "maxbytes", size_flag(&SizeRange::max_bytes)},
+      {'f', "stepfactor",
+       [](std::string_view value, Options& o) -> std::string {
+         auto v = parse_int(value);
+         if (!v || *v < 2) return "expects an integer factor >= 2";
+         o.sizes.factor = static_cast<uint64_t>(*v);
+         return {};
+       }},
+      {'i', "stepbytes",
+       [](std::string_view value, Options& o) -> std::string {
+         auto bytes = parse_size(std::string(value));
+         if (!bytes || *bytes < 1) return "expects a size in bytes >= 1";
+         o.sizes.step_bytes = static_cast<size_t>(*bytes);
+         return {};
+       }},
+      {'n', "iters", int_flag(&Options::iters, 1, 1 << 30)},
+      {'w', "warmup_iters", int_flag(&Options::warmup, 0, 1 << 30)},
+      {'c', "check",
+       [](std::string_view value, Options& o) -> std::string {
+         if (value != "0" && value != "1") return "expects 0 or 1";
+         o.check = value == "1";
+         return {};
+       }},
+      {'d', "datatype",
+       [](std::string_view value, Options& o) -> std::string {
+         auto dtype = parse_dtype(value);
+         if (!dtype)
+           return "expects one of float, double, half, bfloat16, int8, uint8, int32, int64";
+         o.dtype = *dtype;
+         return {};
+       }},
+      {'o', "op",
+       [](std::string_view value, Options& o) -> std::string {
+         auto op = parse_reduce_op(value);
+         if (!op) return "expects one of sum, prod, min, max, avg";
+         o.op = *op;
+         return {};
+       }},
+      {'r', "root", int_flag(&Options::root, 0, 1 << 30)},
+      {0, "algo",
+       [](std::string_view value, Options& o) -> std::string {
+         if (value.empty()) return "expects an algorithm name";
+         o.algorithm = value;
+         return {};
+       }},
+      {0, "json",
+       [](std::string_view value, Options& o) -> std::string {
+         if (value.empty()) return "expects a file name";
+         o.json_path = value;
+         return {};
+       }},
+  };
+  return kFlags;
+}
+
+const Flag* find_flag(std::string_view arg, std::optional<std::string_view>& attached) {
+  attached.reset();
+  if (arg.starts_with("--")) {
+    std::string_view name = arg.substr(2);
+    if (auto eq = name.find('='); eq != std::string_view::npos) {
+      attached = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    for (const Flag& f : flags())
+      if (f.long_name == name) return &f;
+    return nullptr;
+  }
+  if (arg.size() < 2) return nullptr;
+  if (arg.size() > 2) attached = arg.substr(2);
+  for (const Flag& f : flags())
+    if (f.short_name != 0 && f.short_name == arg[1]) return &f;
+  return nullptr;
+}
+
+std::string flag_name(const Flag& f) {
+  return f.short_name != 0 ? std::string("-") + f.short_name : "--" + std::string(f.long_name);
+}
+
+}  // namespace
+
+ParsedOptions parse_options(std::span<const std::string_view> args) {
+  ParsedOptions parsed;
+  Options& o = parsed.options;
+  const auto fail = [&](std::string message) {
+    parsed.error = std::move(message);
+    return parsed;
+  };
+  std::optional<std::string_view> collective;
+  bool saw_factor = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      parsed.help = true;
+      return parsed;
+    }
+    if (!arg.starts_with("-") || arg == "-") {
+      if (collective)
+        return fail("more than one collective given ('" + std::string(*collective) + "' and '" +
+                    std::string(arg) + "')");
+      collective = arg;
+      continue;
+    }
+    std::optional<std::string_view> value;
+    const Flag* flag = find_flag(arg, value);
+    if (flag == nullptr) return fail("unknown option '" + std::string(arg) + "'");
+    if (!value) {
+      if (i + 1 == args.size()) return fail(flag_name(*flag) + " needs a value");
+      value = args[++i];
+    }
+    if (std::string why = flag->handle(*value, o); !why.empty())
+      return fail(flag_name(*flag) + " " + why + ", got '" + std::string(*value) + "'");
+    saw_factor |= flag->short_name == 'f';
+  }
+
+  if (!collective) return fail("no collective given");
+  if (*collective == "all") {
+    o.collectives.assign(std::begin(kAllBenchCollectives), std::end(kAllBenchCollectives));
+  } else if (auto c = parse_collective(*collective)) {
+    o.collectives = {*c};
+  } else {
+    return fail("unknown collective '" + std::string(*collective) + "'");
+  }
+  if (saw_factor && o.sizes.step_bytes > 0) return fail("-f and -i cannot be used together");
+  if (o.sizes.max_bytes == 0) return fail("-e must be at least 1 byte");
+  if (o.sizes.min_bytes > o.sizes.max_bytes)
+    return fail("-b (" + std::to_string(o.sizes.min_bytes) + ") is larger than -e (" +
+                std::to_string(o.sizes.max_bytes) + ")");
+  return parsed;
+}
+
+std::string usage() {
+  return R"(usage: chorus-bench COLL [options]
+
+COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter, all_to_all,
+      sendrecv, or all (each in turn, one table each)
+
+  -b, --minbytes SIZE      smallest size, bytes with an optional K/M/G suffix (default 32M)
+  -e, --maxbytes SIZE      largest size (default 32M)
+  -f, --stepfactor N       multiply the size by N from one line to the next (default 2)
+  -i, --stepbytes SIZE     add SIZE from one line to the next instead
+  -n, --iters N            timed iterations per line (default 20)
+  -w, --warmup_iters N     untimed iterations before them (default 5)
+  -c, --check 0|1          check every output element against its exact value (default 1)
+  -d, --datatype TYPE      float, double, half, bfloat16, int8, uint8, int32, int64 (default float)
+  -o, --op OP              sum, prod, min, max, avg (default sum)
+  -r, --root N             root of broadcast, reduce, gather and scatter (default 0)
+      --algo NAME          force an algorithm (ring, tree, direct, or auto)
+      --json FILE          rank 0 also writes the parameters and every row to FILE as JSON
+  -h, --help               this text
+
+Sizes are bytes, as in nccl-tests: the per-rank buffer for all_reduce, broadcast, reduce and
+sendrecv (each rank sends to rank+1 and receives from rank-1); the total over ranks for the
+others, rounded down to a multiple of ranks x element size.
+
+Each line runs the collective out of place and in place (NCCL's in-place layouts; all_to_all and
+sendrecv have none). With -c 1 the inputs hold values unique to each rank and index, picked so
+that every result is exact for the type and op, and #wrong counts the output elements, summed
+over ranks, that differ from the exact value. Timing: after a barrier, the timed iterations are
+issued back to back as asynchronous operations and waited for at the end. time is the largest
+over ranks of the average time per iteration; algbw = size / time; busbw = algbw x 2(n-1)/n for
+all_reduce, (n-1)/n for the total-size collectives, 1 for broadcast, reduce and sendrecv.
+
+Exit status: 0; 1 when an element was wrong or a collective failed; 2 for a bad command line.
+)";
+}
+
+}  // namespace chorus::bench

@@ -1,0 +1,101 @@
+#include "chorus_bench/options.h"
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+
+namespace chorus::bench {
+namespace {
+
+ParsedOptions parse(std::initializer_list<std::string_view> args) {
+  const std::vector<std::string_view> v(args);
+  return parse_options(v);
+}
+
+TEST(Options, DefaultsAreNcclTests) {
+  const ParsedOptions p = parse({"all_reduce"});
+  ASSERT_EQ(p.error, "");
+  const Options& o = p.options;
+  EXPECT_EQ(o.collectives, std::vector<BenchCollective>{BenchCollective::kAllReduce});
+  EXPECT_EQ(o.sizes.min_bytes, 32u << 20);
+  EXPECT_EQ(o.sizes.max_bytes, 32u << 20);
+  EXPECT_EQ(o.sizes.factor, 2u);
+  EXPECT_EQ(o.iters, 20);
+  EXPECT_EQ(o.warmup, 5);
+  EXPECT_TRUE(o.check);
+  EXPECT_EQ(o.dtype, DataType::kF32);
+  EXPECT_EQ(o.op, ReduceOp::kSum);
+  EXPECT_EQ(o.root, 0);
+  EXPECT_EQ(o.algorithm, "");
+  EXPECT_EQ(o.json_path, "");
+}
+
+TEST(Options, TheDemoCommandLine) {
+  const ParsedOptions p = parse({"all", "-b", "8", "-e", "16M", "-f", "4", "-n", "20", "-w", "5"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(p.options.collectives.size(), std::size(kAllBenchCollectives));
+  EXPECT_EQ(p.options.sizes.min_bytes, 8u);
+  EXPECT_EQ(p.options.sizes.max_bytes, 16u << 20);
+  EXPECT_EQ(p.options.sizes.factor, 4u);
+}
+
+TEST(Options, EveryFlagInEveryForm) {
+  const ParsedOptions p =
+      parse({"-b1K", "--maxbytes=2G", "reduce", "-i", "512", "--iters", "7", "-w0", "-c", "0", "-d",
+             "bf16", "--op=max", "-r", "3", "--algo", "tree", "--json=out.json"});
+  ASSERT_EQ(p.error, "");
+  const Options& o = p.options;
+  EXPECT_EQ(o.collectives, std::vector<BenchCollective>{BenchCollective::kReduce});
+  EXPECT_EQ(o.sizes.min_bytes, 1024u);
+  EXPECT_EQ(o.sizes.max_bytes, size_t{2} << 30);
+  EXPECT_EQ(o.sizes.step_bytes, 512u);
+  EXPECT_EQ(o.iters, 7);
+  EXPECT_EQ(o.warmup, 0);
+  EXPECT_FALSE(o.check);
+  EXPECT_EQ(o.dtype, DataType::kBF16);
+  EXPECT_EQ(o.op, ReduceOp::kMax);
+  EXPECT_EQ(o.root, 3);
+  EXPECT_EQ(o.algorithm, "tree");
+  EXPECT_EQ(o.json_path, "out.json");
+}
+
+TEST(Options, Help) {
+  EXPECT_TRUE(parse({"-h"}).help);
+  EXPECT_TRUE(parse({"all_reduce", "--help"}).help);
+  EXPECT_NE(usage().find("--json FILE"), std::string::npos);
+}
+
+TEST(Options, RejectsWithAReason) {
+  const struct {
+    std::initializer_list<std::string_view> args;
+    std::string_view reason;
+  } kCases[] = {
+      {{}, "no collective"},
+      {{"allreduce"}, "unknown collective 'allreduce'"},
+      {{"all_reduce", "gather"}, "more than one collective"},
+      {{"all_reduce", "-x", "1"}, "unknown option '-x'"},
+      {{"all_reduce", "--bogus=1"}, "unknown option '--bogus=1'"},
+      {{"all_reduce", "-b"}, "-b needs a value"},
+      {{"all_reduce", "-b", "12Q"}, "-b expects a size"},
+      {{"all_reduce", "-e", "0"}, "-e must be at least 1 byte"},
+      {{"all_reduce", "-b", "2M", "-e", "1M"}, "is larger than -e"},
+      {{"all_reduce", "-f", "1"}, "-f expects an integer factor >= 2"},
+      {{"all_reduce", "-f", "2", "-i", "8"}, "-f and -i cannot be used together"},
+      {{"all_reduce", "-n", "0"}, "-n expects an integer"},
+      {{"all_reduce", "-w", "-1"}, "-w expects an integer"},
+      {{"all_reduce", "-c", "2"}, "-c expects 0 or 1"},
+      {{"all_reduce", "-d", "float128"}, "-d expects one of"},
+      {{"all_reduce", "-o", "xor"}, "-o expects one of"},
+      {{"all_reduce", "-r", "-1"}, "-r expects an integer"},
+      {{"all_reduce", "--algo="}, "--algo expects an algorithm name"},
+  };
+  for (const auto& c : kCases) {
+    const ParsedOptions p = parse(c.args);
+    EXPECT_FALSE(p.help);
+    EXPECT_NE(p.error.find(c.reason), std::string::npos)
+        << "error '" << p.error << "' does not contain '" << c.reason << "'";
+  }
+}
+
+}  // namespace
+}  // namespace chorus::bench
