@@ -4,6 +4,7 @@
 #
 #   tools/install-deps.sh            install what is missing
 #   tools/install-deps.sh --check    only report what is missing (exit 1 if anything is)
+#   tools/install-deps.sh --with-mpi also Open MPI, for bench/compare/compare_mpi.py
 set -euo pipefail
 
 # One list; append here when a new dependency appears.
@@ -38,11 +39,20 @@ missing_packages() {
 
 command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian and Ubuntu only"
 
+check_only=0
+for arg in "$@"; do
+  case $arg in
+    --check) check_only=1 ;;
+    --with-mpi) PACKAGES+=(openmpi-bin libopenmpi-dev) ;;
+    *) die "unknown argument '$arg' (use --check and/or --with-mpi)" ;;
+  esac
+done
+
 mapfile -t missing < <(missing_packages)
 if ((${#missing[@]} == 0)); then
   exit 0
 fi
-if [[ "${1:-}" == "--check" ]]; then
+if ((check_only)); then
   echo "install-deps: missing: ${missing[*]}" >&2
   exit 1
 fi

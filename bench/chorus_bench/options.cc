@@ -143,6 +143,10 @@ ParsedOptions parse_options(std::span<const std::string_view> args) {
       parsed.help = true;
       return parsed;
     }
+    if (arg == "--print-env") {
+      parsed.print_env = true;
+      return parsed;
+    }
     if (!arg.starts_with("-") || arg == "-") {
       if (collective)
         return fail("more than one collective given ('" + std::string(*collective) + "' and '" +
@@ -196,6 +200,7 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
   -r, --root N             root of broadcast, reduce, gather and scatter (default 0)
       --algo NAME          force an algorithm (ring, tree, direct, or auto)
       --json FILE          rank 0 also writes the parameters and every row to FILE as JSON
+      --print-env          list every CHORUS_* environment knob (value, default, meaning)
   -h, --help               this text
 
 Sizes are bytes, as in nccl-tests: the per-rank buffer for all_reduce, broadcast, reduce and

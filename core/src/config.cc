@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
 
 #include "chorus/error.h"
 
@@ -65,7 +66,9 @@ int64_t IntKnob::get() const {
 
 DoubleKnob::DoubleKnob(const char* name, double default_value, const char* description)
     : name_(name), default_(default_value) {
-  register_knob({name, "double", std::to_string(default_value), description});
+  std::ostringstream text;
+  text << default_value;  // "300", "0.5": not to_string's "300.000000"
+  register_knob({name, "double", text.str(), description});
 }
 
 double DoubleKnob::get() const {

@@ -27,6 +27,7 @@ struct Options {
 struct ParsedOptions {
   Options options;
   bool help = false;
+  bool print_env = false;  // --print-env: list every CHORUS_* knob and exit
   std::string error;  // non-empty: the command line was rejected, for this reason
 };
 
