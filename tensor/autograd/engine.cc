@@ -1,0 +1,181 @@
+// The backward engine: dependency counting, then a newest-first walk of ready nodes.
+//
+// Phase 1 (discover): a DFS from the root's grad_fn counts, for every reachable Node, the edges
+// that point at it, and for every reachable leaf, the edges that point at it. Phase 2 (run):
+// a max-heap on sequence number holds nodes whose count is zero; running a node hands its
+// accumulated output gradient to its backward function, then decrements the counts of its
+// edges' targets. A leaf whose count reaches zero has its final gradient: its hooks run then.
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "chorus/tensor/autograd.h"
+#include "kernels/strided.h"
+
+namespace chorus::tensor {
+
+bool hooks_suppressed();  // grad_mode.cc
+
+namespace {
+std::atomic<uint64_t> g_next_seq{1};
+}  // namespace
+
+Node::Node(std::string name, BackwardFn fn, std::vector<Edge> edges,
+           std::vector<Shape> input_shapes, std::vector<DataType> input_dtypes, Shape out_shape,
+           DataType out_dtype)
+    : name_(std::move(name)),
+      seq_(g_next_seq.fetch_add(1, std::memory_order_relaxed)),
+      fn_(std::move(fn)),
+      edges_(std::move(edges)),
+      input_shapes_(std::move(input_shapes)),
+      input_dtypes_(std::move(input_dtypes)),
+      out_shape_(std::move(out_shape)),
+      out_dtype_(out_dtype) {}
+
+bool GradSink::needs(size_t i) const { return i < node_.edges_.size() && node_.edges_[i].needed(); }
+
+Tensor GradSink::grad(size_t i) {
+  if (!needs(i)) return {};
+  const Edge& e = node_.edges_[i];
+  if (e.node) {
+    Tensor& g = e.node->grad_;
+    if (!g.defined()) g = Tensor::zeros(node_.input_shapes_[i], node_.input_dtypes_[i]);
+    return g;
+  }
+  Tensor& g = e.leaf->autograd.grad;
+  if (!g.defined()) {
+    g = Tensor::zeros(e.leaf->shape, e.leaf->dtype, e.leaf->storage->device());
+  } else {
+    CHORUS_CHECK(g.is_contiguous() && g.shape() == e.leaf->shape, "a leaf's grad must be a "
+                 "contiguous tensor of its shape");
+  }
+  return g;
+}
+
+bool needs_grad(std::initializer_list<Tensor> inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
+              BackwardFn backward) {
+  if (!grad_enabled()) return out;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return out;
+  std::vector<Edge> edges;
+  std::vector<Shape> shapes;
+  std::vector<DataType> dtypes;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    Edge e;
+    if (t.defined() && t.requires_grad()) {
+      if (t.grad_fn())
+        e.node = t.grad_fn();
+      else
+        e.leaf = t.impl_ptr();
+    }
+    edges.push_back(std::move(e));
+    shapes.push_back(t.defined() ? t.shape() : Shape{});
+    dtypes.push_back(t.defined() ? t.dtype() : DataType::kF32);
+  }
+  auto node = std::make_shared<Node>(name, std::move(backward), std::move(edges),
+                                     std::move(shapes), std::move(dtypes), out.shape(),
+                                     out.dtype());
+  auto& meta = out.impl()->autograd;
+  meta.requires_grad = true;
+  meta.grad_fn = std::move(node);
+  return out;
+}
+
+Tensor record(const char* name, Tensor out, std::initializer_list<Tensor> inputs,
+              BackwardFn backward) {
+  return record(name, std::move(out), std::vector<Tensor>(inputs), std::move(backward));
+}
+
+namespace {
+
+void run_hooks(TensorImpl& leaf) {
+  if (hooks_suppressed()) return;
+  for (auto& hook : leaf.autograd.hooks) hook(leaf.autograd.grad);
+}
+
+}  // namespace
+
+void Engine::backward(const Tensor& root, const Tensor& seed_in) {
+  CHORUS_ARG_CHECK(root.defined() && root.requires_grad(),
+                   "backward() of a tensor that does not require grad");
+  Tensor seed = seed_in;
+  if (!seed.defined()) {
+    CHORUS_ARG_CHECK(root.numel() == 1, "backward() without a gradient needs a scalar, got ",
+                     to_string(root.shape()));
+    seed = Tensor::full(root.shape(), 1.0, root.dtype());
+  }
+  CHORUS_ARG_CHECK(seed.shape() == root.shape(), "backward: gradient shape ",
+                   to_string(seed.shape()), " vs ", to_string(root.shape()));
+  NoGradGuard no_grad;  // backward functions are not themselves recorded
+
+  if (root.is_leaf()) {
+    TensorImpl& leaf = *root.impl();
+    if (!leaf.autograd.grad.defined()) leaf.autograd.grad = Tensor::zeros(root.shape(), root.dtype());
+    strided_copy(leaf.autograd.grad, seed, /*accumulate=*/true);
+    run_hooks(leaf);
+    return;
+  }
+
+  // Phase 1: count consumers of every reachable node and leaf.
+  std::unordered_map<Node*, int> node_deps;
+  std::unordered_map<TensorImpl*, int> leaf_deps;
+  std::vector<Node*> stack{root.grad_fn().get()};
+  std::unordered_set<Node*> seen{root.grad_fn().get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    CHORUS_ARG_CHECK(!n->released(), "backward through '", n->name(),
+                     "' a second time: its saved tensors were freed by the first backward");
+    for (const Edge& e : n->edges_) {
+      if (e.node) {
+        ++node_deps[e.node.get()];
+        if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+      } else if (e.leaf) {
+        ++leaf_deps[e.leaf.get()];
+      }
+    }
+  }
+
+  // Phase 2: run ready nodes, newest first.
+  Node* first = root.grad_fn().get();
+  first->grad_ = Tensor::zeros(root.shape(), root.dtype());
+  strided_copy(first->grad_, seed, /*accumulate=*/true);
+  auto newer = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    return a->seq_ < b->seq_;
+  };
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(newer)>
+      ready(newer);
+  ready.push(root.grad_fn());
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    Tensor grad_out = std::move(node->grad_);
+    node->grad_ = Tensor();
+    if (!grad_out.defined()) grad_out = Tensor::zeros(node->out_shape_, node->out_dtype_);
+    {
+      GradSink sink(*node);
+      node->fn_(grad_out, sink);
+    }
+    grad_out = Tensor();
+    node->release();
+    for (const Edge& e : node->edges_) {
+      if (e.node) {
+        if (--node_deps[e.node.get()] == 0) ready.push(e.node);
+      } else if (e.leaf) {
+        if (--leaf_deps[e.leaf.get()] == 0) run_hooks(*e.leaf);
+      }
+    }
+  }
+}
+
+}  // namespace chorus::tensor

@@ -1,0 +1,134 @@
+// GEMM backends opened at run time: oneDNN (dnnl_sgemm) and OpenBLAS (cblas_sgemm).
+//
+// dlopen instead of linking: a chorus binary then runs on machines that have neither library,
+// chooses between them by measurement where both exist, and an outside project that links
+// chorus needs no find_dependency for either. The two entry points used are stable across
+// library versions (dnnl_sgemm is unchanged from oneDNN 1.x to 3.x; cblas_sgemm is CBLAS).
+#include <dlfcn.h>
+
+#include <string>
+
+#include "chorus/error.h"
+#include "gemm/backend.h"
+
+namespace chorus::tensor::gemm_impl {
+namespace {
+
+// RAII for a dlopen handle.
+class Library {
+ public:
+  Library() = default;
+  ~Library() {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+
+  // Opens the first soname that loads; false when none does.
+  bool open(std::initializer_list<const char*> sonames) {
+    for (const char* so : sonames) {
+      handle_ = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+      if (handle_ != nullptr) {
+        soname_ = so;
+        return true;
+      }
+    }
+    return false;
+  }
+  template <class Fn>
+  Fn symbol(const char* name) const {
+    return handle_ ? reinterpret_cast<Fn>(dlsym(handle_, name)) : nullptr;
+  }
+  const std::string& soname() const { return soname_; }
+
+ private:
+  void* handle_ = nullptr;
+  std::string soname_;
+};
+
+// ---- oneDNN ---------------------------------------------------------------------------------
+// dnnl_status_t dnnl_sgemm(char transa, char transb, dnnl_dim_t M, N, K, float alpha,
+//                          const float* A, lda, const float* B, ldb, float beta, float* C, ldc)
+// Row-major; dnnl_dim_t is int64_t; status 0 is success.
+using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+
+class DnnlBackend final : public SgemmBackend {
+ public:
+  DnnlBackend() {
+    if (!lib_.open({"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"})) {
+      note_ = "libdnnl not found (apt-get install libdnnl2 or libdnnl-dev)";
+      return;
+    }
+    sgemm_ = lib_.symbol<DnnlSgemm>("dnnl_sgemm");
+    note_ = sgemm_ ? lib_.soname() : lib_.soname() + " lacks dnnl_sgemm";
+  }
+  const char* name() const override { return "dnnl"; }
+  std::string note() const override { return note_; }
+  bool available() const override { return sgemm_ != nullptr; }
+  void set_threads(int) override {}  // oneDNN follows the caller's OpenMP team size
+  void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+             int64_t ldc) override {
+    const int status = sgemm_(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
+                              beta, c, ldc);
+    CHORUS_CHECK(status == 0, "dnnl_sgemm failed with status ", status);
+  }
+
+ private:
+  Library lib_;
+  DnnlSgemm sgemm_ = nullptr;
+  std::string note_;
+};
+
+// ---- OpenBLAS -------------------------------------------------------------------------------
+// void cblas_sgemm(order, transa, transb, int M, N, K, float alpha, const float* A, int lda,
+//                  const float* B, int ldb, float beta, float* C, int ldc)
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+using SetThreads = void (*)(int);
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
+
+class OpenBlasBackend final : public SgemmBackend {
+ public:
+  OpenBlasBackend() {
+    if (!lib_.open({"libopenblas.so.0", "libopenblas.so"})) {
+      note_ = "libopenblas not found (apt-get install libopenblas0)";
+      return;
+    }
+    sgemm_ = lib_.symbol<CblasSgemm>("cblas_sgemm");
+    set_threads_ = lib_.symbol<SetThreads>("openblas_set_num_threads");
+    note_ = sgemm_ ? lib_.soname() : lib_.soname() + " lacks cblas_sgemm";
+  }
+  const char* name() const override { return "openblas"; }
+  std::string note() const override { return note_; }
+  bool available() const override { return sgemm_ != nullptr; }
+  void set_threads(int n) override {
+    if (set_threads_) set_threads_(n);
+  }
+  void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+             int64_t ldc) override {
+    CHORUS_ARG_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX &&
+                         ldb <= INT32_MAX && ldc <= INT32_MAX,
+                     "cblas_sgemm: dimensions exceed 32-bit int");
+    sgemm_(kCblasRowMajor, ta ? kCblasTrans : kCblasNoTrans, tb ? kCblasTrans : kCblasNoTrans,
+           static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+           static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  }
+
+ private:
+  Library lib_;
+  CblasSgemm sgemm_ = nullptr;
+  SetThreads set_threads_ = nullptr;
+  std::string note_;
+};
+
+}  // namespace
+
+std::unique_ptr<SgemmBackend> make_dnnl_backend() { return std::make_unique<DnnlBackend>(); }
+std::unique_ptr<SgemmBackend> make_openblas_backend() {
+  return std::make_unique<OpenBlasBackend>();
+}
+
+}  // namespace chorus::tensor::gemm_impl

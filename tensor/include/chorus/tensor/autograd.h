@@ -1,0 +1,141 @@
+// chorus::tensor — reverse-mode autograd: a define-by-run tape of Nodes.
+//
+// Vocabulary
+//   Node      one recorded op: its backward function and one Edge per input.
+//   Edge      where an input's gradient goes: the input's producing Node (interior tensor), the
+//             input itself (a leaf that requires grad), or nowhere.
+//   GradSink  what a backward function writes into: grad(i) is a buffer shaped like input i.
+//
+// The gradient rule, stated once: backward functions ACCUMULATE (+=) into grad(i), never
+// assign. A leaf's buffer is its grad(), so gradients add up across backward calls until the
+// caller zeroes them; an interior tensor's buffer starts at zero and collects every consumer's
+// contribution before its producer runs.
+//
+// Engine: backward() counts, for every Node and leaf reachable from the root, how many
+// consumers will send it a gradient, then runs Nodes whose count reached zero, newest first
+// (reverse creation order, so the tape unwinds like the forward ran). When a leaf's count
+// reaches zero its gradient is final for this backward and its grad-ready hooks run right
+// there, in the middle of backward: this is the seam data-parallel training launches its
+// gradient all-reduce from. After a Node runs, its saved tensors are released.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/tensor/tensor.h"
+
+namespace chorus::tensor {
+
+struct Edge {
+  std::shared_ptr<Node> node;         // set for an interior input
+  std::shared_ptr<TensorImpl> leaf;   // set for a leaf that requires grad
+  bool needed() const { return node || leaf; }
+};
+
+class GradSink;
+
+// The backward of one op: accumulate d(loss)/d(input i) into sink.grad(i) given grad_out.
+using BackwardFn = std::function<void(const Tensor& grad_out, GradSink& sink)>;
+
+class Node {
+ public:
+  Node(std::string name, BackwardFn fn, std::vector<Edge> edges, std::vector<Shape> input_shapes,
+       std::vector<DataType> input_dtypes, Shape out_shape, DataType out_dtype);
+
+  const std::string& name() const { return name_; }
+  uint64_t sequence_nr() const { return seq_; }
+  const std::vector<Edge>& edges() const { return edges_; }
+  const Shape& out_shape() const { return out_shape_; }
+  DataType out_dtype() const { return out_dtype_; }
+  // Drops the backward function and what it captured (saved activations).
+  void release() { fn_ = nullptr; }
+  bool released() const { return !fn_; }
+
+ private:
+  friend class Engine;
+  friend class GradSink;
+  std::string name_;
+  uint64_t seq_;
+  BackwardFn fn_;
+  std::vector<Edge> edges_;
+  // Shape/dtype of each input, to allocate its gradient buffer (storage not kept).
+  std::vector<Shape> input_shapes_;
+  std::vector<DataType> input_dtypes_;
+  Shape out_shape_;
+  DataType out_dtype_;
+  Tensor grad_;  // the gradient of this node's output, accumulated during backward
+};
+
+class GradSink {
+ public:
+  // Buffer to accumulate input i's gradient into: contiguous, input i's shape and dtype. An
+  // undefined tensor when input i needs no gradient (skip that computation).
+  Tensor grad(size_t i);
+  bool needs(size_t i) const;
+
+ private:
+  friend class Engine;
+  explicit GradSink(Node& node) : node_(node) {}
+  Node& node_;
+};
+
+// Records `out` as the result of an op over `inputs` when grad mode is on and some input
+// requires grad; returns `out` (with grad_fn set in that case). Ops call this last.
+Tensor record(const char* name, Tensor out, std::initializer_list<Tensor> inputs,
+              BackwardFn backward);
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
+// True when an op over these inputs must be recorded.
+bool needs_grad(std::initializer_list<Tensor> inputs);
+
+// Runs backward from `roots` (each with its seed gradient). Engine::backward is what
+// Tensor::backward calls.
+class Engine {
+ public:
+  static void backward(const Tensor& root, const Tensor& seed);
+};
+
+// ---- grad mode -----------------------------------------------------------------------------
+bool grad_enabled();
+
+// Disables recording in this thread for the scope (like torch.no_grad()).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Re-enables recording for the scope (used by checkpoint recomputation).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Suppresses grad-ready hooks in this thread for the scope (a nested backward inside a
+// checkpointed region: the outer backward fires them once the region's node has run).
+class HookSuppressGuard {
+ public:
+  HookSuppressGuard();
+  ~HookSuppressGuard();
+  HookSuppressGuard(const HookSuppressGuard&) = delete;
+  HookSuppressGuard& operator=(const HookSuppressGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+}  // namespace chorus::tensor

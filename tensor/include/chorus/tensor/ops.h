@@ -1,0 +1,74 @@
+// chorus::tensor — the differentiable ops (a GPT's worth). Each is implemented in
+// tensor/ops/<op>.cc with its forward and backward side by side.
+//
+// Shape legend: B batch, T time (sequence), C channels (width), NH heads, HS head size (C/NH),
+// V vocabulary, N rows (any leading dims flattened), K/M inner and output dims of a matmul.
+// Float ops accept f32 and f64 (both operands the same dtype); index inputs accept i32 or i64.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "chorus/tensor/random.h"
+#include "chorus/tensor/tensor.h"
+
+namespace chorus::tensor {
+
+// ---- element-wise ---------------------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);     // same shape
+Tensor sub(const Tensor& a, const Tensor& b);     // same shape
+Tensor mul(const Tensor& a, const Tensor& b);     // same shape
+Tensor scale(const Tensor& a, double factor);     // a * factor
+Tensor gelu(const Tensor& x);                     // tanh approximation (GPT-2)
+// Zeroes each element with probability p (mask from key at the element's row-major index) and
+// scales the rest by 1/(1-p). p == 0 returns x unchanged.
+Tensor dropout(const Tensor& x, double p, RngKey key);
+
+// ---- reductions ----------------------------------------------------------------------------
+Tensor sum(const Tensor& x);   // () scalar
+Tensor mean(const Tensor& x);  // () scalar
+
+// ---- matmul family ---------------------------------------------------------------------------
+// a (..., M, K) @ b (K, N) -> (..., M, N); or batched: a (Bt, M, K) @ b (Bt, K, N).
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x (..., K) @ weight (M, K)^T + bias (M) -> (..., M). bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// ---- GPT layers --------------------------------------------------------------------------------
+// weight (V, C) rows gathered by idx (B, T) of i32/i64 -> (B, T, C).
+Tensor embedding(const Tensor& idx, const Tensor& weight);
+// x (..., C) normalised over C, times weight (C) plus bias (C); eps 1e-5.
+Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Softmax over the last dim of x (..., V).
+Tensor softmax(const Tensor& x);
+// Causal scaled-dot-product attention, heads as a dimension (split them across ranks by
+// narrowing dim 1): q, k, v (B, NH, T, HS), any strides -> (B, NH, T, HS) contiguous.
+// out[b,h,t] = sum_{s<=t} softmax_s(q[b,h,t].k[b,h,s] / sqrt(HS)) v[b,h,s].
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+
+// ---- loss ------------------------------------------------------------------------------------------
+// Mean over N of -log softmax(logits[n])[targets[n]]: logits (N, V), targets (N) i32/i64 -> ().
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// Vocabulary-parallel form: this rank holds logits[:, vocab_start : vocab_start + Vs].
+// Forward needs two reductions across the ranks sharing the vocabulary, supplied by the
+// caller (the parallel layer passes communicator all-reduces):
+//   max_all_reduce(row_max)  row_max (N) f32/f64, element-wise max over ranks, in place
+//   sum_all_reduce(sums)     sums (N, 2): [sum_v exp(logit - max), target logit], sum, in place
+// Every rank returns the same full loss; backward needs no communication.
+struct VocabReductions {
+  std::function<void(Tensor& row_max)> max_all_reduce;
+  std::function<void(Tensor& sums)> sum_all_reduce;
+};
+Tensor cross_entropy_vocab_parallel(const Tensor& logits_shard, const Tensor& targets,
+                                    int64_t vocab_start, const VocabReductions& reductions);
+
+// ---- views and casts as free functions (the Tensor methods call these) ------------------------
+Tensor view_op(const Tensor& x, Shape shape);
+Tensor transpose_op(const Tensor& x, int64_t d0, int64_t d1);
+Tensor narrow_op(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor select_op(const Tensor& x, int64_t dim, int64_t index);
+Tensor contiguous_op(const Tensor& x);
+Tensor cast_op(const Tensor& x, DataType dtype);
+
+}  // namespace chorus::tensor

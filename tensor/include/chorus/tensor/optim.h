@@ -1,0 +1,106 @@
+// chorus::tensor::optim — optimizers over f32 master weights, gradient clipping, LR schedule.
+//
+// Optimizers update parameters in place outside autograd. f32 parameters are their own master
+// weights; a 16-bit parameter gets an f32 master copy in the optimizer, updated in f32 and
+// rounded back into the parameter after each step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chorus/tensor/nn.h"
+#include "chorus/tensor/tensor.h"
+
+namespace chorus::tensor::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(nn::NamedTensors params, double lr);
+  virtual ~Optimizer() = default;
+  // One update from the parameters' current gradients (parameters without one are skipped).
+  virtual void step() = 0;
+  // Drops the gradients (the next backward starts from zero).
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  int64_t step_count() const { return step_; }
+  const nn::NamedTensors& params() const { return params_; }
+
+  // Optimizer state by name ("<param>.exp_avg", ..., and "step"), for checkpoints.
+  virtual nn::NamedTensors state_dict() const;
+  virtual void load_state_dict(const nn::NamedTensors& state);
+
+ protected:
+  // The f32 tensor to update for parameter i (the parameter itself or its master copy), and
+  // the write-back of a master copy into a 16-bit parameter.
+  Tensor& master(size_t i);
+  void write_back(size_t i);
+  // The gradient of parameter i as f32/f64 contiguous (converted when the parameter is 16-bit).
+  Tensor grad_of(size_t i) const;
+
+  nn::NamedTensors params_;
+  std::vector<Tensor> masters_;  // undefined where the parameter is its own master
+  double lr_;
+  int64_t step_ = 0;
+};
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;  // L2 added to the gradient
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(nn::NamedTensors params, SGDOptions options);
+  void step() override;
+  nn::NamedTensors state_dict() const override;
+  void load_state_dict(const nn::NamedTensors& state) override;
+
+ private:
+  SGDOptions options_;
+  std::vector<Tensor> momentum_;
+};
+
+struct AdamWOptions {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // GPT-2 convention: decay only matrices (dim >= 2), never biases or LayerNorm gains.
+  bool decay_matrices_only = true;
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter) and bias correction:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p )
+class AdamW : public Optimizer {
+ public:
+  AdamW(nn::NamedTensors params, AdamWOptions options);
+  void step() override;
+  nn::NamedTensors state_dict() const override;
+  void load_state_dict(const nn::NamedTensors& state) override;
+  const AdamWOptions& options() const { return options_; }
+
+ private:
+  AdamWOptions options_;
+  std::vector<Tensor> m_, v_;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm
+// before clipping (inf/nan when a gradient is not finite, in which case nothing is scaled).
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// Linear warmup from 0 to max_lr over warmup steps, then cosine decay to min_lr at total.
+struct CosineSchedule {
+  double max_lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup = 100;
+  int64_t total = 1000;
+  double at(int64_t step) const;
+};
+
+}  // namespace chorus::tensor::optim

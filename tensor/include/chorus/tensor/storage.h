@@ -1,0 +1,43 @@
+// chorus::tensor — Storage: one reference-counted, 64-byte-aligned buffer that tensors view.
+//
+// Several tensors (a parameter and its slices, a reshape, a transpose) share one Storage through
+// shared_ptr; the buffer goes when the last view goes. Live and peak bytes are counted per device
+// so memory savings (activation checkpointing) are measured, not guessed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "chorus/tensor/device.h"
+
+namespace chorus::tensor {
+
+class Storage {
+ public:
+  // Uninitialised bytes on `device`. Throws InvalidArgument for a device this build lacks.
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+};
+
+// Bytes held by live Storage objects on the CPU, and the high-water mark since the last reset.
+struct MemoryStats {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+MemoryStats memory_stats();
+// Sets the peak to the current value (call before the region to measure).
+void reset_peak_memory();
+
+}  // namespace chorus::tensor

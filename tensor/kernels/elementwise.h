@@ -1,0 +1,23 @@
+// Internal: element-wise kernels over contiguous arrays of n elements, for T = float or double
+// (explicitly instantiated in elementwise.cc).
+// Gradient rule: every backward kernel ACCUMULATES (+=) into its d* outputs.
+#pragma once
+
+#include <cstdint>
+
+namespace chorus::tensor::kernels {
+
+template <class T> void add_forward(T* out, const T* a, const T* b, int64_t n);  // a + b
+template <class T> void sub_forward(T* out, const T* a, const T* b, int64_t n);  // a - b
+template <class T> void mul_forward(T* out, const T* a, const T* b, int64_t n);  // a * b
+template <class T> void scale_forward(T* out, const T* a, T s, int64_t n);       // s * a
+template <class T> void axpy(T* y, T alpha, const T* x, int64_t n);              // y += alpha x
+// da += b * dout, db += a * dout (either may be null).
+template <class T> void mul_backward(T* da, T* db, const T* a, const T* b, const T* dout, int64_t n);
+template <class T> void gelu_forward(T* out, const T* inp, int64_t n);
+template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+// Sums in double whatever T is.
+template <class T> double sum(const T* x, int64_t n);
+template <class T> double sum_squares(const T* x, int64_t n);
+
+}  // namespace chorus::tensor::kernels

@@ -1,0 +1,53 @@
+// Dynamic loss scaling for fp16 (see amp.h).
+#include <cmath>
+
+#include "chorus/tensor/amp.h"
+#include "chorus/tensor/ops.h"
+#include "chorus/tensor/optim.h"
+#include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
+
+namespace chorus::tensor {
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  CHORUS_ARG_CHECK(options.init_scale > 0 && options.growth_factor > 1 &&
+                       options.backoff_factor > 0 && options.backoff_factor < 1 &&
+                       options.growth_interval > 0,
+                   "GradScaler: invalid options");
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const { return tensor::scale(loss, scale_); }
+
+bool GradScaler::step(optim::Optimizer& optimizer) {
+  const double inv = 1.0 / scale_;
+  bool finite = true;
+  for (const auto& [name, p] : optimizer.params()) {
+    const Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    // Unscale in place, then test: one sum of squares per tensor finds any inf or nan.
+    dispatch_float(g.dtype(), "GradScaler", [&](auto tag) {
+      using T = decltype(tag);
+      kernels::scale_forward(g.data<T>(), g.data<T>(), T(inv), g.numel());
+      if (!std::isfinite(kernels::sum_squares(g.data<T>(), g.numel()))) finite = false;
+    });
+  }
+  last_overflow_ = !finite;
+  if (finite) {
+    optimizer.step();
+  } else {
+    ++skipped_;
+  }
+  return finite;
+}
+
+void GradScaler::update() {
+  if (last_overflow_) {
+    scale_ *= options_.backoff_factor;
+    clean_steps_ = 0;
+  } else if (++clean_steps_ >= options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    clean_steps_ = 0;
+  }
+}
+
+}  // namespace chorus::tensor

@@ -1,0 +1,60 @@
+// Optimizer base: master weights, gradient access, zero_grad, the generic state dict.
+#include <cmath>
+
+#include "chorus/tensor/autograd.h"
+#include "chorus/tensor/optim.h"
+#include "kernels/strided.h"
+
+namespace chorus::tensor::optim {
+
+Optimizer::Optimizer(nn::NamedTensors params, double lr) : params_(std::move(params)), lr_(lr) {
+  masters_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].second;
+    CHORUS_ARG_CHECK(is_floating(p.dtype()), "optimizer: parameter '", params_[i].first,
+                     "' is ", to_string(p.dtype()));
+    CHORUS_ARG_CHECK(p.is_contiguous(), "optimizer: parameter '", params_[i].first,
+                     "' is not contiguous");
+    if (p.dtype() == DataType::kBF16 || p.dtype() == DataType::kF16)
+      masters_[i] = p.to(DataType::kF32).detach();
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& [name, p] : params_) p.set_grad({});
+}
+
+Tensor& Optimizer::master(size_t i) {
+  return masters_[i].defined() ? masters_[i] : params_[i].second;
+}
+
+void Optimizer::write_back(size_t i) {
+  if (masters_[i].defined()) strided_copy(params_[i].second, masters_[i]);
+}
+
+Tensor Optimizer::grad_of(size_t i) const {
+  const Tensor& g = params_[i].second.grad();
+  if (!g.defined()) return g;
+  if (!masters_[i].defined()) return g;
+  Tensor f = Tensor::empty(g.shape(), DataType::kF32);
+  strided_copy(f, g);
+  return f;
+}
+
+nn::NamedTensors Optimizer::state_dict() const {
+  return {{"step", Tensor::full({}, static_cast<double>(step_), DataType::kI64)}};
+}
+
+void Optimizer::load_state_dict(const nn::NamedTensors& state) {
+  for (const auto& [name, t] : state)
+    if (name == "step") step_ = static_cast<int64_t>(t.item());
+}
+
+double CosineSchedule::at(int64_t step) const {
+  if (step < warmup) return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (step >= total) return min_lr;
+  const double progress = static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
+  return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(3.14159265358979323846 * progress));
+}
+
+}  // namespace chorus::tensor::optim
