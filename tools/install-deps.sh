@@ -22,6 +22,9 @@ PACKAGES=(
   python3
   procps
   iproute2
+  libhwloc-dev
+  hwloc
+  graphviz
 )
 
 die() {

@@ -430,7 +430,7 @@ TEST(ChorusRun, BadUsageExitsTwoWithMessage) {
       {{"-n", "2"}, "missing PROGRAM"},
       {{"-n", "2", "--grace"}, "--grace needs a value"},
       {{"-n", "2", "--grace", "-1", kProbe}, "--grace"},
-      {{"-n", "2", "--bind", "numa", kProbe}, "--bind"},
+      {{"-n", "2", "--bind", "sockets", kProbe}, "--bind"},
       {{"-n", "2", "--nnodes", "2", kProbe}, "--master-addr"},
       {{"-n", "2", "--nnodes", "2", "--node-rank", "2", kProbe}, "--node-rank"},
   };

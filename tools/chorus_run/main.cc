@@ -14,6 +14,7 @@
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/log.h"
+#include "cpu_binding.h"
 #include "exit_status.h"
 #include "job_id.h"
 #include "options.h"
@@ -86,6 +87,7 @@ int report(const std::vector<RankProcess>& ranks, const JobOutcome& outcome, dou
 std::vector<RankProcess> start_ranks(const Options& options, const JobLayout& layout,
                                      const StoreListener* listener, TaggedOutput& output) {
   std::vector<RankProcess> ranks;
+  const std::vector<std::vector<int>> cpus = local_cpu_binding(options.bind, options.nproc_per_node);
   try {
     for (int local = 0; local < options.nproc_per_node; ++local) {
       const int rank = layout.global_rank(local);
@@ -96,6 +98,7 @@ std::vector<RankProcess> start_ranks(const Options& options, const JobLayout& la
       spec.argv = options.command;
       spec.env = rank_environment(layout, local, store_fd, environ);
       spec.inherit_fd = store_fd.value_or(-1);
+      spec.cpus = cpus[static_cast<size_t>(local)];
       Pipe out, err;
       if (options.tag_output) {
         out = make_pipe(O_CLOEXEC);

@@ -20,7 +20,7 @@ constexpr double kMaxGraceSeconds = 86400;
 
 constexpr std::string_view kSynopsis =
     "Usage: chorus-run -n N [--nnodes K --node-rank R] [--master-addr A] [--master-port P]\n"
-    "                  [--tag-output] [--grace SECONDS] [--bind none] PROGRAM [ARGS...]\n";
+    "                  [--tag-output] [--grace SECONDS] [--bind POLICY] PROGRAM [ARGS...]\n";
 
 constexpr std::string_view kHelp =
     R"(Starts N ranks of PROGRAM on this host, supervises them, and stops the job when one fails.
@@ -37,7 +37,13 @@ Options:
       --grace SECONDS     after the first rank fails, how long the others may take to exit on
                           their own before SIGTERM (then SIGKILL a second later);
                           default 3, or CHORUS_RUN_GRACE
-      --bind POLICY       CPU binding of the ranks; only "none" for now
+      --bind POLICY       CPU binding of each rank (default none):
+                            none   leave the ranks to the scheduler
+                            cores  the cores near the rank's device: local rank i takes the
+                                   i-th GPU in topology order and a share of that GPU's
+                                   local cores, or (CPU jobs) a contiguous share of the cores
+                            numa   a whole NUMA node, ranks round-robin over the nodes
+                          (`chorus-topo --mesh` shows the same assignment)
       --print-env         list the CHORUS_* knobs built into chorus-run and exit
   -h, --help              show this help and exit
 
@@ -205,9 +211,10 @@ Options parse_options(std::span<const std::string> args) {
         grace = parse_seconds(name, *value);
         break;
       case Flag::kBind:
-        if (*value != "none")
-          throw UsageError(
-              detail::concat("--bind: unsupported policy '", *value, "' (only 'none' for now)"));
+        if (*value != "none" && *value != "cores" && *value != "numa")
+          throw UsageError(detail::concat("--bind: unknown policy '", *value,
+                                          "' (expected none, cores or numa)"));
+        o.bind = *value;
         break;
       case Flag::kPrintEnv:
         o.print_env = true;

@@ -17,6 +17,7 @@ struct Options {
   int master_port = 0;  // 0: the kernel picks a free port (single-node jobs only)
   bool tag_output = false;
   double grace_seconds = 3.0;        // --grace, else CHORUS_RUN_GRACE
+  std::string bind = "none";         // --bind: none, cores or numa (cpu_binding.h)
   std::vector<std::string> command;  // PROGRAM ARGS...
   bool help = false;
   bool print_env = false;

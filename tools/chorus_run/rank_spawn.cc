@@ -1,6 +1,7 @@
 #include "rank_spawn.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -44,7 +45,7 @@ std::vector<char*> as_argv(const std::vector<std::string>& strings) {
 
 // Runs in the forked child: only async-signal-safe calls until exec.
 [[noreturn]] void exec_child(const SpawnSpec& spec, char* const* argv, char* const* envp,
-                             pid_t parent, int error_fd) {
+                             const cpu_set_t* cpus, pid_t parent, int error_fd) {
   auto fail = [error_fd]() { child_failed(error_fd); };
   // Its own process group: signals reach the rank and whatever it starts, and a terminal's
   // Ctrl-C reaches chorus-run alone, which forwards it once.
@@ -54,6 +55,7 @@ std::vector<char*> as_argv(const std::vector<std::string>& strings) {
   if (spec.stdout_fd >= 0 && ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0) fail();
   if (spec.stderr_fd >= 0 && ::dup2(spec.stderr_fd, STDERR_FILENO) < 0) fail();
   if (spec.inherit_fd >= 0 && ::fcntl(spec.inherit_fd, F_SETFD, 0) != 0) fail();
+  if (cpus != nullptr && ::sched_setaffinity(0, sizeof *cpus, cpus) != 0) fail();
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   ::sigaction(SIGPIPE, &dfl, nullptr);
@@ -92,11 +94,19 @@ pid_t spawn_rank(const SpawnSpec& spec) {
   // Everything the child needs is built before fork.
   std::vector<char*> argv = as_argv(spec.argv);
   std::vector<char*> envp = as_argv(spec.env);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : spec.cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+      throw Error(ErrorKind::kInvalidArgument, detail::concat("cannot bind to CPU ", cpu));
+    CPU_SET(cpu, &cpus);
+  }
+  const cpu_set_t* bind = spec.cpus.empty() ? nullptr : &cpus;
   Pipe error_pipe = make_pipe(O_CLOEXEC);
   const pid_t parent = ::getpid();
 
   const pid_t pid = CHORUS_SYSCALL(::fork());
-  if (pid == 0) exec_child(spec, argv.data(), envp.data(), parent, error_pipe.write_end.get());
+  if (pid == 0) exec_child(spec, argv.data(), envp.data(), bind, parent, error_pipe.write_end.get());
 
   // A successful exec closes the write end (close-on-exec): EOF. A failed one sends errno first.
   error_pipe.write_end.reset();

@@ -36,6 +36,7 @@ struct SpawnSpec {
   int stdout_fd = -1;  // becomes the rank's stdout; -1 inherits ours
   int stderr_fd = -1;
   int inherit_fd = -1;  // a close-on-exec fd that this rank alone keeps (the store listener)
+  std::vector<int> cpus;  // PUs (OS indexes) the rank is bound to; empty: not bound
 };
 
 // PROGRAM could not be executed; message() names it and the reason.

@@ -1,0 +1,23 @@
+// chorus — which GPUs the CUDA or HIP runtime shows this process, by PCI bus id.
+//
+// The runtimes are optional: their libraries are opened with dlopen at run time, so chorus_topo
+// neither links nor needs them. Without one, the list is empty.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace chorus::topo {
+
+struct RuntimeGpus {
+  std::string runtime;                   // "CUDA", "HIP", or empty when none answered
+  std::vector<std::string> pci_bus_ids;  // index = device ordinal, normalised by normalize_bus_id
+};
+
+RuntimeGpus query_runtime_gpus();
+
+// "00000000:07:00.0", "0000:07:00.0" and "0000:07:00" all become "0000:07:00.0"; an
+// unparsable id is returned lower-cased and otherwise unchanged.
+std::string normalize_bus_id(const std::string& bus_id);
+
+}  // namespace chorus::topo
