@@ -267,4 +267,14 @@ std::string Communicator::algorithm_for(Collective c, size_t bytes) const {
 
 void Communicator::synchronize() { impl_->synchronize(); }
 
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  CHORUS_ARG_CHECK(timeout.count() >= 0, "set_timeout: timeout ", timeout.count(),
+                   " ms must not be negative");
+  impl_->call_timeout = timeout;
+}
+
+void Communicator::abort(std::string_view reason) { impl_->abort(std::string(reason)); }
+
+std::string Communicator::flight_recorder_json() const { return impl_->recorder->json("on demand"); }
+
 }  // namespace chorus

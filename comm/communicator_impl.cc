@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <random>
+#include <unistd.h>
 #include <vector>
 
 #include "chorus/config.h"
@@ -71,10 +73,9 @@ Communicator::Impl::Impl(Setup s)
 
   // Communicators made the same way on every rank get the same id: rank r's k-th world
   // communicator on this store is "w<k>" on every rank.
-  comm_id = s.comm_id.empty()
-                ? "w" + std::to_string(root_store->add("chorus/instances/" + std::to_string(rank), 1))
-                : s.comm_id;
+  comm_id = s.comm_id.empty() ? claim_world_id() : s.comm_id;
   store = std::make_shared<PrefixStore>(root_store, "chorus/" + comm_id + "/");
+  if (s.comm_id.empty()) check_world_size();
   job_id = s.job_id;
   if (job_id.empty()) {
     if (rank == 0) store->set("job", random_job_id());
@@ -87,9 +88,43 @@ Communicator::Impl::Impl(Setup s)
         transport::ShmOptions::from_env());
     exchange = std::make_unique<Exchange>(*transport, rank, size, WaitPolicy::for_ranks(local_ranks));
   }
+  recorder = std::make_unique<FlightRecorder>(FlightRecorder::Identity{job_id, comm_id, rank, size}, 0);
+  if (exchange) {
+    exchange->publish_waiting_to(recorder->waiting());
+    exchange->set_abort_flag(&aborted_);
+  }
   CHORUS_INFO(kLogInit, "communicator ", comm_id, " ready: rank ", rank, " of ", size,
               ", transport ", transport ? transport->name() : "none", ", kernels ",
               kernels::isa_name());
+}
+
+// Rank r's k-th world communicator on this store is "w<k>" on every rank. Each claim records
+// its process, so a second process started with the same rank is caught here instead of
+// silently joining as someone else's next communicator.
+std::string Communicator::Impl::claim_world_id() {
+  const std::string me = detail::concat(transport::local_host_id(), " pid ", ::getpid());
+  const std::string r = std::to_string(rank);
+  const int64_t k = root_store->add("chorus/instances/" + r, 1);
+  root_store->set(detail::concat("chorus/instance_owner/", r, "/", k), me);
+  if (k > 1) {
+    const std::string previous =
+        root_store->get(detail::concat("chorus/instance_owner/", r, "/", k - 1), timeout);
+    if (previous != me)
+      throw InvalidArgument(detail::concat(
+          "two processes claim rank ", rank, ": ", previous, " and this one (", me,
+          "); check the launcher's rank variables (CHORUS_RANK, RANK, SLURM_PROCID, ...)"), rank);
+  }
+  return "w" + std::to_string(k);
+}
+
+// Every rank must have been started with the same world size.
+void Communicator::Impl::check_world_size() {
+  if (rank == 0) store->set("world_size", std::to_string(size));
+  const int root_size = std::stoi(store->get("world_size", timeout));
+  if (root_size != size)
+    throw InvalidArgument(detail::concat("this rank was started with world size ", size,
+                                         " but rank 0 with ", root_size,
+                                         "; check the launcher's variables"), rank);
 }
 
 Communicator::Impl::~Impl() {
@@ -99,6 +134,17 @@ Communicator::Impl::~Impl() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Peers still waiting for this rank learn that it left instead of timing out; a communicator
+  // destroyed by an exception unwinding the stack is a failure, not a normal end.
+  if (transport) {
+    if (std::uncaught_exceptions() > 0)
+      transport->announce_failure(
+          rank, detail::concat("rank ", rank, " destroyed the communicator while an exception was "
+                               "propagating (the application raised an error) after ",
+                               collectives, " collectives"));
+    else
+      transport->announce_exit();
+  }
   finalize_store();
 }
 
@@ -108,7 +154,8 @@ void Communicator::Impl::finalize_store() {
   if (!owns_bootstrap) return;
   try {
     root_store->set("chorus/bye/" + std::to_string(rank), "1");
-    if (!server) return;
+    // After a failure the peers fail too; nobody needs the store long enough to wait for.
+    if (!server || broken_) return;
     std::vector<std::string> keys;
     for (int r = 0; r < size; ++r) keys.push_back("chorus/bye/" + std::to_string(r));
     root_store->wait(keys, std::min(timeout, std::chrono::milliseconds(10000)));
@@ -122,13 +169,45 @@ algo::Algorithm Communicator::Impl::choose(Collective coll, size_t bytes) const 
   return algo::select_default(coll, bytes, size);
 }
 
+namespace {
+bool is_point_to_point(Collective c) {
+  return c == Collective::kSend || c == Collective::kRecv || c == Collective::kSendRecv;
+}
+bool is_reducing(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
+}
+bool is_rooted(Collective c) {
+  return c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
+         c == Collective::kScatter;
+}
+}  // namespace
+
 Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking) {
   // Bytes as chorus-bench counts them: the per-rank buffer, or the whole gathered/scattered one.
   size_t bytes = args.bytes();
   if (args.coll == Collective::kReduceScatter || args.coll == Collective::kAllGather)
     bytes *= static_cast<size_t>(size);
-  Op op{args, next_seq++, choose(args.coll, bytes), std::make_shared<Work::State>()};
+  const bool p2p = is_point_to_point(args.coll);
+  Op op{args, collectives, choose(args.coll, bytes), std::make_shared<Work::State>(), {},
+        call_timeout.count() > 0 ? call_timeout : timeout, 0};
+  // Collectives are numbered; point-to-point messages are numbered per pair by the Exchange.
+  if (!p2p) ++collectives;
+  op.stamp.seq = static_cast<uint64_t>(op.seq);
+  op.stamp.coll = static_cast<uint8_t>(p2p ? Collective::kSend : args.coll);
+  op.stamp.count = args.count;
+  op.stamp.dtype = static_cast<uint8_t>(args.dtype);
+  op.stamp.op = is_reducing(args.coll) ? static_cast<uint8_t>(args.op) : 0;
+  op.stamp.root = is_rooted(args.coll) ? args.root : 0;
   op.state->algorithm = std::string(algo::to_string(op.algorithm));
+  FlightRecorder::Record rec;
+  rec.seq = op.seq;
+  rec.coll = args.coll;
+  rec.count = args.count;
+  rec.dtype = args.dtype;
+  rec.op = args.op;
+  rec.root = is_rooted(args.coll) ? args.root : p2p ? args.peer : -1;
+  rec.algorithm = op.state->algorithm;
+  op.record = recorder->issued(rec);
   Work work(op.state);
   std::unique_lock lock(mu_);
   if (blocking && queue_.empty() && !running_) {
@@ -171,42 +250,83 @@ void Communicator::Impl::synchronize() {
 
 void Communicator::Impl::execute(Op& op) {
   const std::string_view name = to_string(op.args.coll);
-  if (broken_) {
+  std::exception_ptr broken;
+  {
+    std::lock_guard lock(mu_);
+    broken = broken_;
+  }
+  if (broken) {
     std::string why = "an earlier operation failed";
     try {
-      std::rethrow_exception(broken_);
+      std::rethrow_exception(broken);
     } catch (const std::exception& e) {
       why = e.what();
     }
+    recorder->finished(op.record, "not run: communicator unusable");
     op.state->complete(std::make_exception_ptr(
         Error(ErrorKind::kPeerFailure,
               "communicator is unusable after an earlier failure (" + why + ")", rank,
               std::string(name), op.seq)));
     return;
   }
+  recorder->started(op.record);
   try {
     if (size == 1) {
       run_single_rank(op.args);
     } else {
       const algo::AlgoEntry* entry = algo::find_algorithm(op.args.coll, op.algorithm);
       CHORUS_CHECK(entry != nullptr, "no algorithm ", algo::to_string(op.algorithm), " for ", name);
-      exchange->begin(name.data(), op.seq, entry->description, timeout);
+      exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp);
       algo::Context ctx{rank, size, *exchange, scratch, chunk_bytes};
       entry->run(ctx, op.args);
+      transport->count_completed();
     }
+    recorder->finished(op.record, {});
     op.state->complete(nullptr);
   } catch (const Error& e) {
-    // Re-raise with this rank, operation and sequence number attached when missing.
-    std::exception_ptr err = std::current_exception();
-    if (e.op().empty())
-      err = std::make_exception_ptr(Error(e.kind(), e.message(), rank, std::string(name), op.seq));
-    broken_ = err;
-    op.state->complete(err);
+    // Attach this rank, the operation and its sequence number where the thrower could not.
+    if (e.op().empty() || e.rank() < 0) {
+      Error full(e.kind(), e.message(), rank, std::string(name), op.seq, e.peer());
+      fail(op, std::make_exception_ptr(full), full);
+    } else {
+      fail(op, std::current_exception(), e);
+    }
   } catch (const std::exception& e) {
-    auto err = std::make_exception_ptr(
-        Error(ErrorKind::kInternal, e.what(), rank, std::string(name), op.seq));
-    broken_ = err;
-    op.state->complete(err);
+    Error full(ErrorKind::kInternal, e.what(), rank, std::string(name), op.seq);
+    fail(op, std::make_exception_ptr(full), full);
+  }
+}
+
+// A failed operation breaks the communicator: the peers are told (with the rank that started
+// it), the flight recorder is dumped, and every later operation fails fast.
+void Communicator::Impl::fail(Op& op, std::exception_ptr error, const Error& e) {
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_) broken_ = error;
+  }
+  const int cause = e.kind() == ErrorKind::kPeerFailure && e.peer() >= 0 ? e.peer() : rank;
+  if (transport) transport->announce_failure(cause, e.what());
+  recorder->finished(op.record, e.what());
+  if (e.kind() != ErrorKind::kInvalidArgument) {
+    const std::string path = recorder->dump_to_dir(e.what());
+    CHORUS_WARN(kLogColl, e.what(), "\nlast operations of communicator ", comm_id, ":\n",
+                recorder->summary(8),
+                path.empty() ? std::string("(set CHORUS_FR_DIR to keep full flight-recorder dumps)")
+                             : "flight recorder: " + path);
+  }
+  op.state->complete(error);
+}
+
+void Communicator::Impl::abort(const std::string& reason) {
+  const std::string text = "aborted by the application" + (reason.empty() ? "" : ": " + reason);
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_) broken_ = std::make_exception_ptr(Error(ErrorKind::kPeerFailure, text, rank));
+  }
+  aborted_.store(true, std::memory_order_release);
+  if (transport) {
+    transport->announce_failure(rank, detail::concat("rank ", rank, " ", text));
+    transport->doorbell().ring();  // wake this rank's own waiter
   }
 }
 

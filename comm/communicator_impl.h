@@ -8,6 +8,7 @@
 // the communicator: the failing Work carries the error and every later call fails fast with it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -22,6 +23,7 @@
 #include "chorus/communicator.h"
 #include "chorus/store.h"
 #include "exchange.h"
+#include "flight_recorder.h"
 #include "transport/transport.h"
 
 namespace chorus {
@@ -53,6 +55,8 @@ struct Communicator::Impl {
   // Issues an operation: validated args, a sequence number, an algorithm; runs or queues it.
   Work submit(const algo::CollArgs& args, bool blocking);
   void synchronize();
+  // Fails the running and every later operation here, and tells the peers (they fail too).
+  void abort(const std::string& reason);
   std::optional<Communicator> split(int color, int key);
   algo::Algorithm choose(Collective coll, size_t bytes) const;
 
@@ -71,8 +75,10 @@ struct Communicator::Impl {
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<Exchange> exchange;
   algo::Scratch scratch;
-  int64_t next_seq = 0;
+  std::chrono::milliseconds call_timeout{0};  // set_timeout(): overrides `timeout` when > 0
+  int64_t collectives = 0;  // issued so far: the sequence number of the next one
   int splits = 0;
+  std::unique_ptr<FlightRecorder> recorder;
 
  private:
   struct Op {
@@ -80,11 +86,17 @@ struct Communicator::Impl {
     int64_t seq;
     algo::Algorithm algorithm;
     std::shared_ptr<Work::State> state;
+    transport::OpStamp stamp;
+    std::chrono::milliseconds timeout;
+    uint64_t record;  // flight-recorder id
   };
+  void fail(Op& op, std::exception_ptr error, const Error& e);
   void execute(Op& op);
   void run_single_rank(const algo::CollArgs& a);
   void progress_loop();
   void finalize_store();
+  std::string claim_world_id();
+  void check_world_size();
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -92,7 +104,8 @@ struct Communicator::Impl {
   bool running_ = false;
   bool stopping_ = false;
   std::thread thread_;
-  std::exception_ptr broken_;
+  std::exception_ptr broken_;  // guarded by mu_
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace chorus

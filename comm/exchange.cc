@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "chorus/config.h"
+#include "chorus/communicator.h"
 #include "chorus/error.h"
 
 namespace chorus {
@@ -35,7 +36,7 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
 }
 
 void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
-                     std::chrono::milliseconds timeout) {
+                     std::chrono::milliseconds timeout, const transport::OpStamp& stamp) {
   CHORUS_CHECK_EQ(pending_, 0u, "requests left over from the previous operation");
   requests_.clear();
   op_name_ = op_name;
@@ -44,10 +45,24 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   step_ = "";
   timeout_ = timeout;
   deadline_ = std::chrono::steady_clock::now() + timeout;
+  stamp_ = stamp;
+  if (static_cast<Collective>(stamp.coll) != Collective::kSend) {
+    history_.push_back(stamp);
+    if (history_.size() > 64) history_.pop_front();
+  }
+  transport_.check_alarm();
+  transport_.publish_current(stamp);
 }
 
 Exchange::RequestId Exchange::post(transport::Request r) {
   const RequestId id = requests_.size();
+  r.stamp = stamp_;
+  if (static_cast<Collective>(stamp_.coll) == Collective::kSend && r.bytes > 0) {
+    // Point-to-point messages pair up by order between two ranks, whatever else either does.
+    r.stamp.seq = r.kind == transport::Request::Kind::kSend ? p2p_sent_[r.peer]++
+                                                            : p2p_received_[r.peer]++;
+    r.stamp.count = r.bytes;
+  }
   requests_.push_back(r);
   transport::Request& req = requests_.back();
   if (req.bytes == 0) {  // both sides know the size: nothing travels
@@ -120,7 +135,7 @@ bool Exchange::progress() {
 }
 
 template <class Done>
-void Exchange::wait_until(Done&& done) {
+void Exchange::wait_until(Done&& done) try {
   auto& bell = transport_.doorbell();
   int idle = 0;
   for (;;) {
@@ -138,10 +153,46 @@ void Exchange::wait_until(Done&& done) {
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline_) throw_timeout();
+    if (now - last_check_ >= std::chrono::milliseconds(20)) {
+      last_check_ = now;
+      on_sleep();
+    }
     const long left_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
     bell.sleep(seen, std::min(policy_.sleep_ns, left_ns));
   }
+} catch (const transport::StampMismatch& m) {
+  throw_mismatch(m);
+}
+
+// Names both calls. When the peer is still in an operation this rank has already finished (its
+// messages for it arrive now), the message quotes what this rank called at that number.
+void Exchange::throw_mismatch(const transport::StampMismatch& m) const {
+  using transport::describe;
+  std::string text = detail::concat("rank ", m.peer, " called ", describe(m.theirs));
+  const bool p2p = static_cast<Collective>(m.mine.coll) == Collective::kSend;
+  const transport::OpStamp* earlier = nullptr;
+  if (!p2p && m.theirs.seq < m.mine.seq)
+    for (const auto& s : history_)
+      if (s.seq == m.theirs.seq) earlier = &s;
+  if (earlier != nullptr)
+    text += detail::concat(" where this rank called ", describe(*earlier),
+                           " (this rank is now in ", describe(m.mine), ")");
+  else
+    text += detail::concat(" while this rank called ", describe(m.mine));
+  throw Mismatch(text + "; every rank must issue the same collectives in the same order", rank_,
+                 op_name_, seq_, m.peer);
+}
+
+void Exchange::on_sleep() {
+  if (abort_ != nullptr && abort_->load(std::memory_order_acquire))
+    throw Error(ErrorKind::kPeerFailure, "the communicator was aborted", rank_, op_name_, seq_);
+  if (waiting_ != nullptr) {
+    std::lock_guard lock(waiting_->mu);
+    waiting_->peers = active_;
+    waiting_->step = step_;
+  }
+  transport_.check_peers(active_, stamp_);
 }
 
 void Exchange::wait(RequestId id) {
@@ -163,7 +214,7 @@ void Exchange::throw_timeout() const {
   throw Timeout(detail::concat("not complete after ", timeout_.count() / 1000.0, " s in ", algorithm_,
                                " algorithm, step '", step_, "'; still waiting for ", waiting,
                                " (set CHORUS_TIMEOUT to change the deadline)"),
-                rank_, op_name_, seq_);
+                rank_, op_name_, seq_, active_.empty() ? -1 : active_.front());
 }
 
 }  // namespace chorus

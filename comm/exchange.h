@@ -12,7 +12,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <atomic>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,12 +38,12 @@ class Exchange {
 
   Exchange(transport::Transport& transport, int rank, int world_size, const WaitPolicy& policy)
       : transport_(transport), rank_(rank), send_q_(world_size), recv_q_(world_size),
-        policy_(policy) {}
+        policy_(policy), p2p_sent_(world_size), p2p_received_(world_size) {}
 
-  // Starts a new operation: forgets finished requests, sets the deadline and the names used in
-  // error messages.
+  // Starts a new operation: forgets finished requests, sets the deadline, the names used in
+  // error messages and the stamp every message of the operation carries.
   void begin(const char* op_name, int64_t seq, const char* algorithm,
-             std::chrono::milliseconds timeout);
+             std::chrono::milliseconds timeout, const transport::OpStamp& stamp);
   // Labels the current step for timeout messages (a static string).
   void step(const char* label) { step_ = label; }
 
@@ -55,12 +57,25 @@ class Exchange {
   void wait_all();
   bool done(RequestId id) const { return requests_[id].done; }
 
+  // What a blocked wait is waiting for, published while it sleeps (read by flight-recorder dumps
+  // from other threads).
+  struct Waiting {
+    std::mutex mu;
+    std::vector<int> peers;
+    std::string step;
+  };
+  void publish_waiting_to(Waiting* w) { waiting_ = w; }
+  // Set from any thread to make waits fail promptly (Communicator::abort).
+  void set_abort_flag(const std::atomic<bool>* flag) { abort_ = flag; }
+
  private:
   RequestId post(transport::Request r);
   // One pass over every link with pending requests. Returns whether anything moved.
   bool progress();
+  void on_sleep();  // peer checks, abort, published waiting state
   template <class Done> void wait_until(Done&& done);
   [[noreturn]] void throw_timeout() const;
+  [[noreturn]] void throw_mismatch(const transport::StampMismatch& m) const;
 
   transport::Transport& transport_;
   int rank_;
@@ -72,6 +87,12 @@ class Exchange {
   WaitPolicy policy_;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
+  transport::OpStamp stamp_;
+  std::deque<transport::OpStamp> history_;  // this rank's recent collectives, newest last
+  std::vector<uint64_t> p2p_sent_, p2p_received_;  // per peer: send/recv message numbers
+  std::chrono::steady_clock::time_point last_check_{};
+  Waiting* waiting_ = nullptr;
+  const std::atomic<bool>* abort_ = nullptr;
   const char* op_name_ = "";
   const char* algorithm_ = "";
   const char* step_ = "";

@@ -9,12 +9,47 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "chorus/types.h"
 #include "transport/futex.h"
 
 namespace chorus::transport {
+
+// The operation a message belongs to. Every message carries the sender's stamp and the receiver
+// compares it with its own: ranks that call different collectives (or the same one with another
+// count, type, op or root) fail with chorus::Mismatch on both sides instead of exchanging bytes
+// that mean different things. 24 bytes: it rides in the slot header at no cost.
+struct OpStamp {
+  uint64_t seq = 0;    // collective sequence number; for send/recv the per-pair message number
+  uint64_t count = 0;  // elements as the call names them (send/recv: bytes)
+  uint8_t coll = 0;    // chorus::Collective (send and recv both as kSend)
+  uint8_t dtype = 0;   // chorus::DataType (send/recv: 0)
+  uint8_t op = 0;      // chorus::ReduceOp for reducing collectives, else 0
+  uint8_t pad = 0;
+  int32_t root = 0;    // rooted collectives, else 0
+  bool operator==(const OpStamp&) const = default;
+};
+static_assert(sizeof(OpStamp) == 24);
+
+// "all_reduce #12 (count 1000, float, sum)"; defined by the communicator, which knows the names.
+std::string describe(const OpStamp& stamp);
+
+// Thrown by a link whose peer's message belongs to another operation; the Exchange, which knows
+// this rank's recent operations, turns it into the chorus::Mismatch users see.
+struct StampMismatch {
+  int peer;
+  OpStamp theirs, mine;
+};
+
+// A rank's state as its peers see it.
+enum class PeerStatus : uint32_t {
+  kRunning = 0,
+  kLeft = 1,    // destroyed its communicator (normal end, or stopped calling)
+  kFailed = 2,  // an operation failed there, or it aborted; its error text is published
+};
 
 struct Request {
   enum class Kind : uint8_t {
@@ -30,6 +65,7 @@ struct Request {
   size_t bytes = 0;
   DataType dtype = DataType::kU8;
   ReduceOp op = ReduceOp::kSum;  // never kAvg here: the algorithm divides at the end
+  OpStamp stamp;                 // the operation this message belongs to
   // Progress state, owned by the transport.
   size_t offset = 0;
   uint64_t token = 0;
@@ -53,6 +89,23 @@ class Transport {
   // Rung by peers whenever they change state this rank may be waiting on.
   virtual Doorbell& doorbell() = 0;
   virtual std::string name() const = 0;
+
+  // Throws chorus::PeerFailure naming the first peer that failed or died (with its own error
+  // text when it published one), or one of `waiting_for` that left the communicator.
+  // Also throws chorus::Mismatch when a peer in `waiting_for` is in a different collective of
+  // the same sequence number than `mine`.
+  virtual void check_peers(std::span<const int> waiting_for, const OpStamp& mine) = 0;
+  // Cheap check at the start of every operation: throws like check_peers if any peer has
+  // published a failure.
+  virtual void check_alarm() = 0;
+  // Publishes the collective this rank is starting (read by check_peers on other ranks).
+  virtual void publish_current(const OpStamp& stamp) = 0;
+  // Publishes this rank's failure (and the rank that caused it) to every peer and wakes them.
+  virtual void announce_failure(int cause_rank, std::string_view text) = 0;
+  // Publishes that this rank left the communicator (destroyed it).
+  virtual void announce_exit() = 0;
+  // Counts a completed operation (peers quote it when this rank stops calling).
+  virtual void count_completed() = 0;
 };
 
 }  // namespace chorus::transport

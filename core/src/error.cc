@@ -36,9 +36,10 @@ std::string format_what(ErrorKind kind, const std::string& message, int rank,
 }
 }  // namespace
 
-Error::Error(ErrorKind kind, std::string message, int rank, std::string op, int64_t seq)
+Error::Error(ErrorKind kind, std::string message, int rank, std::string op, int64_t seq, int peer)
     : std::runtime_error(format_what(kind, message, rank, op, seq)),
-      kind_(kind), rank_(rank), op_(std::move(op)), seq_(seq), message_(std::move(message)) {}
+      kind_(kind), rank_(rank), op_(std::move(op)), seq_(seq), peer_(peer),
+      message_(std::move(message)) {}
 
 void throw_system_error(std::string_view what, int err) {
   throw Error(ErrorKind::kSystem, detail::concat(what, ": ", std::strerror(err)));

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "chorus/communicator.h"
 
@@ -21,6 +22,7 @@ struct RunOptions {
   std::chrono::milliseconds deadline{120000};
   std::map<std::string, std::string> env;  // extra environment for every rank
   std::string job_id;                      // empty: a fresh one per run
+  std::vector<int> may_fail;               // ranks whose exit status is not checked (crash tests)
 };
 
 // Runs body(comm) on `world_size` ranks. Returns the job id used.

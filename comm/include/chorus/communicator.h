@@ -179,6 +179,18 @@ class Communicator {
   // Waits for every queued operation (errors stay with their Work handles).
   void synchronize();
 
+  // ---- failure handling ----------------------------------------------------------------------
+  // Deadline for operations issued from now on (0 = back to CommOptions / CHORUS_TIMEOUT). An
+  // operation past its deadline fails with chorus::Timeout naming the ranks it waited for, and
+  // the communicator becomes unusable: later calls fail fast.
+  void set_timeout(std::chrono::milliseconds timeout);
+  // Fails the operation in progress and every later one on this rank, and tells the peers: their
+  // pending and later operations fail promptly with chorus::PeerFailure naming this rank and
+  // `reason`. Destroying the communicator afterwards is still required.
+  void abort(std::string_view reason = {});
+  // The flight recorder (last CHORUS_FR_ENTRIES operations) as one JSON document.
+  std::string flight_recorder_json() const;
+
   struct Impl;
 
  private:

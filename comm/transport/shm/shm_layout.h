@@ -19,11 +19,13 @@
 #include <cstdint>
 
 #include "transport/futex.h"
+#include "transport/transport.h"
 
 namespace chorus::transport::shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x63686f7275730001ull;  // "chorus", layout v1
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730002ull;  // "chorus", layout v2
 
+// What a rank tells its peers about itself through its own segment (see PeerStatus).
 struct alignas(64) SegmentHeader {
   uint64_t magic;
   uint32_t world_size;
@@ -33,6 +35,16 @@ struct alignas(64) SegmentHeader {
   uint32_t depth;
   uint64_t probe;  // a known value peers read with process_vm_readv to test single-copy access
   alignas(64) Doorbell bell;
+  alignas(64) std::atomic<uint32_t> status;  // PeerStatus; written once when it leaves or fails
+  int32_t cause_rank;                        // failed: the rank whose failure caused ours (or us)
+  std::atomic<uint64_t> ops_done;            // operations this rank completed on the communicator
+  char error[1024];                          // failed: the error text, NUL-terminated
+  // Raised by any peer that fails, so an operation's start needs one load to notice.
+  alignas(64) std::atomic<uint32_t> alarm;
+  // The collective this rank is in (seqlock: `version` odd while `current` is being written), so
+  // that two ranks each waiting to receive from the other can see they called different ones.
+  alignas(64) std::atomic<uint64_t> version;
+  OpStamp current;
 };
 
 struct FifoCtrl {
@@ -50,7 +62,9 @@ struct alignas(64) SlotHeader {
   uint64_t total;   // bytes of the whole message
   uint64_t offset;  // eager: where this slot's payload starts in the message
   uint64_t addr;    // rendezvous: the message in the sender's address space
+  OpStamp stamp;    // the sender's operation, compared with the receiver's
 };
+static_assert(sizeof(SlotHeader) == 64, "one cache line of header per slot");
 
 struct Layout {
   size_t world_size, slot_bytes, depth;

@@ -1,5 +1,7 @@
 #include "transport/shm/shm_transport.h"
 
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -7,11 +9,13 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
+#include "chorus/communicator.h"
 
 namespace chorus::transport {
 namespace {
@@ -103,6 +107,7 @@ class ShmLink : public Link {
       h->total = r.bytes;
       h->offset = 0;
       h->addr = reinterpret_cast<uint64_t>(r.src);
+      h->stamp = r.stamp;
       r.token = ++rndv_sent_;
       r.phase = kAwaitingAck;
       publish();
@@ -116,6 +121,7 @@ class ShmLink : public Link {
       h->bytes = static_cast<uint32_t>(n);
       h->total = r.bytes;
       h->offset = r.offset;
+      h->stamp = r.stamp;
       std::memcpy(payload(h), r.src + r.offset, n);
       r.offset += n;
       ++sent_;
@@ -133,6 +139,7 @@ class ShmLink : public Link {
     bool moved = false;
     while (!r.done && received_ < in_ctrl_->head.load(std::memory_order_acquire)) {
       const auto* h = slot_header(in_slots_, received_);
+      if (!(h->stamp == r.stamp)) throw StampMismatch{peer_, h->stamp, r.stamp};
       if (h->total != r.bytes)
         throw Error(ErrorKind::kMismatch,
                     detail::concat("rank ", peer_, " sent a ", h->total, "-byte message where this "
@@ -189,11 +196,20 @@ class ShmLink : public Link {
     }
   }
 
+  // A failed single-copy read: the sender died (ESRCH) or its memory went away.
+  [[noreturn]] void throw_read_error(int err) const {
+    if (err == ESRCH)
+      throw PeerFailure(detail::concat("rank ", peer_, " (pid ", peer_pid_, ") died while this rank "
+                                       "was reading its message"),
+                        -1, {}, -1, peer_);
+    throw Error(ErrorKind::kTransport, detail::concat("single-copy read from rank ", peer_,
+                                                      " failed: ", std::strerror(err)),
+                -1, {}, -1, peer_);
+  }
+
   void receive_rendezvous(Request& r, uint64_t addr) {
     if (r.kind == Request::Kind::kRecv) {
-      if (int err = cma_read(peer_pid_, r.dst, addr, r.bytes))
-        throw Error(ErrorKind::kTransport, detail::concat("single-copy read from rank ", peer_,
-                                                          " failed: ", std::strerror(err)));
+      if (int err = cma_read(peer_pid_, r.dst, addr, r.bytes)) throw_read_error(err);
       return;
     }
     // Reduce: pull a cache-sized piece, combine it while it is hot.
@@ -201,9 +217,7 @@ class ShmLink : public Link {
     const size_t piece = kStagingBytes / 64 * 64;
     for (size_t off = 0; off < r.bytes; off += piece) {
       const size_t n = std::min(piece, r.bytes - off);
-      if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n))
-        throw Error(ErrorKind::kTransport, detail::concat("single-copy read from rank ", peer_,
-                                                          " failed: ", std::strerror(err)));
+      if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_read_error(err);
       deliver(r, off, staging_.data(), n);
     }
   }
@@ -251,7 +265,16 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   peers_.resize(world_size);
   for (int p = 0; p < world_size; ++p) {
     if (p == rank) continue;
-    std::istringstream in(store.get("shm/" + std::to_string(p), timeout));
+    std::string info;
+    try {
+      info = store.get("shm/" + std::to_string(p), timeout);
+    } catch (const Timeout&) {
+      throw Timeout(detail::concat("rank ", p, " did not join within ", timeout.count() / 1000.0,
+                                   " s (is it running, with the same world size and master "
+                                   "address? CHORUS_TIMEOUT sets the deadline)"),
+                    rank, "connect", -1, p);
+    }
+    std::istringstream in(info);
     long pid = 0;
     uint64_t probe_addr = 0;
     std::string peer_name, peer_host;
@@ -284,6 +307,11 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   store.wait(keys, timeout);
   own_.unlink();
 
+  // Liveness: a pidfd per peer becomes readable when that process ends.
+  pidfds_.assign(world_size, -1);
+  for (int p = 0; p < world_size; ++p)
+    if (p != rank) pidfds_[p] = static_cast<int>(::syscall(SYS_pidfd_open, pids[p], 0));
+
   links_.resize(world_size);
   for (int p = 0; p < world_size; ++p) {
     if (p == rank) continue;
@@ -293,7 +321,116 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   }
 }
 
-ShmTransport::~ShmTransport() = default;
+ShmTransport::~ShmTransport() {
+  for (int fd : pidfds_)
+    if (fd >= 0) ::close(fd);
+}
+
+const shm::SegmentHeader& ShmTransport::peer_header(int p) const {
+  return *static_cast<const shm::SegmentHeader*>(peers_[p].data());
+}
+
+void ShmTransport::check_alarm() {
+  if (header()->alarm.load(std::memory_order_acquire) != 0) check_peers({}, OpStamp{});
+}
+
+void ShmTransport::publish_current(const OpStamp& stamp) {
+  auto* h = header();
+  const uint64_t v = h->version.load(std::memory_order_relaxed);
+  h->version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  h->current = stamp;
+  h->version.store(v + 2, std::memory_order_release);
+}
+
+namespace {
+// A consistent copy of a peer's current stamp, or nullopt while it is being written.
+std::optional<OpStamp> read_current(const shm::SegmentHeader& h) {
+  const uint64_t v1 = h.version.load(std::memory_order_acquire);
+  if (v1 == 0 || v1 % 2 != 0) return std::nullopt;
+  OpStamp s;
+  std::memcpy(&s, const_cast<const OpStamp*>(&h.current), sizeof s);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (h.version.load(std::memory_order_relaxed) != v1) return std::nullopt;
+  return s;
+}
+}  // namespace
+
+void ShmTransport::check_peers(std::span<const int> waiting_for, const OpStamp& mine) {
+  // A published failure says the most: its own error text, and which rank started it.
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_) continue;
+    const auto& h = peer_header(p);
+    if (h.status.load(std::memory_order_acquire) != static_cast<uint32_t>(PeerStatus::kFailed))
+      continue;
+    const int cause = h.cause_rank;
+    const std::string text(h.error, strnlen(h.error, sizeof h.error));
+    throw PeerFailure(cause == p ? detail::concat("rank ", p, " failed: ", text)
+                                 : detail::concat("rank ", cause, " failed first (reported by rank ",
+                                                  p, "): ", text),
+                      -1, {}, -1, cause);
+  }
+  // A process that is gone without leaving: crashed, killed, or exited with the communicator alive.
+  std::vector<pollfd> fds;
+  for (int p = 0; p < world_size_; ++p)
+    if (p != rank_ && pidfds_[p] >= 0) fds.push_back({pidfds_[p], POLLIN, 0});
+  if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) > 0) {
+    for (int p = 0, i = 0; p < world_size_; ++p) {
+      if (p == rank_ || pidfds_[p] < 0) continue;
+      const bool dead = fds[i++].revents != 0;
+      if (!dead) continue;
+      const auto& h = peer_header(p);
+      if (h.status.load(std::memory_order_acquire) == static_cast<uint32_t>(PeerStatus::kLeft)) continue;
+      throw PeerFailure(detail::concat("rank ", p, " (pid ", h.pid, ") died without leaving the "
+                                       "communicator (crashed, was killed, or exited with it still "
+                                       "alive) after ", h.ops_done.load(), " operations"),
+                        -1, {}, -1, p);
+    }
+  }
+  // A rank this one waits for that has left will never answer; one in another collective of the
+  // same number never will either (both may be waiting to receive: no message shows it).
+  const bool collective = static_cast<Collective>(mine.coll) != Collective::kSend;
+  for (int p : waiting_for) {
+    const auto& h = peer_header(p);
+    if (collective) {
+      const auto theirs = read_current(h);
+      if (theirs && theirs->seq == mine.seq && static_cast<Collective>(theirs->coll) != Collective::kSend &&
+          !(*theirs == mine))
+        throw StampMismatch{p, *theirs, mine};
+    }
+    if (h.status.load(std::memory_order_acquire) == static_cast<uint32_t>(PeerStatus::kLeft))
+      throw PeerFailure(detail::concat("rank ", p, " left the communicator after ",
+                                       h.ops_done.load(), " operations while this rank still waits "
+                                       "for it (did it stop calling early, e.g. a shorter loop?)"),
+                        -1, {}, -1, p);
+  }
+}
+
+void ShmTransport::announce(PeerStatus status) {
+  uint32_t running = static_cast<uint32_t>(PeerStatus::kRunning);
+  header()->status.compare_exchange_strong(running, static_cast<uint32_t>(status),
+                                           std::memory_order_acq_rel);
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_) continue;
+    auto& h = const_cast<shm::SegmentHeader&>(peer_header(p));
+    if (status == PeerStatus::kFailed) h.alarm.store(1, std::memory_order_release);
+    h.bell.ring();
+  }
+}
+
+void ShmTransport::announce_failure(int cause_rank, std::string_view text) {
+  auto* h = header();
+  if (h->status.load() != static_cast<uint32_t>(PeerStatus::kRunning)) return;
+  h->cause_rank = cause_rank;
+  const size_t n = std::min(text.size(), sizeof h->error - 1);
+  std::memcpy(h->error, text.data(), n);
+  h->error[n] = '\0';
+  announce(PeerStatus::kFailed);
+}
+
+void ShmTransport::announce_exit() { announce(PeerStatus::kLeft); }
+
+void ShmTransport::count_completed() { header()->ops_done.fetch_add(1, std::memory_order_relaxed); }
 
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);

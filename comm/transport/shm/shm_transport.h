@@ -38,12 +38,20 @@ class ShmTransport : public Transport {
   Link& link(int peer) override;
   Doorbell& doorbell() override { return header()->bell; }
   std::string name() const override { return "shm"; }
+  void check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
+  void check_alarm() override;
+  void publish_current(const OpStamp& stamp) override;
+  void announce_failure(int cause_rank, std::string_view text) override;
+  void announce_exit() override;
+  void count_completed() override;
 
   // Whether sends to `peer` may use the single-copy path (for tests and logs).
   bool single_copy_to(int peer) const;
 
  private:
   shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
+  const shm::SegmentHeader& peer_header(int peer) const;
+  void announce(PeerStatus status);
 
   int rank_;
   int world_size_;
@@ -52,6 +60,7 @@ class ShmTransport : public Transport {
   std::vector<ShmSegment> peers_;
   std::vector<std::unique_ptr<ShmLink>> links_;
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
+  std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
 };
 
 // The host identity ranks compare to decide whether they share memory: CHORUS_HOST_ID, else

@@ -27,12 +27,16 @@ std::string_view to_string(ErrorKind kind);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, std::string message, int rank = -1, std::string op = {}, int64_t seq = -1);
+  Error(ErrorKind kind, std::string message, int rank = -1, std::string op = {}, int64_t seq = -1,
+        int peer = -1);
 
   ErrorKind kind() const noexcept { return kind_; }
   int rank() const noexcept { return rank_; }
   const std::string& op() const noexcept { return op_; }
   int64_t seq() const noexcept { return seq_; }
+  // The rank at fault when it is another one (kPeerFailure: the first rank that failed; kTimeout:
+  // the first rank waited for), else -1.
+  int peer() const noexcept { return peer_; }
   // The message without the "chorus error [...]" prefix that what() carries.
   const std::string& message() const noexcept { return message_; }
 
@@ -41,6 +45,7 @@ class Error : public std::runtime_error {
   int rank_;
   std::string op_;
   int64_t seq_;
+  int peer_;
   std::string message_;
 };
 
@@ -52,14 +57,22 @@ class InvalidArgument : public Error {
 
 class Timeout : public Error {
  public:
-  Timeout(std::string message, int rank = -1, std::string op = {}, int64_t seq = -1)
-      : Error(ErrorKind::kTimeout, std::move(message), rank, std::move(op), seq) {}
+  Timeout(std::string message, int rank = -1, std::string op = {}, int64_t seq = -1, int peer = -1)
+      : Error(ErrorKind::kTimeout, std::move(message), rank, std::move(op), seq, peer) {}
 };
 
 class PeerFailure : public Error {
  public:
-  PeerFailure(std::string message, int rank = -1, std::string op = {}, int64_t seq = -1)
-      : Error(ErrorKind::kPeerFailure, std::move(message), rank, std::move(op), seq) {}
+  PeerFailure(std::string message, int rank = -1, std::string op = {}, int64_t seq = -1,
+              int peer = -1)
+      : Error(ErrorKind::kPeerFailure, std::move(message), rank, std::move(op), seq, peer) {}
+};
+
+// Ranks called different operations (or the same with different counts, types, ops or roots).
+class Mismatch : public Error {
+ public:
+  Mismatch(std::string message, int rank = -1, std::string op = {}, int64_t seq = -1, int peer = -1)
+      : Error(ErrorKind::kMismatch, std::move(message), rank, std::move(op), seq, peer) {}
 };
 
 // Throws kSystem with "<what>: <strerror(err)>".

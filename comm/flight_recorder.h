@@ -1,0 +1,74 @@
+// chorus — the flight recorder: the last N operations of a communicator (what, how big, which
+// algorithm, when issued / started / ended, how it ended, and for the one in progress the step
+// and the peers it waits for). Dumped as JSON on a timeout or failure (to CHORUS_FR_DIR, with a
+// short summary on stderr), on demand through Communicator::flight_recorder_json(), or for every
+// live communicator when the process receives CHORUS_FR_SIGNAL. tools/chorus-fr merges the dumps
+// of all ranks into "who waits for whom".
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chorus/communicator.h"
+#include "exchange.h"
+
+namespace chorus {
+
+class FlightRecorder {
+ public:
+  enum class State : uint8_t { kQueued, kRunning, kDone, kFailed };
+  struct Record {
+    int64_t seq = 0;
+    Collective coll = Collective::kAllReduce;
+    size_t count = 0;
+    DataType dtype = DataType::kF32;
+    ReduceOp op = ReduceOp::kSum;
+    int root = -1;  // rooted collectives; the peer for send/recv
+    std::string algorithm;
+    State state = State::kQueued;
+    int64_t issued_us = 0, started_us = 0, ended_us = 0;  // CLOCK_REALTIME microseconds
+    std::string error;
+  };
+
+  struct Identity {
+    std::string job, comm;
+    int rank = 0, size = 1;
+  };
+
+  FlightRecorder(Identity id, size_t capacity);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  // Returns an id for the other calls.
+  uint64_t issued(const Record& r);
+  void started(uint64_t id);
+  void finished(uint64_t id, const std::string& error);  // empty error = success
+
+  // The exchange publishes where it is blocked here.
+  Exchange::Waiting* waiting() { return &waiting_; }
+
+  // One JSON document: identity, why it was dumped, and every record, oldest first.
+  std::string json(const std::string& reason);
+  // The last `n` records as text lines (for stderr).
+  std::string summary(size_t n);
+  // Writes json(reason) to $CHORUS_FR_DIR/chorus-fr-<job>-<comm>-r<rank>.json when the knob is
+  // set; returns the path or an empty string.
+  std::string dump_to_dir(const std::string& reason);
+
+  // Dumps every live recorder of this process (the CHORUS_FR_SIGNAL handler's work).
+  static void dump_all(const std::string& reason);
+
+ private:
+  Record* find(uint64_t id);  // nullptr once overwritten
+
+  Identity id_;
+  std::mutex mu_;
+  std::vector<Record> ring_;
+  uint64_t next_ = 0;
+  Exchange::Waiting waiting_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,391 @@
+// Never hang, never corrupt: deadlines, failure propagation, mismatch detection, ranks that
+// stop calling, duplicate ranks, and the flight recorder.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "chorus/communicator.h"
+#include "multiproc.h"
+
+namespace chorus::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// Runs `call` and returns the chorus::Error it throws (fails the test if it does not).
+template <class F>
+std::optional<Error> error_of(F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a chorus::Error";
+  return std::nullopt;
+}
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(Reliability, TimeoutNamesTheRankWaitedForAndBreaksTheCommunicator) {
+  run_ranks(3, [](Communicator& comm) {
+    float v[4] = {1, 1, 1, 1};
+    comm.set_algorithm("direct");
+    if (comm.rank() == 2) {
+      // Arrives long after the others gave up: finds them failed, fails fast itself.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      auto e = error_of([&] { comm.all_reduce(v, v, 4, DataType::kF32, ReduceOp::kSum); });
+      ASSERT_TRUE(e);
+      EXPECT_EQ(e->kind(), ErrorKind::kPeerFailure) << e->what();
+      EXPECT_TRUE(contains(e->what(), "timeout")) << e->what();
+      return;
+    }
+    comm.set_timeout(std::chrono::milliseconds(400));
+    const auto start = Clock::now();
+    auto e = error_of([&] { comm.all_reduce(v, v, 4, DataType::kF32, ReduceOp::kSum); });
+    ASSERT_TRUE(e);
+    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1400));
+    // Rank 0 may see rank 1's published timeout first, or time out itself: either names rank 2.
+    EXPECT_TRUE(contains(e->what(), "rank 2")) << e->what();
+    EXPECT_TRUE(contains(e->what(), "all_reduce")) << e->what();
+    // Later calls fail fast.
+    const auto t = Clock::now();
+    auto later = error_of([&] { comm.barrier(); });
+    ASSERT_TRUE(later);
+    EXPECT_TRUE(contains(later->what(), "unusable")) << later->what();
+    EXPECT_LT(Clock::now() - t, std::chrono::milliseconds(100));
+  });
+}
+
+TEST(Reliability, KilledRankIsDetectedWithinTwoSeconds) {
+  RunOptions options;
+  options.may_fail = {3};
+  run_ranks(4, [](Communicator& comm) {
+    std::vector<float> v(1 << 16, 1.0f);
+    comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+    if (comm.rank() == 3) ::kill(::getpid(), SIGKILL);
+    const auto start = Clock::now();
+    auto e = error_of([&] {
+      for (int i = 0; i < 100; ++i)
+        comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+    });
+    ASSERT_TRUE(e);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+    EXPECT_EQ(e->kind(), ErrorKind::kPeerFailure) << e->what();
+    EXPECT_EQ(e->peer(), 3) << e->what();
+    EXPECT_TRUE(contains(e->what(), "rank 3")) << e->what();
+  }, options);
+}
+
+TEST(Reliability, AbortReachesEveryRankAtOnceWithItsReason) {
+  run_ranks(4, [](Communicator& comm) {
+    std::vector<double> v(1000, 1.0);
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm.abort("data loader failed: disk full");
+      auto e = error_of([&] { comm.barrier(); });
+      ASSERT_TRUE(e);
+      EXPECT_TRUE(contains(e->what(), "disk full")) << e->what();
+      return;
+    }
+    const auto start = Clock::now();
+    auto e = error_of([&] { comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF64, ReduceOp::kSum); });
+    ASSERT_TRUE(e);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+    EXPECT_EQ(e->peer(), 1) << e->what();
+    EXPECT_TRUE(contains(e->what(), "disk full")) << e->what();
+  });
+}
+
+// Each pair of mismatched calls fails on the receiving rank with both calls spelled out, and on
+// the other rank at its next operation at the latest.
+struct MismatchCase {
+  const char* name;
+  std::function<void(Communicator&)> rank0, rank1;
+  const char* mine;    // as rank 0 sees its own call
+  const char* theirs;  // as rank 0 sees rank 1's call
+};
+
+TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
+  static float a[256], b[256];
+  const std::vector<MismatchCase> cases = {
+      {"different collectives",
+       [](Communicator& c) { c.all_reduce(a, b, 100, DataType::kF32, ReduceOp::kSum); },
+       [](Communicator& c) { c.broadcast(a, b, 100, DataType::kF32, 1); },
+       "all_reduce #0 (count 100, float, sum)", "broadcast #0 (count 100, float, root 1)"},
+      {"different counts",
+       [](Communicator& c) { c.all_reduce(a, b, 100, DataType::kF32, ReduceOp::kSum); },
+       [](Communicator& c) { c.all_reduce(a, b, 101, DataType::kF32, ReduceOp::kSum); },
+       "count 100", "count 101"},
+      {"different dtypes",
+       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum); },
+       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kI32, ReduceOp::kSum); },
+       "float", "int32"},
+      {"different ops",
+       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum); },
+       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kMax); },
+       "sum", "max"},
+      {"different roots",
+       [](Communicator& c) { c.reduce(a, b, 64, DataType::kF32, ReduceOp::kSum, 0); },
+       [](Communicator& c) { c.reduce(a, b, 64, DataType::kF32, ReduceOp::kSum, 1); },
+       "root 0", "root 1"},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    RunOptions options;
+    options.env["CHORUS_TIMEOUT"] = "5";
+    run_ranks(2, [&](Communicator& comm) {
+      comm.set_algorithm("direct");
+      auto e = error_of([&] {
+        (comm.rank() == 0 ? k.rank0 : k.rank1)(comm);
+        comm.barrier();  // the side that did not receive learns at its next operation
+      });
+      ASSERT_TRUE(e);
+      EXPECT_TRUE(e->kind() == ErrorKind::kMismatch || e->kind() == ErrorKind::kPeerFailure) << e->what();
+      EXPECT_TRUE(contains(e->what(), k.mine)) << e->what();
+      EXPECT_TRUE(contains(e->what(), k.theirs)) << e->what();
+    }, options);
+  }
+}
+
+TEST(Reliability, RankThatStopsCallingIsNamed) {
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<int32_t> v(1000, 1);
+    // Uneven data: rank 2 has 5 batches, the others 10.
+    const int batches = comm.rank() == 2 ? 5 : 10;
+    const auto start = Clock::now();
+    std::optional<Error> e;
+    try {
+      for (int i = 0; i < batches; ++i)
+        comm.all_reduce(v.data(), v.data(), v.size(), DataType::kI32, ReduceOp::kMax);
+    } catch (const Error& err) {
+      e = err;
+    }
+    if (comm.rank() == 2) {
+      EXPECT_FALSE(e) << e->what();
+      return;  // leaves the communicator here
+    }
+    ASSERT_TRUE(e);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+    EXPECT_TRUE(contains(e->what(), "rank 2 left the communicator after 5 operations")) << e->what();
+  });
+}
+
+TEST(Reliability, TwoProcessesClaimingOneRankAreRejected) {
+  const fs::path dir = fresh_dir("chorus-duprank");
+  RunOptions options;
+  options.env["CHORUS_TIMEOUT"] = "2";
+  run_processes(3, [&](int rank) {
+    if (rank == 2) setenv("CHORUS_RANK", "1", 1);  // a second "rank 1"
+    std::string outcome = "ok";
+    try {
+      Communicator comm = Communicator::from_env();
+      comm.barrier();
+    } catch (const Error& e) {
+      outcome = e.what();
+    }
+    std::ofstream(dir / ("outcome-" + std::to_string(rank))) << outcome;
+  }, options);
+  std::string all;
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream in(dir / ("outcome-" + std::to_string(r)));
+    all += std::string(std::istreambuf_iterator<char>(in), {}) + "\n";
+  }
+  EXPECT_TRUE(contains(all, "two processes claim rank 1")) << all;
+  EXPECT_FALSE(contains(all, "ok\n")) << all;
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, InconsistentWorldSizeIsRejected) {
+  RunOptions options;
+  options.env["CHORUS_TIMEOUT"] = "2";
+  run_processes(2, [&](int rank) {
+    if (rank == 1) setenv("CHORUS_WORLD_SIZE", "3", 1), setenv("CHORUS_LOCAL_WORLD_SIZE", "3", 1);
+    auto e = error_of([] { Communicator::from_env(); });
+    ASSERT_TRUE(e);
+    if (rank == 1) EXPECT_TRUE(contains(e->what(), "world size 3 but rank 0 with 2")) << e->what();
+    else EXPECT_TRUE(contains(e->what(), "rank 1 did not join")) << e->what();
+  }, options);
+}
+
+TEST(Reliability, FlightRecorderDumpsOnFailureAndTheMergeToolNamesWhoWaits) {
+  const fs::path dir = fresh_dir("chorus-fr");
+  RunOptions options;
+  options.env["CHORUS_FR_DIR"] = dir.string();
+  options.env["CHORUS_TIMEOUT"] = "0.5";
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<float> v(100, 1.0f);
+    for (int i = 0; i < 3; ++i)
+      comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+    if (comm.rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;  // never joins the 4th all_reduce while the others wait
+    }
+    EXPECT_THROW(comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum), Error);
+    // On demand, too.
+    EXPECT_TRUE(contains(comm.flight_recorder_json(), "\"state\": \"failed\""));
+  }, options);
+  size_t dumps = 0;
+  for (const auto& f : fs::directory_iterator(dir)) dumps += f.path().filename().string().starts_with("chorus-fr-");
+  EXPECT_GE(dumps, 2u);
+  const std::string cmd = std::string(CHORUS_SOURCE_DIR) + "/tools/chorus-fr " + dir.string() + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  EXPECT_TRUE(contains(out, "waits in all_reduce #3")) << out;
+  EXPECT_TRUE(contains(out, "rank(s) 2") || contains(out, "rank(s) 1, 2") || contains(out, "rank(s) 2, 1") ||
+              contains(out, "no dump from rank(s) 2")) << out;
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, SignalDumpsEveryLiveCommunicator) {
+  const fs::path dir = fresh_dir("chorus-fr-signal");
+  RunOptions options;
+  options.env["CHORUS_FR_DIR"] = dir.string();
+  options.env["CHORUS_FR_SIGNAL"] = std::to_string(SIGUSR1);
+  run_ranks(2, [&](Communicator& comm) {
+    comm.barrier();
+    ::raise(SIGUSR1);
+    const fs::path mine = dir / ("chorus-fr-" + std::string(std::getenv("CHORUS_JOB_ID")) + "-w1-r" +
+                                 std::to_string(comm.rank()) + ".json");
+    for (int i = 0; i < 200 && !fs::exists(mine); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(mine);
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    EXPECT_TRUE(contains(text, "\"reason\": \"signal\"")) << mine << ": " << text;
+    EXPECT_TRUE(contains(text, "\"coll\": \"barrier\"")) << text;
+    comm.barrier();
+  }, options);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace chorus::testing
+
+namespace chorus::testing {
+namespace {
+
+// kill -9 in the middle of a large (single-copy) all-reduce and of a barrier.
+TEST(Reliability, KilledRankInTheMiddleOfLargeAllReduceAndBarrierIsNamed) {
+  for (bool barrier : {false, true}) {
+    SCOPED_TRACE(barrier ? "barrier" : "large all_reduce");
+    RunOptions options;
+    options.may_fail = {2};
+    run_ranks(4, [&](Communicator& comm) {
+      std::vector<float> v(barrier ? 1 : 4 << 20, 1.0f);
+      if (comm.rank() == 2) {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));
+          ::kill(::getpid(), SIGKILL);
+        }).detach();
+      }
+      std::optional<Error> e;
+      Clock::time_point failed_at;
+      try {
+        for (int i = 0; i < 100000; ++i) {
+          if (barrier) comm.barrier();
+          else comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kMax);
+        }
+      } catch (const Error& err) {
+        e = err;
+        failed_at = Clock::now();
+      }
+      ASSERT_TRUE(e) << "the loop outlived the killed rank";
+      EXPECT_EQ(e->peer(), 2) << e->what();
+      EXPECT_TRUE(contains(e->what(), "rank 2")) << e->what();
+      EXPECT_TRUE(e->kind() == ErrorKind::kPeerFailure) << e->what();
+    }, options);
+  }
+}
+
+TEST(Reliability, RankThatSkipsACallIsCaught) {
+  // Skipping a call with another signature: the next call does not match.
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<float> a(100, 1.0f), b(200, 1.0f);
+    auto e = error_of([&] {
+      if (comm.rank() != 1) comm.all_reduce(a.data(), a.data(), 100, DataType::kF32, ReduceOp::kSum);
+      comm.all_reduce(b.data(), b.data(), 200, DataType::kF32, ReduceOp::kSum);
+      comm.barrier();
+    });
+    ASSERT_TRUE(e);
+    EXPECT_TRUE(contains(e->what(), "count 100") && contains(e->what(), "count 200")) << e->what();
+  });
+  // Skipping a call with the same signature: the rank runs out of calls first and is named.
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<float> a(100, 1.0f);
+    const int calls = comm.rank() == 1 ? 1 : 2;
+    std::optional<Error> e;
+    try {
+      for (int i = 0; i < calls; ++i)
+        comm.all_reduce(a.data(), a.data(), 100, DataType::kF32, ReduceOp::kSum);
+    } catch (const Error& err) {
+      e = err;
+    }
+    if (comm.rank() == 1) return;
+    ASSERT_TRUE(e);
+    EXPECT_TRUE(contains(e->what(), "rank 1 left the communicator after 1 operations")) << e->what();
+  });
+}
+
+TEST(Reliability, RankThatRaisesIsNamedByTheOthers) {
+  run_processes(3, [](int rank) {
+    try {
+      Communicator comm = Communicator::from_env();
+      std::vector<int64_t> v(1000, 1);
+      const auto start = Clock::now();
+      for (int step = 0; step < 10; ++step) {
+        if (rank == 0 && step == 3) throw std::runtime_error("loss is NaN");
+        try {
+          comm.all_reduce(v.data(), v.data(), v.size(), DataType::kI64, ReduceOp::kMax);
+        } catch (const Error& e) {
+          EXPECT_NE(rank, 0);
+          EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+          EXPECT_EQ(e.peer(), 0) << e.what();
+          EXPECT_TRUE(contains(e.what(), "rank 0 destroyed the communicator while an exception")) << e.what();
+          return;
+        }
+      }
+      ADD_FAILURE() << "rank " << rank << " finished its loop";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(rank, 0);
+      EXPECT_STREQ(e.what(), "loss is NaN");
+    }
+  });
+}
+
+TEST(Reliability, RankThatNeverStartsIsNamedAtSetUp) {
+  RunOptions options;
+  options.env["CHORUS_TIMEOUT"] = "1";
+  const auto start = Clock::now();
+  run_processes(3, [](int rank) {
+    if (rank == 2) return;  // never creates its communicator
+    auto e = error_of([] { Communicator::from_env(); });
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->kind(), ErrorKind::kTimeout) << e->what();
+    EXPECT_TRUE(contains(e->what(), "rank 2 did not join")) << e->what();
+  }, options);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace chorus::testing
