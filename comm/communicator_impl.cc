@@ -148,17 +148,26 @@ Communicator::Impl::~Impl() {
   finalize_store();
 }
 
-// The rank hosting the store keeps serving until every rank has finished with it (or the
-// deadline passes: peers that died do not hold it up for long).
+// The rank hosting the store keeps serving until every rank has finished with it: each says
+// goodbye, and a rank whose process is gone is not waited for. Bounded, so a stuck peer cannot
+// hold this rank's exit for long.
 void Communicator::Impl::finalize_store() {
   if (!owns_bootstrap) return;
   try {
     root_store->set("chorus/bye/" + std::to_string(rank), "1");
-    // After a failure the peers fail too; nobody needs the store long enough to wait for.
-    if (!server || broken_) return;
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back("chorus/bye/" + std::to_string(r));
-    root_store->wait(keys, std::min(timeout, std::chrono::milliseconds(10000)));
+    if (!server) return;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min(timeout, std::chrono::milliseconds(10000));
+    std::vector<int> pending;
+    for (int r = 0; r < size; ++r)
+      if (r != rank) pending.push_back(r);
+    while (!pending.empty() && std::chrono::steady_clock::now() < deadline) {
+      std::erase_if(pending, [&](int r) {
+        return root_store->try_get("chorus/bye/" + std::to_string(r)).has_value() ||
+               (transport && !transport->process_alive(r));
+      });
+      if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   } catch (...) {
     // Best effort: a destructor never throws (a store already gone needs no goodbye).
   }

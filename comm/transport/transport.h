@@ -104,6 +104,8 @@ class Transport {
   virtual void announce_failure(int cause_rank, std::string_view text) = 0;
   // Publishes that this rank left the communicator (destroyed it).
   virtual void announce_exit() = 0;
+  // False once the peer's process is known to have ended (true when it cannot be known).
+  virtual bool process_alive(int peer) = 0;
   // Counts a completed operation (peers quote it when this rank stops calling).
   virtual void count_completed() = 0;
 };

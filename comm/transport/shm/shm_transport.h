@@ -44,6 +44,7 @@ class ShmTransport : public Transport {
   void announce_failure(int cause_rank, std::string_view text) override;
   void announce_exit() override;
   void count_completed() override;
+  bool process_alive(int peer) override;
 
   // Whether sends to `peer` may use the single-copy path (for tests and logs).
   bool single_copy_to(int peer) const;
