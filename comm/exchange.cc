@@ -155,7 +155,7 @@ void Exchange::wait_until(Done&& done) try {
     if (now >= deadline_) throw_timeout();
     if (now - last_check_ >= std::chrono::milliseconds(20)) {
       last_check_ = now;
-      on_sleep();
+      if (on_sleep()) continue;
     }
     const long left_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
@@ -184,7 +184,7 @@ void Exchange::throw_mismatch(const transport::StampMismatch& m) const {
                  op_name_, seq_, m.peer);
 }
 
-void Exchange::on_sleep() {
+bool Exchange::on_sleep() {
   if (abort_ != nullptr && abort_->load(std::memory_order_acquire))
     throw Error(ErrorKind::kPeerFailure, "the communicator was aborted", rank_, op_name_, seq_);
   if (waiting_ != nullptr) {
@@ -192,7 +192,14 @@ void Exchange::on_sleep() {
     waiting_->peers = active_;
     waiting_->step = step_;
   }
-  transport_.check_peers(active_, stamp_);
+  const std::vector<int> gone = transport_.check_peers(active_, stamp_);
+  if (gone.empty()) return false;
+  // Their status was read first, so one more pass sees every message they sent before ending.
+  const bool moved = progress();
+  for (int p : gone)
+    if (!send_q_[p].empty() || !recv_q_[p].empty())
+      throw PeerFailure(transport_.why_gone(p), rank_, op_name_, seq_, p);
+  return moved;
 }
 
 void Exchange::wait(RequestId id) {

@@ -72,7 +72,8 @@ class Exchange {
   RequestId post(transport::Request r);
   // One pass over every link with pending requests. Returns whether anything moved.
   bool progress();
-  void on_sleep();  // peer checks, abort, published waiting state
+  // Peer checks, abort, published waiting state; returns whether its extra progress pass moved.
+  bool on_sleep();
   template <class Done> void wait_until(Done&& done);
   [[noreturn]] void throw_timeout() const;
   [[noreturn]] void throw_mismatch(const transport::StampMismatch& m) const;

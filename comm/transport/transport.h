@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chorus/types.h"
 #include "transport/futex.h"
@@ -90,11 +91,14 @@ class Transport {
   virtual Doorbell& doorbell() = 0;
   virtual std::string name() const = 0;
 
-  // Throws chorus::PeerFailure naming the first peer that failed or died (with its own error
-  // text when it published one), or one of `waiting_for` that left the communicator.
-  // Also throws chorus::Mismatch when a peer in `waiting_for` is in a different collective of
-  // the same sequence number than `mine`.
-  virtual void check_peers(std::span<const int> waiting_for, const OpStamp& mine) = 0;
+  // Throws chorus::PeerFailure naming the first peer that published a failure (with its error
+  // text), and StampMismatch when a peer in `waiting_for` is in a different collective of the
+  // same sequence number than `mine`. Returns the peers of `waiting_for` that have ended (left the
+  // communicator, or their process is gone): their last messages may still be unread, so the
+  // caller progresses once more before deciding that it waits for them in vain (why_gone()).
+  virtual std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) = 0;
+  // "rank 3 left the communicator after 5 operations" / "rank 3 (pid 42) died ...".
+  virtual std::string why_gone(int peer) = 0;
   // Cheap check at the start of every operation: throws like check_peers if any peer has
   // published a failure.
   virtual void check_alarm() = 0;

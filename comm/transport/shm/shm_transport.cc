@@ -356,7 +356,7 @@ std::optional<OpStamp> read_current(const shm::SegmentHeader& h) {
 }
 }  // namespace
 
-void ShmTransport::check_peers(std::span<const int> waiting_for, const OpStamp& mine) {
+std::vector<int> ShmTransport::check_peers(std::span<const int> waiting_for, const OpStamp& mine) {
   // A published failure says the most: its own error text, and which rank started it.
   for (int p = 0; p < world_size_; ++p) {
     if (p == rank_) continue;
@@ -370,26 +370,10 @@ void ShmTransport::check_peers(std::span<const int> waiting_for, const OpStamp& 
                                                   p, "): ", text),
                       -1, {}, -1, cause);
   }
-  // A process that is gone without leaving: crashed, killed, or exited with the communicator alive.
-  std::vector<pollfd> fds;
-  for (int p = 0; p < world_size_; ++p)
-    if (p != rank_ && pidfds_[p] >= 0) fds.push_back({pidfds_[p], POLLIN, 0});
-  if (!fds.empty() && ::poll(fds.data(), fds.size(), 0) > 0) {
-    for (int p = 0, i = 0; p < world_size_; ++p) {
-      if (p == rank_ || pidfds_[p] < 0) continue;
-      const bool dead = fds[i++].revents != 0;
-      if (!dead) continue;
-      const auto& h = peer_header(p);
-      if (h.status.load(std::memory_order_acquire) == static_cast<uint32_t>(PeerStatus::kLeft)) continue;
-      throw PeerFailure(detail::concat("rank ", p, " (pid ", h.pid, ") died without leaving the "
-                                       "communicator (crashed, was killed, or exited with it still "
-                                       "alive) after ", h.ops_done.load(), " operations"),
-                        -1, {}, -1, p);
-    }
-  }
-  // A rank this one waits for that has left will never answer; one in another collective of the
-  // same number never will either (both may be waiting to receive: no message shows it).
+  // Peers this rank waits for: in another collective of the same number (both may be waiting to
+  // receive, so no message shows it), or gone.
   const bool collective = static_cast<Collective>(mine.coll) != Collective::kSend;
+  std::vector<int> gone;
   for (int p : waiting_for) {
     const auto& h = peer_header(p);
     if (collective) {
@@ -398,12 +382,22 @@ void ShmTransport::check_peers(std::span<const int> waiting_for, const OpStamp& 
           !(*theirs == mine))
         throw StampMismatch{p, *theirs, mine};
     }
-    if (h.status.load(std::memory_order_acquire) == static_cast<uint32_t>(PeerStatus::kLeft))
-      throw PeerFailure(detail::concat("rank ", p, " left the communicator after ",
-                                       h.ops_done.load(), " operations while this rank still waits "
-                                       "for it (did it stop calling early, e.g. a shorter loop?)"),
-                        -1, {}, -1, p);
+    if (h.status.load(std::memory_order_acquire) == static_cast<uint32_t>(PeerStatus::kLeft) ||
+        !process_alive(p))
+      gone.push_back(p);
   }
+  return gone;
+}
+
+std::string ShmTransport::why_gone(int p) {
+  const auto& h = peer_header(p);
+  if (h.status.load(std::memory_order_acquire) == static_cast<uint32_t>(PeerStatus::kLeft))
+    return detail::concat("rank ", p, " left the communicator after ", h.ops_done.load(),
+                          " operations while this rank still waits for it (did it stop calling "
+                          "early, e.g. a shorter loop?)");
+  return detail::concat("rank ", p, " (pid ", h.pid, ") died without leaving the communicator "
+                        "(crashed, was killed, or exited with it still alive) after ",
+                        h.ops_done.load(), " operations");
 }
 
 void ShmTransport::announce(PeerStatus status) {

@@ -38,7 +38,8 @@ class ShmTransport : public Transport {
   Link& link(int peer) override;
   Doorbell& doorbell() override { return header()->bell; }
   std::string name() const override { return "shm"; }
-  void check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
+  std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
+  std::string why_gone(int peer) override;
   void check_alarm() override;
   void publish_current(const OpStamp& stamp) override;
   void announce_failure(int cause_rank, std::string_view text) override;
