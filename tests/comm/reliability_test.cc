@@ -389,3 +389,24 @@ TEST(Reliability, RankThatNeverStartsIsNamedAtSetUp) {
 
 }  // namespace
 }  // namespace chorus::testing
+
+namespace chorus::testing {
+namespace {
+
+// A /dev/shm too small for the FIFOs: a clear message with the size and the docker flag, at
+// once. (tmpfs refuses an allocation larger than the whole file system before touching memory.)
+TEST(Reliability, TooSmallDevShmSaysHowMuchIsNeeded) {
+  RunOptions options;
+  options.env["CHORUS_SHM_SLOT_BYTES"] = "1G";
+  options.env["CHORUS_SHM_DEPTH"] = "1024";
+  options.env["CHORUS_TIMEOUT"] = "5";
+  run_processes(2, [](int) {
+    auto e = error_of([] { Communicator::from_env(); });
+    ASSERT_TRUE(e);
+    EXPECT_TRUE(contains(e->what(), "--shm-size")) << e->what();
+    EXPECT_TRUE(contains(e->what(), "MiB")) << e->what();
+  }, options);
+}
+
+}  // namespace
+}  // namespace chorus::testing
