@@ -6,6 +6,7 @@
 // accumulated output gradient to its backward function, then decrements the counts of its
 // edges' targets. A leaf whose count reaches zero has its final gradient: its hooks run then.
 #include <atomic>
+#include <cstring>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -36,16 +37,28 @@ Node::Node(std::string name, BackwardFn fn, std::vector<Edge> edges,
 bool GradSink::needs(size_t i) const { return i < node_.edges_.size() && node_.edges_[i].needed(); }
 
 Tensor GradSink::grad(size_t i) {
+  bool fresh = false;
+  Tensor g = grad_for_write(i, &fresh);
+  if (fresh) std::memset(g.data_ptr(), 0, g.nbytes());  // fresh buffers are contiguous
+  return g;
+}
+
+Tensor GradSink::grad_for_write(size_t i, bool* fresh) {
+  *fresh = false;
   if (!needs(i)) return {};
   const Edge& e = node_.edges_[i];
   if (e.node) {
     Tensor& g = e.node->grad_;
-    if (!g.defined()) g = Tensor::zeros(node_.input_shapes_[i], node_.input_dtypes_[i]);
+    if (!g.defined()) {
+      g = Tensor::empty(node_.input_shapes_[i], node_.input_dtypes_[i]);
+      *fresh = true;
+    }
     return g;
   }
   Tensor& g = e.leaf->autograd.grad;
   if (!g.defined()) {
-    g = Tensor::zeros(e.leaf->shape, e.leaf->dtype, e.leaf->storage->device());
+    g = Tensor::empty(e.leaf->shape, e.leaf->dtype, e.leaf->storage->device());
+    *fresh = true;
   } else {
     CHORUS_CHECK(g.is_contiguous() && g.shape() == e.leaf->shape, "a leaf's grad must be a "
                  "contiguous tensor of its shape");

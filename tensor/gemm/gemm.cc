@@ -1,9 +1,6 @@
 // GEMM entry points: backend selection by measurement, thread count, 16-bit inputs.
 #include "chorus/tensor/gemm.h"
 
-#include <omp.h>
-#include <sched.h>
-
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -12,15 +9,19 @@
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/log.h"
+#include "core/thread_pool.h"
 #include "gemm/backend.h"
+#include "kernels/simd.h"
 
 namespace chorus::tensor {
 namespace {
 
 const StringKnob kGemmKnob{"CHORUS_TENSOR_GEMM", "auto",
                            "f32 GEMM backend: auto (fastest measured), dnnl, openblas, builtin"};
-const IntKnob kThreadsKnob{"CHORUS_TENSOR_THREADS", 0,
-                           "threads for tensor kernels and GEMM (0 = all cores of the affinity mask)"};
+
+const StringKnob kBf16Knob{"CHORUS_TENSOR_BF16_GEMM", "auto",
+                           "autocast bf16 GEMM: auto (faster measured), native (AVX512-BF16 "
+                           "kernel), f32 (f32 GEMM on bf16-rounded operands)"};
 
 // The selection shape: one GPT-2-small-ish linear layer on a (B*T = 512) batch slice.
 constexpr int64_t kSelM = 512, kSelN = 768, kSelK = 256;
@@ -29,47 +30,63 @@ struct Registry {
   std::vector<std::unique_ptr<gemm_impl::SgemmBackend>> backends;
   std::vector<double> gflops;
   gemm_impl::SgemmBackend* chosen = nullptr;
-  int threads = 1;
 };
 
-double time_backend(gemm_impl::SgemmBackend& be) {
+// Runs an sgemm on `be` over the team: the backend's own split, or one call per row block.
+void run_sgemm(gemm_impl::SgemmBackend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+               float* c, int64_t ldc) {
+  if (be.splits_rows_itself()) {
+    be.sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Row blocks of at least 16 rows; op(A)'s rows start at a + i0 * lda (A) or a + i0 (A^T).
+  parallel_for((m + 15) / 16, 32 * n * k, [&](int64_t s, int64_t e, int) {
+    const int64_t i0 = s * 16, i1 = std::min(m, e * 16);
+    be.sgemm(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta,
+             c + i0 * ldc, ldc);
+  });
+}
+
+// Seconds for one round of the shapes a training step uses: plain, B transposed (forward of
+// linear) and A transposed (weight gradient).
+double time_round(gemm_impl::SgemmBackend& be, std::vector<float>& a, std::vector<float>& b,
+                  std::vector<float>& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  run_sgemm(be, false, true, kSelM, kSelN, kSelK, 1.f, a.data(), kSelK, b.data(), kSelK, 0.f,
+            c.data(), kSelN);
+  run_sgemm(be, false, false, kSelM, kSelK, kSelN, 1.f, c.data(), kSelN, b.data(), kSelK, 0.f,
+            a.data(), kSelK);
+  run_sgemm(be, true, false, kSelN, kSelK, kSelM, 1.f, c.data(), kSelN, a.data(), kSelK, 0.f,
+            b.data(), kSelK);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// GFLOP/s of every available backend. Rounds alternate between the backends and each keeps its
+// best round, so a burst of load from other processes hits all of them alike instead of
+// deciding the choice (the machine this runs on is often shared).
+std::vector<double> measure_backends(std::vector<gemm_impl::SgemmBackend*> backends) {
   std::vector<float> a(kSelM * kSelK), b(kSelK * kSelN), c(kSelM * kSelN);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
-  // Warm up (JIT, thread pools), then keep the best of a few runs over the shapes a training
-  // step uses: plain, B transposed (forward of linear) and A transposed (weight gradient).
-  double best = 1e30;
-  for (int rep = 0; rep < 4; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    be.sgemm(false, true, kSelM, kSelN, kSelK, 1.f, a.data(), kSelK, b.data(), kSelK, 0.f,
-             c.data(), kSelN);
-    be.sgemm(false, false, kSelM, kSelK, kSelN, 1.f, c.data(), kSelN, b.data(), kSelK, 0.f,
-             a.data(), kSelK);
-    be.sgemm(true, false, kSelN, kSelK, kSelM, 1.f, c.data(), kSelN, a.data(), kSelK, 0.f,
-             b.data(), kSelK);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep > 0 && s < best) best = s;
-  }
-  return 3.0 * 2.0 * kSelM * kSelN * kSelK / best * 1e-9;
-}
-
-int default_threads() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, omp_get_num_procs());
+  std::vector<double> best(backends.size(), 1e30);
+  for (int rep = 0; rep < 6; ++rep)
+    for (size_t i = 0; i < backends.size(); ++i) {
+      const double s = time_round(*backends[i], a, b, c);
+      if (rep > 0) best[i] = std::min(best[i], s);  // round 0 warms up (JIT, page faults)
+    }
+  std::vector<double> gflops;
+  for (double s : best) gflops.push_back(3.0 * 2.0 * kSelM * kSelN * kSelK / s * 1e-9);
+  return gflops;
 }
 
 Registry& registry() {
   static Registry reg = [] {
     Registry r;
-    const int64_t want = kThreadsKnob.get();
-    r.threads = want > 0 ? static_cast<int>(want) : default_threads();
-    omp_set_num_threads(r.threads);
     r.backends.push_back(gemm_impl::make_dnnl_backend());
     r.backends.push_back(gemm_impl::make_openblas_backend());
     r.backends.push_back(gemm_impl::make_builtin_backend());
     r.gflops.assign(r.backends.size(), 0.0);
-    for (auto& be : r.backends) be->set_threads(r.threads);
     const std::string forced = kGemmKnob.get();
     if (forced != "auto") {
       for (auto& be : r.backends)
@@ -82,16 +99,22 @@ Registry& registry() {
                        ": expected auto, dnnl, openblas or builtin");
       return r;
     }
+    std::vector<gemm_impl::SgemmBackend*> available;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < r.backends.size(); ++i)
+      if (r.backends[i]->available()) {
+        available.push_back(r.backends[i].get());
+        index.push_back(i);
+      }
+    const std::vector<double> rates = measure_backends(available);
     double best = -1;
-    for (size_t i = 0; i < r.backends.size(); ++i) {
-      auto& be = r.backends[i];
-      if (!be->available()) continue;
-      r.gflops[i] = time_backend(*be);
-      CHORUS_INFO(kLogTune, "tensor gemm: ", be->name(), " (", be->note(), ") ", r.gflops[i],
-                  " GFLOP/s on ", r.threads, " threads");
-      if (r.gflops[i] > best) {
-        best = r.gflops[i];
-        r.chosen = be.get();
+    for (size_t j = 0; j < available.size(); ++j) {
+      r.gflops[index[j]] = rates[j];
+      CHORUS_INFO(kLogTune, "tensor gemm: ", available[j]->name(), " (", available[j]->note(),
+                  ") ", rates[j], " GFLOP/s on ", pool_threads(), " threads");
+      if (rates[j] > best) {
+        best = rates[j];
+        r.chosen = available[j];
       }
     }
     CHORUS_INFO(kLogTune, "tensor gemm: using ", r.chosen->name());
@@ -111,9 +134,10 @@ gemm_impl::SgemmBackend& chosen() { return *registry().chosen; }
 template <class H>
 std::unique_ptr<float[]> widen(const H* src, int64_t rows, int64_t cols, int64_t ld) {
   std::unique_ptr<float[]> out(new float[static_cast<size_t>(rows * cols)]);
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(src[r * ld + c]);
+  parallel_for(rows, cols, [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(src[r * ld + c]);
+  });
   return out;
 }
 
@@ -123,7 +147,8 @@ void gemm_16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
   // Stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N).
   auto af = widen(a, ta ? k : m, ta ? m : k, lda);
   auto bf = widen(b, tb ? n : k, tb ? k : n, ldb);
-  chosen().sgemm(ta, tb, m, n, k, alpha, af.get(), ta ? m : k, bf.get(), tb ? k : n, beta, c, ldc);
+  run_sgemm(chosen(), ta, tb, m, n, k, alpha, af.get(), ta ? m : k, bf.get(), tb ? k : n, beta,
+            c, ldc);
 }
 
 }  // namespace
@@ -131,12 +156,11 @@ void gemm_16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  chosen().sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  run_sgemm(chosen(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  registry();  // thread count
   gemm_impl::builtin_dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -149,6 +173,43 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           int64_t lda, const Half* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   gemm_16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+namespace gemm_impl {
+
+bool native_bf16_gemm() {
+  static const bool native = [] {
+    if (!blocked_bf16_available()) return false;
+    const std::string forced = kBf16Knob.get();
+    if (forced == "native") return true;
+    if (forced == "f32") return false;
+    CHORUS_ARG_CHECK(forced == "auto", kBf16Knob.name(), "=", forced,
+                     ": expected auto, native or f32");
+    // The forward shape of the selection (x W^T), both ways, alternating, best of 5.
+    std::vector<uint16_t> a16(kSelM * kSelK, 0x3f80), b16(kSelN * kSelK, 0x3f00);
+    std::vector<float> a(kSelM * kSelK, 1.f), b(kSelN * kSelK, 0.5f), c(kSelM * kSelN);
+    double t_native = 1e30, t_f32 = 1e30;
+    for (int rep = 0; rep < 6; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      blocked_gemm_bf16(false, true, kSelM, kSelN, kSelK, 1.f, a16.data(), kSelK, b16.data(),
+                        kSelK, false, c.data(), kSelN);
+      auto t1 = std::chrono::steady_clock::now();
+      run_sgemm(chosen(), false, true, kSelM, kSelN, kSelK, 1.f, a.data(), kSelK, b.data(),
+                kSelK, 0.f, c.data(), kSelN);
+      auto t2 = std::chrono::steady_clock::now();
+      if (rep == 0) continue;
+      t_native = std::min(t_native, std::chrono::duration<double>(t1 - t0).count());
+      t_f32 = std::min(t_f32, std::chrono::duration<double>(t2 - t1).count());
+    }
+    const double flops = 2.0 * kSelM * kSelN * kSelK * 1e-9;
+    CHORUS_INFO(kLogTune, "tensor gemm: bf16 native ", flops / t_native, " GFLOP/s, f32 (",
+                chosen().name(), ") ", flops / t_f32, " GFLOP/s on ", pool_threads(),
+                " threads");
+    return t_native < t_f32;
+  }();
+  return native;
+}
+
+}  // namespace gemm_impl
 
 std::string gemm_backend() { return chosen().name(); }
 
@@ -173,14 +234,8 @@ void set_gemm_backend(const std::string& name) {
   throw InvalidArgument("unknown gemm backend '" + name + "'");
 }
 
-int num_threads() { return registry().threads; }
+int num_threads() { return pool_threads(); }
 
-void set_num_threads(int n) {
-  CHORUS_ARG_CHECK(n >= 1, "set_num_threads(", n, ")");
-  Registry& r = registry();
-  r.threads = n;
-  omp_set_num_threads(n);
-  for (auto& be : r.backends) be->set_threads(n);
-}
+void set_num_threads(int n) { set_pool_threads(n); }
 
 }  // namespace chorus::tensor

@@ -4,7 +4,9 @@
 // of NR columns (K x NR each, zero-padded), op(A) into row-major M x K when it is transposed.
 // Rows are processed in blocks of MC (an A block stays in L2) and within a block a register-
 // blocked micro-kernel computes MR x NR of C from one strip: per k, NR/L vector loads of B,
-// MR broadcasts of A, MR*NR/L FMAs. Row blocks are spread over the OpenMP team.
+// MR broadcasts of A, MR*NR/L FMAs. Row blocks are spread over the tensor thread team.
+// On CPUs with AVX-512 the f32 "builtin" backend is the blocked kernel of gemm_blocked.cc
+// instead; this one remains the f64 GEMM and the f32 fallback elsewhere.
 // The micro-kernel uses GCC vector extensions; the driver is compiled for AVX-512, AVX2 and
 // baseline x86-64 (target_clones) and the loader picks the best one for the CPU at hand.
 #include <algorithm>
@@ -14,12 +16,8 @@
 
 #include "chorus/error.h"
 #include "gemm/backend.h"
+#include "kernels/simd.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define CHORUS_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define CHORUS_TARGET_CLONES
-#endif
 #define CHORUS_ALWAYS_INLINE inline __attribute__((always_inline))
 
 namespace chorus::tensor::gemm_impl {
@@ -91,8 +89,7 @@ CHORUS_ALWAYS_INLINE void block_kernel(int64_t i0, int64_t i1, int64_t n, int64_
   }
 }
 
-// The ISA-specific part is compiled once per target; the OpenMP region stays outside it so the
-// outlined parallel body does not lose the clone's target.
+// The ISA-specific part is compiled once per target; the parallel region stays outside it.
 CHORUS_TARGET_CLONES
 void block_f32(int64_t i0, int64_t i1, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* bp, float beta, float* c, int64_t ldc) {
@@ -125,16 +122,17 @@ void gemm_driver(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, con
   // Pack op(B) into strips: strip s holds columns [s*NR, s*NR+NR) as K rows of NR.
   const int64_t strips = (n + NR - 1) / NR;
   std::unique_ptr<T[]> bp(new T[static_cast<size_t>(strips * k * NR)]);
-#pragma omp parallel for schedule(static) if (n * k > (1 << 16))
-  for (int64_t s = 0; s < strips; ++s) {
-    T* dst = bp.get() + s * k * NR;
-    const int64_t j0 = s * NR, jn = std::min(NR, n - j0);
-    for (int64_t p = 0; p < k; ++p) {
-      T* row = dst + p * NR;
-      for (int64_t j = 0; j < jn; ++j) row[j] = tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
-      for (int64_t j = jn; j < NR; ++j) row[j] = T(0);
+  parallel_for(strips, k * NR, [&](int64_t s0, int64_t s1, int) {
+    for (int64_t s = s0; s < s1; ++s) {
+      T* dst = bp.get() + s * k * NR;
+      const int64_t j0 = s * NR, jn = std::min(NR, n - j0);
+      for (int64_t p = 0; p < k; ++p) {
+        T* row = dst + p * NR;
+        for (int64_t j = 0; j < jn; ++j) row[j] = tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+        for (int64_t j = jn; j < NR; ++j) row[j] = T(0);
+      }
     }
-  }
+  });
   // op(A) row-major.
   std::unique_ptr<T[]> ap;
   if (ta) {
@@ -145,11 +143,12 @@ void gemm_driver(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, con
     lda = k;
   }
   const int64_t blocks = (m + kMC - 1) / kMC;
-#pragma omp parallel for schedule(static) if (m * n * k > (1 << 18))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t i0 = blk * kMC, i1 = std::min(m, i0 + kMC);
-    run_block(i0, i1, n, k, alpha, a, lda, bp.get(), beta, c, ldc);
-  }
+  parallel_for(blocks, kMC * n * k / 8, [&](int64_t b0, int64_t b1, int) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t i0 = blk * kMC, i1 = std::min(m, i0 + kMC);
+      run_block(i0, i1, n, k, alpha, a, lda, bp.get(), beta, c, ldc);
+    }
+  });
 }
 
 }  // namespace
@@ -169,14 +168,22 @@ namespace {
 class BuiltinBackend final : public SgemmBackend {
  public:
   const char* name() const override { return "builtin"; }
-  std::string note() const override { return "chorus packed micro-kernel"; }
+  std::string note() const override {
+    return blocked_ ? "chorus blocked AVX-512 12x32 kernel" : "chorus packed micro-kernel";
+  }
   bool available() const override { return true; }
-  void set_threads(int) override {}
+  bool splits_rows_itself() const override { return true; }
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
              int64_t lda, const float* b, int64_t ldb, float beta, float* c,
              int64_t ldc) override {
-    builtin_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (blocked_)
+      blocked_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+      builtin_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+
+ private:
+  const bool blocked_ = blocked_sgemm_available();
 };
 }  // namespace
 

@@ -4,6 +4,12 @@
 // chooses between them by measurement where both exist, and an outside project that links
 // chorus needs no find_dependency for either. The two entry points used are stable across
 // library versions (dnnl_sgemm is unchanged from oneDNN 1.x to 3.x; cblas_sgemm is CBLAS).
+//
+// Threads: chorus runs its own team (core/thread_pool.h) and calls a library once per row block
+// from each team thread, so each library call must stay on its calling thread. OpenBLAS gets
+// openblas_set_num_threads(1). oneDNN (the Debian build) runs its own OpenMP team sized by the
+// calling thread's OpenMP setting, so each calling thread sets that to 1 once, through the
+// OpenMP runtime oneDNN itself loaded.
 #include <dlfcn.h>
 
 #include <string>
@@ -52,6 +58,7 @@ class Library {
 // Row-major; dnnl_dim_t is int64_t; status 0 is success.
 using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);
+using OmpSetNumThreads = void (*)(int);
 
 class DnnlBackend final : public SgemmBackend {
  public:
@@ -62,14 +69,27 @@ class DnnlBackend final : public SgemmBackend {
     }
     sgemm_ = lib_.symbol<DnnlSgemm>("dnnl_sgemm");
     note_ = sgemm_ ? lib_.soname() : lib_.soname() + " lacks dnnl_sgemm";
+    // The OpenMP runtime oneDNN pulled in (no new load: RTLD_NOLOAD).
+    for (const char* so : {"libgomp.so.1", "libiomp5.so", "libomp.so.5", "libomp.so"}) {
+      if (void* h = dlopen(so, RTLD_NOW | RTLD_NOLOAD)) {
+        omp_set_num_threads_ =
+            reinterpret_cast<OmpSetNumThreads>(dlsym(h, "omp_set_num_threads"));
+        dlclose(h);  // still loaded: oneDNN holds it
+        if (omp_set_num_threads_) break;
+      }
+    }
   }
   const char* name() const override { return "dnnl"; }
   std::string note() const override { return note_; }
   bool available() const override { return sgemm_ != nullptr; }
-  void set_threads(int) override {}  // oneDNN follows the caller's OpenMP team size
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
              int64_t lda, const float* b, int64_t ldb, float beta, float* c,
              int64_t ldc) override {
+    thread_local bool single_threaded = false;
+    if (!single_threaded && omp_set_num_threads_) {
+      omp_set_num_threads_(1);
+      single_threaded = true;
+    }
     const int status = sgemm_(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                               beta, c, ldc);
     CHORUS_CHECK(status == 0, "dnnl_sgemm failed with status ", status);
@@ -78,6 +98,7 @@ class DnnlBackend final : public SgemmBackend {
  private:
   Library lib_;
   DnnlSgemm sgemm_ = nullptr;
+  OmpSetNumThreads omp_set_num_threads_ = nullptr;
   std::string note_;
 };
 
@@ -97,15 +118,12 @@ class OpenBlasBackend final : public SgemmBackend {
       return;
     }
     sgemm_ = lib_.symbol<CblasSgemm>("cblas_sgemm");
-    set_threads_ = lib_.symbol<SetThreads>("openblas_set_num_threads");
+    if (auto set_threads = lib_.symbol<SetThreads>("openblas_set_num_threads")) set_threads(1);
     note_ = sgemm_ ? lib_.soname() : lib_.soname() + " lacks cblas_sgemm";
   }
   const char* name() const override { return "openblas"; }
   std::string note() const override { return note_; }
   bool available() const override { return sgemm_ != nullptr; }
-  void set_threads(int n) override {
-    if (set_threads_) set_threads_(n);
-  }
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
              int64_t lda, const float* b, int64_t ldb, float beta, float* c,
              int64_t ldc) override {
@@ -120,7 +138,6 @@ class OpenBlasBackend final : public SgemmBackend {
  private:
   Library lib_;
   CblasSgemm sgemm_ = nullptr;
-  SetThreads set_threads_ = nullptr;
   std::string note_;
 };
 

@@ -1,9 +1,11 @@
-// Element-wise kernels. Each public function splits its range over the OpenMP team and runs an
-// ISA-cloned loop on each piece (see simd.h). Shapes: every array has n elements.
+// Element-wise kernels. Each public function splits its range over the tensor thread team
+// (parallel_for) and runs an ISA-cloned loop on each piece (see simd.h). Shapes: every array
+// has n elements unless stated.
 #include "kernels/elementwise.h"
 
 #include <cmath>
 
+#include "chorus/half.h"
 #include "kernels/simd.h"
 
 namespace chorus::tensor::kernels {
@@ -47,7 +49,60 @@ CHORUS_TARGET_CLONES void add_f32(float* o, const float* a, const float* b, int6
 CHORUS_TARGET_CLONES void axpy_f32(float* y, float alpha, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
+CHORUS_TARGET_CLONES void add_bias_f32(float* out, const float* bias, int64_t r0, int64_t r1,
+                                       int64_t m) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < m; ++j) out[r * m + j] += bias[j];
+}
+// Columns [j0, j1) of the row sums.
+CHORUS_TARGET_CLONES void sum_rows_f32(float* db, const float* g, int64_t n, int64_t m,
+                                       int64_t j0, int64_t j1, bool assign) {
+  if (assign)
+    for (int64_t j = j0; j < j1; ++j) db[j] = 0.f;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = j0; j < j1; ++j) db[j] += g[r * m + j];
+}
+CHORUS_TARGET_CLONES void to_bf16_f32(uint16_t* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
+}
+CHORUS_TARGET_CLONES void round_bf16_f32(float* out, const float* in, int64_t n, bool acc) {
+  if (acc)
+    for (int64_t i = 0; i < n; ++i) out[i] += bf16_to_float(float_to_bf16(in[i]));
+  else
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(float_to_bf16(in[i]));
+}
+CHORUS_TARGET_CLONES void round_f16_f32(float* out, const float* in, int64_t n, bool acc) {
+  if (acc)
+    for (int64_t i = 0; i < n; ++i) out[i] += half_to_float(float_to_half(in[i]));
+  else
+    for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(float_to_half(in[i]));
+}
 // ... and plain versions for f64 (tests only).
+void add_bias_f64(double* out, const double* bias, int64_t r0, int64_t r1, int64_t m) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < m; ++j) out[r * m + j] += bias[j];
+}
+void sum_rows_f64(double* db, const double* g, int64_t n, int64_t m, int64_t j0, int64_t j1,
+                  bool assign) {
+  if (assign)
+    for (int64_t j = j0; j < j1; ++j) db[j] = 0.0;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = j0; j < j1; ++j) db[j] += g[r * m + j];
+}
+inline void add_bias_any(float* o, const float* b, int64_t r0, int64_t r1, int64_t m) {
+  add_bias_f32(o, b, r0, r1, m);
+}
+inline void add_bias_any(double* o, const double* b, int64_t r0, int64_t r1, int64_t m) {
+  add_bias_f64(o, b, r0, r1, m);
+}
+inline void sum_rows_any(float* d, const float* g, int64_t n, int64_t m, int64_t j0, int64_t j1,
+                         bool assign) {
+  sum_rows_f32(d, g, n, m, j0, j1, assign);
+}
+inline void sum_rows_any(double* d, const double* g, int64_t n, int64_t m, int64_t j0,
+                         int64_t j1, bool assign) {
+  sum_rows_f64(d, g, n, m, j0, j1, assign);
+}
 void gelu_fwd_f64(double* o, const double* x, int64_t n) { gelu_fwd_loop(o, x, n); }
 void gelu_bwd_f64(double* d, const double* x, const double* g, int64_t n) { gelu_bwd_loop(d, x, g, n); }
 void add_f64(double* o, const double* a, const double* b, int64_t n) {
@@ -128,6 +183,32 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
     gelu_bwd_any(dinp + s, inp + s, dout + s, e - s);
   });
 }
+void to_bf16(uint16_t* out, const float* in, int64_t n) {
+  parallel_for(n, 1, [&](int64_t s, int64_t e, int) { to_bf16_f32(out + s, in + s, e - s); });
+}
+
+void round_to(float* out, const float* in, int64_t n, DataType dtype, bool accumulate) {
+  parallel_for(n, 2, [&](int64_t s, int64_t e, int) {
+    if (dtype == DataType::kBF16)
+      round_bf16_f32(out + s, in + s, e - s, accumulate);
+    else
+      round_f16_f32(out + s, in + s, e - s, accumulate);
+  });
+}
+
+template <class T>
+void add_bias_rows(T* out, const T* bias, int64_t n, int64_t m) {
+  parallel_for(n, m, [&](int64_t r0, int64_t r1, int) { add_bias_any(out, bias, r0, r1, m); });
+}
+template <class T>
+void sum_rows(T* dbias, const T* dout, int64_t n, int64_t m, bool assign) {
+  // Column blocks of 64 over the team: each output element is summed by one thread, in row
+  // order, so the result does not depend on the thread count.
+  const int64_t blocks = (m + 63) / 64;
+  parallel_for(blocks, 64 * n, [&](int64_t b0, int64_t b1, int) {
+    sum_rows_any(dbias, dout, n, m, b0 * 64, std::min(m, b1 * 64), assign);
+  });
+}
 template <class T>
 double sum(const T* x, int64_t n) { return sum_impl(x, n, false); }
 template <class T>
@@ -142,6 +223,8 @@ double sum_squares(const T* x, int64_t n) { return sum_impl(x, n, true); }
   template void mul_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);      \
   template void gelu_forward<T>(T*, const T*, int64_t);                              \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                   \
+  template void add_bias_rows<T>(T*, const T*, int64_t, int64_t);                   \
+  template void sum_rows<T>(T*, const T*, int64_t, int64_t, bool);                   \
   template double sum<T>(const T*, int64_t);                                         \
   template double sum_squares<T>(const T*, int64_t);
 CHORUS_INSTANTIATE(float)

@@ -106,7 +106,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C) {
-  const int teams = std::max(1, omp_get_max_threads());
+  const int teams = std::max(1, pool_threads());
   // Per-thread dw/db partials: [thread][0 = dw, 1 = db][C].
   std::vector<T> partial(static_cast<size_t>(teams) * 2 * C, T(0));
   parallel_for(N, 6 * C, [&](int64_t r0, int64_t r1, int t) {

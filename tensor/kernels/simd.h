@@ -2,15 +2,17 @@
 //
 // Hot float kernels are plain loops over row ranges wrapped in CHORUS_TARGET_CLONES functions:
 // GCC compiles each for AVX-512, AVX2+FMA and baseline x86-64 and an ifunc resolver picks one at
-// load time, so the library runs on any x86-64 without -march flags. OpenMP regions stay outside
-// the cloned functions (an outlined parallel body would not inherit the clone's target).
+// load time, so the library runs on any x86-64 without -march flags. Parallel regions
+// (parallel_for, on the tensor thread team of core/thread_pool.h) stay outside the cloned
+// functions, so each clone is a plain loop over its piece.
 #pragma once
 
-#include <omp.h>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "core/thread_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
@@ -26,18 +28,17 @@ namespace chorus::tensor {
 // runs inline when the work (n * cost) is too small to pay for waking the team.
 template <class F>
 void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {
-  const int max_threads = omp_get_max_threads();
-  if (n <= 1 || max_threads <= 1 || n * cost_per_item < (int64_t{1} << 15)) {
+  const int max_threads = pool_threads();
+  if (n <= 1 || max_threads <= 1 || n * cost_per_item < (int64_t{1} << 15) || in_pool_task()) {
     f(int64_t{0}, n, 0);
     return;
   }
-  const int64_t teams = std::min<int64_t>(max_threads, n);
-#pragma omp parallel num_threads(static_cast<int>(teams))
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t b = n * t / nt, e = n * (t + 1) / nt;
-    if (b < e) f(b, e, static_cast<int>(t));
-  }
+  const int teams = static_cast<int>(std::min<int64_t>(max_threads, n));
+  auto task = [&](int t) {
+    const int64_t b = n * t / teams, e = n * (t + 1) / teams;
+    if (b < e) f(b, e, t);
+  };
+  pool_run(teams, TaskRef(task));
 }
 
 // exp for float, branch-free so loops over it vectorise: Cody-Waite reduction x = n ln2 + r,

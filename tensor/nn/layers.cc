@@ -46,14 +46,9 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg) : heads(cfg.heads
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), HS = C / heads;
-  // qkv (B, T, 3C) -> (B, T, 3, NH, HS); q/k/v = select(2, i) (B, T, NH, HS) -> (B, NH, T, HS),
-  // all views: the attention kernel reads the strides directly.
-  Tensor qkv = c_attn->forward(x).view({B, T, 3, heads, HS});
-  auto part = [&](int64_t i) { return qkv.select(2, i).transpose(1, 2); };
-  Tensor y = causal_attention(part(0), part(1), part(2));  // (B, NH, T, HS)
-  y = y.transpose(1, 2).reshape({B, T, C});                // heads back side by side
-  return c_proj->forward(y);
+  // qkv (B, T, 3C) read in place as (B, T, 3, NH, HS); the output comes back as (B, T, C),
+  // heads side by side (causal_attention on q/k/v views, without the transposes' copies).
+  return c_proj->forward(causal_attention_qkv(c_attn->forward(x), heads));
 }
 
 Block::Block(const GPTConfig& cfg) : dropout(cfg.dropout) {

@@ -1,4 +1,6 @@
 // add / sub (the residual connections): out = a +- b, all three the same shape.
+#include <cstring>
+
 #include "kernels/elementwise.h"
 #include "ops/op_util.h"
 
@@ -21,9 +23,21 @@ Tensor add_or_sub(const Tensor& a_in, const Tensor& b_in, bool subtract) {
   return record(name, out, {a_in, b_in}, [subtract](const Tensor& dy, GradSink& g) {
     dispatch_float(dy.dtype(), "add backward", [&](auto tag) {
       using T = decltype(tag);
-      if (Tensor da = g.grad(0); da.defined()) kernels::axpy(da.data<T>(), T(1), dy.data<T>(), dy.numel());
-      if (Tensor db = g.grad(1); db.defined())
-        kernels::axpy(db.data<T>(), T(subtract ? -1 : 1), dy.data<T>(), dy.numel());
+      // A fresh buffer is assigned (a copy) instead of zeroed and accumulated.
+      bool fresh = false;
+      if (Tensor da = g.grad_for_write(0, &fresh); da.defined()) {
+        if (fresh)
+          std::memcpy(da.data<T>(), dy.data<T>(), dy.nbytes());
+        else
+          kernels::axpy(da.data<T>(), T(1), dy.data<T>(), dy.numel());
+      }
+      if (Tensor db = g.grad_for_write(1, &fresh); db.defined()) {
+        const T s = T(subtract ? -1 : 1);
+        if (fresh)
+          kernels::scale_forward(db.data<T>(), dy.data<T>(), s, dy.numel());
+        else
+          kernels::axpy(db.data<T>(), s, dy.data<T>(), dy.numel());
+      }
     });
   });
 }

@@ -14,18 +14,12 @@ void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t l
   gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, n);
 }
 
-// A dense copy of an f32 tensor rounded to the 16-bit `dtype` (the autocast operand).
-inline Tensor to_lowp(const Tensor& x, DataType dtype) {
-  Tensor out = Tensor::empty(x.shape(), dtype);
-  strided_copy(out, x);
-  return out;
-}
+// The autocast operand: a dense copy of x rounded to the 16-bit `dtype`, stored as `dtype`
+// (native bf16 GEMM) or as f32 holding the rounded values (see gemm_op.cc).
+Tensor to_lowp(const Tensor& x, DataType dtype);
 
-// Rounds f32 values in place to the nearest `dtype` value (what a 16-bit result would hold).
-void round_to_lowp(float* x, int64_t n, DataType dtype);
-
-// c (m x n) (+)= op(a) op(b) with 16-bit operands a, b of `dtype`, f32 accumulation; the product
-// is rounded to `dtype` before it is stored or added, as a 16-bit GEMM's output would be.
+// c (m x n) (+)= op(a) op(b) with to_lowp operands a, b, f32 accumulation; the product is
+// rounded to `dtype` before it is stored or added, as a 16-bit GEMM's output would be.
 void mm_lowp(DataType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a,
              int64_t lda, const Tensor& b, int64_t ldb, float* c, bool accumulate);
 

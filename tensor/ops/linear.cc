@@ -1,26 +1,9 @@
 // linear: x (N, K) @ weight (M, K)^T + bias (M) -> out (N, M); leading dims of x are N.
 // Under autocast the GEMMs run on 16-bit operands (see amp.h); the bias add stays f32.
+#include "kernels/elementwise.h"
 #include "ops/gemm_op.h"
 
 namespace chorus::tensor {
-namespace {
-
-// out (N, M) += bias (M) broadcast over rows.
-template <class T>
-void add_bias(T* out, const T* bias, int64_t n, int64_t m) {
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < m; ++j) out[r * m + j] += bias[j];
-}
-
-// dbias (M) += sum over rows of dout (N, M).
-template <class T>
-void bias_backward(T* dbias, const T* dout, int64_t n, int64_t m) {
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < m; ++j) dbias[j] += dout[r * m + j];
-}
-
-}  // namespace
-
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   check_defined(x_in, "linear", "input");
   check_defined(w_in, "linear", "weight");
@@ -44,18 +27,20 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     const Tensor x16 = to_lowp(x_in, lowp), w16 = to_lowp(w_in, lowp);
     float* o = out.data<float>();
     mm_lowp(lowp, false, true, N, M, K, x16, K, w16, K, o, false);
-    if (b.defined()) add_bias(o, b.data<float>(), N, M);
+    if (b.defined()) kernels::add_bias_rows(o, b.data<float>(), N, M);
     return record("linear", out, {x_in, w_in, b_in},
                   [x16, w16, N, M, K, lowp](const Tensor& dy, GradSink& g) {
       const Tensor dy16 = to_lowp(dy, lowp);
+      bool fresh = false;
       // dx (N, K) += dy (N, M) @ W (M, K)
-      if (Tensor dx = g.grad(0); dx.defined())
-        mm_lowp(lowp, false, false, N, K, M, dy16, M, w16, K, dx.data<float>(), true);
+      if (Tensor dx = g.grad_for_write(0, &fresh); dx.defined())
+        mm_lowp(lowp, false, false, N, K, M, dy16, M, w16, K, dx.data<float>(), !fresh);
       // dW (M, K) += dy^T (M, N) @ x (N, K)
-      if (Tensor dw = g.grad(1); dw.defined())
-        mm_lowp(lowp, true, false, M, K, N, dy16, M, x16, K, dw.data<float>(), true);
+      if (Tensor dw = g.grad_for_write(1, &fresh); dw.defined())
+        mm_lowp(lowp, true, false, M, K, N, dy16, M, x16, K, dw.data<float>(), !fresh);
       // dbias (M) += column sums of dy, in f32
-      if (Tensor db = g.grad(2); db.defined()) bias_backward(db.data<float>(), dy.data<float>(), N, M);
+      if (Tensor db = g.grad_for_write(2, &fresh); db.defined())
+        kernels::sum_rows(db.data<float>(), dy.data<float>(), N, M, fresh);
     });
   }
 
@@ -64,19 +49,22 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     using T = decltype(tag);
     T* o = out.data<T>();
     mm<T>(false, true, N, M, K, x.data<T>(), K, w.data<T>(), K, o, false);
-    if (b.defined()) add_bias(o, b.data<T>(), N, M);
+    if (b.defined()) kernels::add_bias_rows(o, b.data<T>(), N, M);
   });
   return record("linear", out, {x_in, w_in, b_in}, [x, w, N, M, K](const Tensor& dy, GradSink& g) {
     dispatch_float(dy.dtype(), "linear backward", [&](auto tag) {
       using T = decltype(tag);
+      // A fresh gradient buffer is assigned (beta = 0) instead of zeroed and accumulated.
+      bool fresh = false;
       // dx (N, K) += dy (N, M) @ W (M, K)
-      if (Tensor dx = g.grad(0); dx.defined())
-        mm<T>(false, false, N, K, M, dy.data<T>(), M, w.data<T>(), K, dx.data<T>(), true);
+      if (Tensor dx = g.grad_for_write(0, &fresh); dx.defined())
+        mm<T>(false, false, N, K, M, dy.data<T>(), M, w.data<T>(), K, dx.data<T>(), !fresh);
       // dW (M, K) += dy^T (M, N) @ x (N, K)
-      if (Tensor dw = g.grad(1); dw.defined())
-        mm<T>(true, false, M, K, N, dy.data<T>(), M, x.data<T>(), K, dw.data<T>(), true);
+      if (Tensor dw = g.grad_for_write(1, &fresh); dw.defined())
+        mm<T>(true, false, M, K, N, dy.data<T>(), M, x.data<T>(), K, dw.data<T>(), !fresh);
       // dbias (M) += column sums of dy
-      if (Tensor db = g.grad(2); db.defined()) bias_backward(db.data<T>(), dy.data<T>(), N, M);
+      if (Tensor db = g.grad_for_write(2, &fresh); db.defined())
+        kernels::sum_rows(db.data<T>(), dy.data<T>(), N, M, fresh);
     });
   });
 }

@@ -37,7 +37,10 @@ TEST(Gemm, EveryBackendMatchesReference) {
     std::printf("  gemm backend %s (%s): %.1f GFLOP/s%s\n", be.name.c_str(), be.note.c_str(),
                 be.measured_gflops, be.name == chosen ? "  <- chosen" : "");
     set_gemm_backend(be.name);
-    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {7, 33, 5}, {65, 31, 129}, {130, 97, 3}}) {
+    // The last three cross the blocked kernel's row block (120), K block (1024) and 12 x 32
+    // tile edges in every direction.
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {7, 33, 5}, {65, 31, 129}, {130, 97, 3},
+                           {263, 70, 531}, {25, 161, 257}, {40, 45, 2100}}) {
       for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
         Tensor a = randn({m * k}, 100 + t, DataType::kF32), b = randn({k * n}, 200 + t, DataType::kF32);
@@ -90,27 +93,53 @@ TEST(Gemm, Float32OpsTrackFloat64) {
 }
 
 TEST(Gemm, AutocastRoundsOperandsAndResult) {
-  Tensor x = randn({9, 33}, 20, DataType::kF32), w = randn({17, 33}, 21, DataType::kF32);
-  for (DataType lowp : {DataType::kBF16, DataType::kF16}) {
-    Tensor out;
-    {
-      AutocastGuard ac(lowp);
-      out = linear(x, w);
+  // (rows, in, out): the last shapes cross the 12 x 32 tiles, the 120-row blocks and odd K.
+  for (auto [n, k, m] : {std::tuple{9, 33, 17}, {131, 70, 45}, {25, 257, 97}}) {
+    Tensor x = randn({n, k}, 20, DataType::kF32), w = randn({m, k}, 21, DataType::kF32);
+    for (DataType lowp : {DataType::kBF16, DataType::kF16}) {
+      Tensor out;
+      {
+        AutocastGuard ac(lowp);
+        out = linear(x, w);
+      }
+      EXPECT_EQ(out.dtype(), DataType::kF32);
+      // Reference: f64 product of the rounded operands, rounded to the 16-bit type.
+      Tensor ref = linear(x.to(lowp).to(DataType::kF64), w.to(lowp).to(DataType::kF64))
+                       .to(DataType::kF32).to(lowp);
+      const auto got = out.to_vector(), want = ref.to_vector();
+      int mismatches = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        // At most one 16-bit ulp apart (summation order can flip a rounding).
+        const double ulp = std::abs(want[i]) * (lowp == DataType::kBF16 ? 1.0 / 128 : 1.0 / 1024);
+        ASSERT_LE(std::abs(got[i] - want[i]), ulp + 1e-6) << i << " shape " << n << "x" << k << "x" << m;
+        mismatches += got[i] != want[i];
+      }
+      EXPECT_LT(mismatches, static_cast<int>(got.size() / 10));
     }
-    EXPECT_EQ(out.dtype(), DataType::kF32);
-    // Reference: f64 product of the rounded operands, rounded to the 16-bit type.
-    Tensor ref = linear(x.to(lowp).to(DataType::kF64), w.to(lowp).to(DataType::kF64))
-                     .to(DataType::kF32).to(lowp);
-    const auto got = out.to_vector(), want = ref.to_vector();
-    int mismatches = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      // At most one 16-bit ulp apart (summation order can flip a rounding).
-      const double ulp = std::abs(want[i]) * (lowp == DataType::kBF16 ? 1.0 / 128 : 1.0 / 1024);
-      EXPECT_LE(std::abs(got[i] - want[i]), ulp + 1e-6) << i;
-      mismatches += got[i] != want[i];
-    }
-    EXPECT_LT(mismatches, static_cast<int>(got.size() / 10));
   }
+}
+
+// Autocast backward: the gradients equal f64 GEMMs of the rounded operands (dy rounded too),
+// each product rounded, within a 16-bit ulp.
+TEST(Gemm, AutocastBackward) {
+  const int64_t n = 37, k = 66, m = 29;
+  Tensor x = randn({n, k}, 22, DataType::kF32), w = randn({m, k}, 23, DataType::kF32);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  {
+    AutocastGuard ac(DataType::kBF16);
+    sum(linear(x, w)).backward();
+  }
+  // dy = 1: dx = 1 @ W (rounded), dW = 1^T @ x (rounded).
+  Tensor ones = Tensor::ones({n, m}, DataType::kF64);
+  const auto dx_ref = matmul(ones, w.to(DataType::kBF16).to(DataType::kF64))
+                          .to(DataType::kF32).to(DataType::kBF16).to_vector();
+  const auto dw_ref = matmul(ones.transpose(0, 1).contiguous(),
+                             x.to(DataType::kBF16).to(DataType::kF64))
+                          .to(DataType::kF32).to(DataType::kBF16).to_vector();
+  const auto dx = x.grad().to_vector(), dw = w.grad().to_vector();
+  for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx[i], dx_ref[i], std::abs(dx_ref[i]) / 128 + 1e-6);
+  for (size_t i = 0; i < dw.size(); ++i) ASSERT_NEAR(dw[i], dw_ref[i], std::abs(dw_ref[i]) / 128 + 1e-6);
 }
 
 }  // namespace

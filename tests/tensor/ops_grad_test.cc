@@ -79,6 +79,26 @@ TEST(OpsGrad, GptLayers) {
               return causal_attention(part(0), part(1), part(2));
             },
             {param({B, Tn, 3 * NH * HS}, 48)});
+  gradcheck("causal_attention_qkv",
+            [&](auto& in) { return causal_attention_qkv(in[0], NH); },
+            {param({B, Tn, 3 * NH * HS}, 48)});
+  // Used twice: the second contribution accumulates into a buffer the first one assigned.
+  gradcheck("causal_attention_qkv (input used twice)",
+            [&](auto& in) {
+              return add(causal_attention_qkv(in[0], NH), causal_attention_qkv(in[0], NH));
+            },
+            {param({B, Tn, 3 * NH * HS}, 47)});
+  {
+    // The fused form equals the composed one (forward), transposed back to (B, T, C).
+    Tensor qkv = randn({B, Tn, 3 * NH * HS}, 56);
+    Tensor v5 = qkv.view({B, Tn, 3, NH, HS});
+    auto part = [&](int64_t i) { return v5.select(2, i).transpose(1, 2); };
+    const auto composed = causal_attention(part(0), part(1), part(2))
+                              .transpose(1, 2).reshape({B, Tn, NH * HS}).to_vector();
+    const auto fused = causal_attention_qkv(qkv, NH).to_vector();
+    ASSERT_EQ(composed.size(), fused.size());
+    for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], composed[i], 1e-14);
+  }
   gradcheck("causal_attention (dense)",
             [](auto& in) { return causal_attention(in[0], in[1], in[2]); },
             {param({1, 2, 7, 3}, 49), param({1, 2, 7, 3}, 50), param({1, 2, 7, 3}, 51)});

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "chorus/tensor/amp.h"
+#include "chorus/tensor/gemm.h"
 #include "chorus/tensor/data.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/optim.h"
@@ -73,21 +74,42 @@ TEST(TrainSlow, GptLossFallsOnByteCorpus) {
 
 // bf16 and fp16 autocast runs follow the f32 run. Single steps are a noisy yardstick (one
 // batch, and rounding differences grow along the trajectory), so the comparison is on means of
-// 10 consecutive steps: every window within 0.1 of f32's, the last window within 0.05.
+// 10 consecutive steps: every window within 0.1 of f32's but at most one, which may be off by
+// up to 0.5, and the last window within 0.05.
+// Why one window may be off: at this learning rate (3e-3, the end of warm-up at step 20) the run
+// is at the edge of stability, and a 16-bit run can take a transient loss spike that f32 did not
+// (or the reverse), then come back onto f32's curve. Which runs spike depends on rounding-level
+// differences (GEMM summation order): measured over every f32 GEMM backend and both bf16 GEMM
+// ways, the worst window ranged from 0.018 to 0.31 (one spike, steps 20-29), while the other
+// windows stayed within 0.03 and the last one within 0.022. A precision bug shows as a lasting
+// offset, which the other windows and the last one catch. The f32 GEMM is pinned to the builtin
+// kernel so the trajectory does not depend on the measured choice (that is, on machine load).
 TEST(TrainSlow, MixedPrecisionTracksFloat32) {
   if (!std::filesystem::exists(kCorpus)) GTEST_SKIP() << kCorpus << " not installed";
   const ByteCorpus corpus = ByteCorpus::from_file(kCorpus);
+  set_gemm_backend("builtin");
   const int64_t steps = 100;
   const auto f32 = train_gpt(corpus, {.steps = steps});
   for (DataType dt : {DataType::kBF16, DataType::kF16}) {
     const auto lowp = train_gpt(corpus, {.steps = steps, .compute = dt});
     double worst = 0;
-    for (int64_t s = 0; s + 10 <= steps; s += 10)
-      worst = std::max(worst, std::abs(mean_of(lowp, s, s + 10) - mean_of(f32, s, s + 10)));
+    int off = 0;  // windows beyond 0.1
+    std::string windows;
+    for (int64_t s = 0; s + 10 <= steps; s += 10) {
+      const double d = mean_of(lowp, s, s + 10) - mean_of(f32, s, s + 10);
+      worst = std::max(worst, std::abs(d));
+      off += std::abs(d) > 0.1;
+      char buf[16];
+      std::snprintf(buf, sizeof(buf), " %+.3f", d);
+      windows += buf;
+    }
+    std::printf("  %s: 10-step mean - f32's:%s\n", std::string(to_string(dt)).c_str(),
+                windows.c_str());
     const double end_f32 = mean_of(f32, steps - 10, steps), end_lowp = mean_of(lowp, steps - 10, steps);
     std::printf("  %s: max |10-step mean - f32's| = %.4f; last 10: %.4f vs f32 %.4f\n",
                 std::string(to_string(dt)).c_str(), worst, end_lowp, end_f32);
-    EXPECT_LT(worst, 0.1) << to_string(dt);
+    EXPECT_LE(off, 1) << to_string(dt) << ": windows off by more than 0.1";
+    EXPECT_LT(worst, 0.5) << to_string(dt);
     EXPECT_NEAR(end_lowp, end_f32, 0.05) << to_string(dt);
   }
 }

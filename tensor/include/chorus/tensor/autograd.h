@@ -75,6 +75,11 @@ class GradSink {
   // Buffer to accumulate input i's gradient into: contiguous, input i's shape and dtype. An
   // undefined tensor when input i needs no gradient (skip that computation).
   Tensor grad(size_t i);
+  // grad(i) without the zero fill: when input i has no buffer yet, it is allocated
+  // uninitialised and *fresh is set, and the caller must then ASSIGN every element instead of
+  // accumulating (a GEMM with beta = 0, a copy). Saves a memset and a read per element on the
+  // first (usually only) contribution.
+  Tensor grad_for_write(size_t i, bool* fresh);
   bool needs(size_t i) const;
 
  private:

@@ -1,15 +1,21 @@
-// chorus::tensor — matrix multiply through the fastest library present, chosen by measurement.
+// chorus::tensor — matrix multiply through the fastest kernel present, chosen by measurement.
 //
-// Backends (gemm/): "dnnl" (oneDNN's dnnl_sgemm, JIT for the CPU at hand), "openblas"
-// (cblas_sgemm) and "builtin" (ours: always present, vectorised, also does f64). The libraries
-// are opened at run time (dlopen), so a chorus binary runs where neither is installed and uses
-// the best one where both are. On first use every available f32 backend multiplies the same
-// matrices at a GPT-like shape; the fastest wins. CHORUS_TENSOR_GEMM=dnnl|openblas|builtin
-// forces one. Threads: CHORUS_TENSOR_THREADS (0 = every core this process may run on) sets the
-// OpenMP team that both our kernels and oneDNN use.
+// Backends (gemm/): "builtin" (ours, always present: a blocked 12 x 32 AVX-512 kernel where the
+// CPU has AVX-512, a generic vectorised one elsewhere; also the f64 GEMM), "dnnl" (oneDNN's
+// dnnl_sgemm, JIT for the CPU at hand) and "openblas" (cblas_sgemm). The libraries are opened at
+// run time (dlopen), so a chorus binary runs where neither is installed. On first use every
+// available f32 backend multiplies the same matrices at a GPT-like shape (rounds alternating
+// between backends, best round each); the fastest wins. CHORUS_TENSOR_GEMM=dnnl|openblas|builtin
+// forces one.
+// Threads: one team for everything, chorus's own (CHORUS_TENSOR_THREADS; 0 = every core this
+// process may run on). Rows of C are split over the team; a library is called once per row
+// block from each team thread and kept single-threaded itself.
+// Autocast bf16 GEMMs run either on the AVX512-BF16 kernel or as f32 GEMMs of bf16-rounded
+// operands, whichever measures faster (CHORUS_TENSOR_BF16_GEMM=native|f32 forces one).
 //
 // Layout: row-major. C (M x N) = alpha * op(A) (M x K) @ op(B) (K x N) + beta * C, where op(A)
-// is A or A^T as trans_a says; lda/ldb/ldc are row strides in elements.
+// is A or A^T as trans_a says; lda/ldb/ldc are row strides in elements. beta = 0 ignores C's
+// contents (NaN included).
 #pragma once
 
 #include <cstdint>

@@ -108,8 +108,8 @@ class MLP : public Module {
   std::shared_ptr<Linear> c_fc, c_proj;
 };
 
-// x (B, T, C) -> (B, T, C): qkv = c_attn(x) (B, T, 3C) viewed as (B, T, 3, NH, HS); heads as
-// a dimension through causal_attention; c_proj (C -> C).
+// x (B, T, C) -> (B, T, C): qkv = c_attn(x) (B, T, 3C) read as (B, T, 3, NH, HS); heads as
+// a dimension through causal_attention_qkv (the output comes back as (B, T, C)); c_proj.
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GPTConfig& cfg);

@@ -45,6 +45,10 @@ Tensor softmax(const Tensor& x);
 // narrowing dim 1): q, k, v (B, NH, T, HS), any strides -> (B, NH, T, HS) contiguous.
 // out[b,h,t] = sum_{s<=t} softmax_s(q[b,h,t].k[b,h,s] / sqrt(HS)) v[b,h,s].
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+// The same on GPT-2's fused projection: qkv (B, T, 3 * NH * HS), laid out (B, T, 3, NH, HS)
+// [q | k | v, heads side by side] -> (B, T, NH * HS), heads side by side. Equal to
+// causal_attention on the q/k/v views, transposed back to (B, T, C), without the copies.
+Tensor causal_attention_qkv(const Tensor& qkv, int64_t heads);
 
 // ---- loss ------------------------------------------------------------------------------------------
 // Mean over N of -log softmax(logits[n])[targets[n]]: logits (N, V), targets (N) i32/i64 -> ().
