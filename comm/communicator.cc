@@ -1,6 +1,8 @@
 // The public Communicator: argument packing and validation, then Impl::submit.
 #include "chorus/communicator.h"
 
+#include <thread>
+
 #include "chorus/in_process_store.h"
 #include "chorus/launch_env.h"
 #include "chorus/log.h"
@@ -73,6 +75,25 @@ Communicator::Communicator(int rank, int world_size, std::shared_ptr<Store> stor
   impl_ = std::make_shared<Impl>(std::move(s));
 }
 
+namespace {
+void linger_after_failed_setup(Store& store, int rank, int world_size, bool serving) {
+  try {
+    store.set("chorus/setup_failed/" + std::to_string(rank), "1");
+    if (!serving) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (int r = 0; r < world_size && std::chrono::steady_clock::now() < deadline;) {
+      if (r == rank || store.try_get("chorus/setup_failed/" + std::to_string(r))) {
+        ++r;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  } catch (...) {
+    // The original error is what matters.
+  }
+}
+}  // namespace
+
 Communicator Communicator::from_env(const CommOptions& options) {
   const LaunchEnv env = detect_launch_env();
   set_log_rank(env.rank);
@@ -93,7 +114,17 @@ Communicator Communicator::from_env(const CommOptions& options) {
     }
     s.store = std::make_shared<TcpStore>(env.master_addr, env.master_port);
   }
-  auto impl = std::make_shared<Impl>(std::move(s));
+  std::shared_ptr<Store> store = s.store;
+  std::shared_ptr<Impl> impl;
+  try {
+    impl = std::make_shared<Impl>(std::move(s));
+  } catch (...) {
+    // Set-up failed here. Say so through the store; the rank serving it keeps it up until the
+    // others have failed too (or briefly), so they report their own errors instead of a
+    // vanished store.
+    linger_after_failed_setup(*store, env.rank, env.world_size, server != nullptr);
+    throw;
+  }
   impl->server = std::move(server);
   impl->owns_bootstrap = true;
   CHORUS_INFO(kLogInit, "started by ", env.launcher, ": rank ", env.rank, " of ", env.world_size,
