@@ -154,59 +154,58 @@ algo::CollArgs make(Collective coll, const void* send, void* recv, size_t count,
   a.root = root;
   return a;
 }
-}  // namespace
 
-#define CHORUS_SUBMIT(args, blocking)                                   \
-  do {                                                                  \
-    CHORUS_ARG_CHECK(impl_ != nullptr, "use of a moved-from Communicator"); \
-    const algo::CollArgs a_ = (args);                                   \
-    validate(a_, impl_->rank, impl_->size);                             \
-    return impl_->submit(a_, blocking);                                 \
-  } while (0)
+// Every call: validated on the caller's thread, then run or queued.
+Work issue(const std::shared_ptr<Communicator::Impl>& impl, const algo::CollArgs& a, bool blocking) {
+  CHORUS_ARG_CHECK(impl != nullptr, "use of a moved-from Communicator");
+  validate(a, impl->rank, impl->size);
+  return impl->submit(a, blocking);
+}
+}  // namespace
 
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
                                     ReduceOp op) {
-  CHORUS_SUBMIT(make(Collective::kAllReduce, send, recv, count, dtype, op), false);
+  return issue(impl_, make(Collective::kAllReduce, send, recv, count, dtype, op), false);
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
                                         DataType dtype, ReduceOp op) {
-  CHORUS_SUBMIT(make(Collective::kReduceScatter, send, recv, recv_count, dtype, op), false);
+  return issue(impl_, make(Collective::kReduceScatter, send, recv, recv_count, dtype, op), false);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count,
                                     DataType dtype) {
-  CHORUS_SUBMIT(make(Collective::kAllGather, send, recv, send_count, dtype), false);
+  return issue(impl_, make(Collective::kAllGather, send, recv, send_count, dtype), false);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
                                    int root) {
-  CHORUS_SUBMIT(make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), false);
+  return issue(impl_, make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), false);
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
                                 ReduceOp op, int root) {
-  CHORUS_SUBMIT(make(Collective::kReduce, send, recv, count, dtype, op, root), false);
+  return issue(impl_, make(Collective::kReduce, send, recv, count, dtype, op, root), false);
 }
 Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
                                 int root) {
-  CHORUS_SUBMIT(make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), false);
+  return issue(impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), false);
 }
 Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
                                  int root) {
-  CHORUS_SUBMIT(make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root), false);
+  return issue(impl_, make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root), false);
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
-  CHORUS_SUBMIT(make(Collective::kAllToAll, send, recv, count, dtype), false);
+  return issue(impl_, make(Collective::kAllToAll, send, recv, count, dtype), false);
 }
 Work Communicator::barrier_async() {
-  CHORUS_SUBMIT(make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), false);
+  return issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), false);
 }
 Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer) {
   algo::CollArgs a = make(Collective::kSend, send, nullptr, count, dtype);
   a.peer = peer;
-  CHORUS_SUBMIT(a, false);
+  return issue(impl_, a, false);
 }
 Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer) {
   algo::CollArgs a = make(Collective::kRecv, nullptr, recv, count, dtype);
   a.peer = peer;
-  CHORUS_SUBMIT(a, false);
+  return issue(impl_, a, false);
 }
 Work Communicator::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
                                    size_t recv_count, int recv_peer, DataType dtype) {
@@ -214,58 +213,50 @@ Work Communicator::send_recv_async(const void* send, size_t send_count, int send
   a.peer = send_peer;
   a.recv_count = recv_count;
   a.recv_peer = recv_peer;
-  CHORUS_SUBMIT(a, false);
+  return issue(impl_, a, false);
 }
-
-#define CHORUS_BLOCKING(args)                                           \
-  do {                                                                  \
-    CHORUS_ARG_CHECK(impl_ != nullptr, "use of a moved-from Communicator"); \
-    const algo::CollArgs a_ = (args);                                   \
-    validate(a_, impl_->rank, impl_->size);                             \
-    impl_->submit(a_, true).wait();                                     \
-  } while (0)
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype,
                               ReduceOp op) {
-  CHORUS_BLOCKING(make(Collective::kAllReduce, send, recv, count, dtype, op));
+  issue(impl_, make(Collective::kAllReduce, send, recv, count, dtype, op), true).wait();
 }
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
                                   ReduceOp op) {
-  CHORUS_BLOCKING(make(Collective::kReduceScatter, send, recv, recv_count, dtype, op));
+  issue(impl_, make(Collective::kReduceScatter, send, recv, recv_count, dtype, op), true).wait();
 }
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType dtype) {
-  CHORUS_BLOCKING(make(Collective::kAllGather, send, recv, send_count, dtype));
+  issue(impl_, make(Collective::kAllGather, send, recv, send_count, dtype), true).wait();
 }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  CHORUS_BLOCKING(make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root));
+  issue(impl_, make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), true).wait();
 }
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                           int root) {
-  CHORUS_BLOCKING(make(Collective::kReduce, send, recv, count, dtype, op, root));
+  issue(impl_, make(Collective::kReduce, send, recv, count, dtype, op, root), true).wait();
 }
 void Communicator::gather(const void* send, void* recv, size_t send_count, DataType dtype,
                           int root) {
-  CHORUS_BLOCKING(make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root));
+  issue(impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), true).wait();
 }
 void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
                            int root) {
-  CHORUS_BLOCKING(make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root));
+  issue(impl_, make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root), true).wait();
 }
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
-  CHORUS_BLOCKING(make(Collective::kAllToAll, send, recv, count, dtype));
+  issue(impl_, make(Collective::kAllToAll, send, recv, count, dtype), true).wait();
 }
 void Communicator::barrier() {
-  CHORUS_BLOCKING(make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8));
+  issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), true).wait();
 }
 void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
   algo::CollArgs a = make(Collective::kSend, buf, nullptr, count, dtype);
   a.peer = peer;
-  CHORUS_BLOCKING(a);
+  issue(impl_, a, true).wait();
 }
 void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
   algo::CollArgs a = make(Collective::kRecv, nullptr, buf, count, dtype);
   a.peer = peer;
-  CHORUS_BLOCKING(a);
+  issue(impl_, a, true).wait();
 }
 void Communicator::send_recv(const void* send, size_t send_count, int send_peer, void* recv,
                              size_t recv_count, int recv_peer, DataType dtype) {
@@ -273,7 +264,7 @@ void Communicator::send_recv(const void* send, size_t send_count, int send_peer,
   a.peer = send_peer;
   a.recv_count = recv_count;
   a.recv_peer = recv_peer;
-  CHORUS_BLOCKING(a);
+  issue(impl_, a, true).wait();
 }
 
 // ---- groups and algorithms -----------------------------------------------------------------------

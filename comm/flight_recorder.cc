@@ -170,7 +170,8 @@ std::string FlightRecorder::json(const std::string& reason) {
 std::string FlightRecorder::summary(size_t n) {
   std::lock_guard lock(mu_);
   std::string s;
-  const uint64_t first = next_ > std::min<uint64_t>(n, ring_.size()) ? next_ - std::min<uint64_t>(n, ring_.size()) : 0;
+  const uint64_t keep = std::min<uint64_t>(n, ring_.size());
+  const uint64_t first = next_ > keep ? next_ - keep : 0;
   for (uint64_t id = first; id < next_; ++id) {
     const Record& r = ring_[id % ring_.size()];
     s += detail::concat("  #", r.seq, " ", to_string(r.coll), " count ", r.count, " ",

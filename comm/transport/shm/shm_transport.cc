@@ -79,14 +79,13 @@ std::string local_host_id() {
 class ShmLink : public Link {
  public:
   ShmLink(int peer, pid_t peer_pid, const shm::Layout& layout, std::byte* own_base,
-          std::byte* peer_base, int rank, Doorbell& own_bell, std::vector<std::byte>& staging,
+          std::byte* peer_base, int rank, std::vector<std::byte>& staging,
           size_t cma_threshold)
       : peer_(peer), peer_pid_(peer_pid), layout_(layout),
         in_ctrl_(reinterpret_cast<shm::FifoCtrl*>(own_base + shm::Layout::kCtrlOffset) + peer),
         out_ctrl_(reinterpret_cast<shm::FifoCtrl*>(peer_base + shm::Layout::kCtrlOffset) + rank),
         in_slots_(own_base + layout.fifo_offset(peer)),
         out_slots_(peer_base + layout.fifo_offset(rank)),
-        own_bell_(own_bell),
         peer_bell_(reinterpret_cast<shm::SegmentHeader*>(peer_base)->bell),
         staging_(staging), cma_threshold_(cma_threshold) {}
 
@@ -229,7 +228,6 @@ class ShmLink : public Link {
   shm::FifoCtrl* out_ctrl_;
   std::byte* in_slots_;
   std::byte* out_slots_;
-  [[maybe_unused]] Doorbell& own_bell_;
   Doorbell& peer_bell_;
   std::vector<std::byte>& staging_;
   size_t cma_threshold_;
@@ -317,7 +315,7 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
     if (p == rank) continue;
     links_[p] = std::make_unique<ShmLink>(p, pids[p], layout, own_base,
                                           static_cast<std::byte*>(peers_[p].data()), rank,
-                                          hdr->bell, staging_, options.cma_threshold);
+                                          staging_, options.cma_threshold);
   }
 }
 
