@@ -1,0 +1,227 @@
+// chorus — the GPU runtime as chorus uses it: devices, memory, streams, events and IPC handles,
+// over CUDA or HIP (whichever chorus was built with) and usable from CPU-only code: no CUDA or HIP
+// header is included here, native handles travel as void*.
+//
+// Every failing runtime call throws chorus::gpu::GpuError naming the call and carrying the
+// runtime's error name and text; destructors never throw (a failure there is logged). A chorus
+// built without GPU support has the same API: probe_devices() reports no device and why,
+// pointer_info() calls every pointer host memory, and everything that needs a device throws a
+// chorus::Error saying "built without GPU support".
+//
+// Vocabulary: "device" is a device ordinal as the runtime numbers the visible devices
+// (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES apply); calls without a device argument act on the
+// calling thread's current device, like the runtime itself.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "chorus/error.h"
+
+namespace chorus::gpu {
+
+enum class Backend : uint8_t { kNone, kCuda, kHip };
+
+// What this chorus was built with.
+Backend backend() noexcept;
+std::string_view to_string(Backend backend) noexcept;
+
+// A failed CUDA/HIP runtime call. kind() is kInvalidArgument for the runtime's invalid-value,
+// invalid-device and invalid-handle errors, kSystem for everything else; code() is the native
+// cudaError_t / hipError_t value.
+class GpuError : public Error {
+ public:
+  GpuError(ErrorKind kind, std::string message, int code)
+      : Error(kind, std::move(message)), code_(code) {}
+  int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+// ---- devices ------------------------------------------------------------------------------------
+
+// The devices this process can use. count == 0 comes with a reason: built without GPU support, no
+// driver (the runtime's "insufficient driver" answer, as on a machine without a GPU), no device,
+// or the runtime's error. Never throws; cheap after the first call.
+struct Devices {
+  int count = 0;
+  std::string reason;  // empty when count > 0
+};
+Devices probe_devices() noexcept;
+
+// "CUDA runtime 13.0, driver 12.8" / "HIP runtime 5.2, driver ..." / "no GPU runtime" (never
+// throws).
+std::string version_string();
+
+int current_device();
+void set_device(int device);
+
+struct DeviceProperties {
+  std::string name;
+  std::string pci_bus_id;   // "0000:3b:00.0", to match the device with the topology
+  size_t total_memory = 0;  // bytes
+  int multiprocessors = 0;  // SMs (CUDA) or compute units (HIP)
+  int major = 0;            // compute capability (CUDA) or gfx major (HIP)
+  int minor = 0;
+};
+DeviceProperties device_properties(int device);
+
+// Whether `device` can address `peer`'s memory directly (NVLink, xGMI or PCIe peer-to-peer).
+bool can_access_peer(int device, int peer);
+// Maps `peer`'s memory into the current device's address space; already enabled is not an error.
+void enable_peer_access(int peer);
+
+// Waits for all work on the current device.
+void device_synchronize();
+
+// ---- memory -------------------------------------------------------------------------------------
+
+// Device memory on the current device, freed at destruction. Empty (data() null) for 0 bytes.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const noexcept { return data_; }
+  size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+enum class MemoryKind : uint8_t {
+  kHost,        // ordinary (pageable) host memory, or any pointer the runtime does not know
+  kPinnedHost,  // page-locked host memory registered with the runtime
+  kDevice,      // device memory (including a peer's memory opened through IPC)
+  kManaged,     // unified (managed) memory
+};
+std::string_view to_string(MemoryKind kind) noexcept;
+
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;  // the owning device for kDevice and kManaged, else -1
+};
+// Classifies any pointer; an unknown pointer is host memory. Without a device (or without GPU
+// support) every pointer is host memory and no runtime call is made.
+PointerInfo pointer_info(const void* ptr);
+// True for device and managed memory: what a device buffer argument must be.
+bool is_device_pointer(const void* ptr);
+
+// ---- streams ------------------------------------------------------------------------------------
+
+// A non-owning reference to a cudaStream_t / hipStream_t. Stream{} is the default stream; a stream
+// made elsewhere (a framework's current stream) is wrapped with Stream{native}.
+struct Stream {
+  void* native = nullptr;
+};
+
+// A stream created and destroyed by chorus. Non-blocking streams do not synchronise with the
+// legacy default stream.
+class OwnedStream {
+ public:
+  explicit OwnedStream(bool non_blocking = true);
+  OwnedStream(OwnedStream&& other) noexcept;
+  OwnedStream& operator=(OwnedStream&& other) noexcept;
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream();
+
+  Stream get() const noexcept { return Stream{native_}; }
+  operator Stream() const noexcept { return get(); }
+
+ private:
+  void* native_ = nullptr;
+};
+
+// Any direction (host or device on either side: the runtime tells them apart by address).
+void memcpy_async(void* dst, const void* src, size_t bytes, Stream stream);
+void memset_async(void* dst, int value, size_t bytes, Stream stream);
+void stream_synchronize(Stream stream);
+// True when everything queued on the stream has finished.
+bool stream_query(Stream stream);
+
+// ---- events -------------------------------------------------------------------------------------
+
+struct IpcEventHandle;
+
+struct EventOptions {
+  bool timing = false;        // needed for elapsed_ms(); costs a little on record
+  bool interprocess = false;  // needed for ipc_event_handle(); requires timing == false
+};
+
+class Event {
+ public:
+  explicit Event(EventOptions options = {});
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  void record(Stream stream);
+  // True when the work recorded before it has finished (and for an event never recorded).
+  bool query() const;
+  void synchronize() const;
+  void* native() const noexcept { return native_; }
+
+ private:
+  friend Event open_ipc_event(const IpcEventHandle& handle);
+  struct Adopt {};
+  Event(Adopt, void* native) noexcept : native_(native) {}
+  void* native_ = nullptr;
+};
+
+// Makes `stream` wait (on the device, not the host) until `event`'s recorded work is done.
+void stream_wait(Stream stream, const Event& event);
+// Milliseconds between two recorded timing events, once `end` has completed.
+float elapsed_ms(const Event& start, const Event& end);
+
+// ---- inter-process handles ----------------------------------------------------------------------
+//
+// The opaque blobs a process sends to a peer on the same host (through the bootstrap store) so the
+// peer can open the same device allocation or event. 64 bytes in both CUDA and HIP.
+
+struct IpcMemHandle {
+  std::array<unsigned char, 64> bytes{};
+};
+struct IpcEventHandle {
+  std::array<unsigned char, 64> bytes{};
+};
+
+// The handle of the allocation that starts at `device_ptr` (the runtime hands out whole
+// allocations; a peer adds its own offsets).
+IpcMemHandle ipc_mem_handle(const void* device_ptr);
+
+// A peer's allocation mapped into this process (on the current device); unmapped at destruction.
+class IpcMapping {
+ public:
+  IpcMapping() = default;
+  explicit IpcMapping(const IpcMemHandle& handle);
+  IpcMapping(IpcMapping&& other) noexcept;
+  IpcMapping& operator=(IpcMapping&& other) noexcept;
+  IpcMapping(const IpcMapping&) = delete;
+  IpcMapping& operator=(const IpcMapping&) = delete;
+  ~IpcMapping();
+
+  void* data() const noexcept { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+// The handle of an event created with EventOptions{.interprocess = true}.
+IpcEventHandle ipc_event_handle(const Event& event);
+// A peer's event, to wait on with stream_wait() or query(); destroying it leaves the peer's alone.
+Event open_ipc_event(const IpcEventHandle& handle);
+
+}  // namespace chorus::gpu
