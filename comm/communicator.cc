@@ -278,13 +278,17 @@ void Communicator::set_algorithm(std::string_view name) {
   }
   auto a = algo::parse_algorithm(name);
   CHORUS_ARG_CHECK(a.has_value(), "set_algorithm: unknown algorithm '", name,
-                   "' (ring, tree, direct or auto)");
+                   "' (", algo::algorithm_names(), " or auto)");
   // Operations already queued keep the algorithm chosen when they were issued.
   impl_->forced = a;
 }
 
 std::string Communicator::algorithm_for(Collective c, size_t bytes) const {
   return std::string(algo::to_string(impl_->choose(c, bytes)));
+}
+
+std::vector<AlgorithmEstimate> Communicator::explain(Collective c, size_t bytes) const {
+  return impl_->explain(c, bytes);
 }
 
 void Communicator::synchronize() { impl_->synchronize(); }

@@ -10,6 +10,7 @@
 #include "chorus/config.h"
 #include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
+#include "transport/factory.h"
 #include "transport/shm/shm_transport.h"
 
 namespace chorus {
@@ -21,8 +22,10 @@ const DoubleKnob kTimeout{"CHORUS_TIMEOUT", 300.0,
 const StringKnob kAlgo{"CHORUS_ALGO", "",
                        "force an algorithm for every collective that has it: ring, tree or "
                        "direct (default: chosen by size)"};
-const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 256 << 10,
-                          "pipelining unit of the ring, tree and chain algorithms"};
+const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 0,
+                          "pipelining unit of the ring, tree and chain algorithms (0 = the "
+                          "transport's preference: larger where peers read each other's memory "
+                          "directly)"};
 
 std::string random_job_id() {
   static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -44,7 +47,8 @@ std::optional<algo::Algorithm> resolve_algorithm(const CommOptions& o) {
   if (name.empty() || name == "auto") return std::nullopt;
   auto a = algo::parse_algorithm(name);
   CHORUS_ARG_CHECK(a.has_value(), "unknown algorithm '", name,
-                   "' (CHORUS_ALGO / CommOptions::algorithm take ring, tree, direct or auto)");
+                   "' (CHORUS_ALGO / CommOptions::algorithm take ", algo::algorithm_names(),
+                   " or auto)");
   return a;
 }
 
@@ -68,8 +72,8 @@ Communicator::Impl::Impl(Setup s)
   timeout = resolve_timeout(s.options);
   forced = resolve_algorithm(s.options);
   chunk_bytes = static_cast<size_t>(kChunkBytes.get());
-  CHORUS_ARG_CHECK(chunk_bytes >= 64 && chunk_bytes % 64 == 0, "CHORUS_CHUNK_BYTES=", chunk_bytes,
-                   " must be a positive multiple of 64");
+  CHORUS_ARG_CHECK(chunk_bytes % 64 == 0, "CHORUS_CHUNK_BYTES=", chunk_bytes,
+                   " must be a positive multiple of 64 (or 0 for the transport's choice)");
 
   // Communicators made the same way on every rank get the same id: rank r's k-th world
   // communicator on this store is "w<k>" on every rank.
@@ -82,12 +86,17 @@ Communicator::Impl::Impl(Setup s)
     job_id = store->get("job", timeout);
   }
   set_log_rank(rank);
+  tune = std::move(s.tune);
   if (size > 1) {
-    transport = std::make_unique<transport::ShmTransport>(
-        rank, size, *store, "/chorus-" + job_id + "-" + comm_id, timeout,
-        transport::ShmOptions::from_env());
+    transport::Wiring wiring =
+        transport::connect(rank, size, *store, "/chorus-" + job_id + "-" + comm_id, timeout);
+    transport = std::move(wiring.transport);
+    host_of = std::move(wiring.host_of);
+    hosts = wiring.hosts;
     exchange = std::make_unique<Exchange>(*transport, rank, size, WaitPolicy::for_ranks(local_ranks));
+    agree_on_choices();
   }
+  if (chunk_bytes == 0) chunk_bytes = transport::Transport::kDefaultChunkBytes;
   recorder = std::make_unique<FlightRecorder>(FlightRecorder::Identity{job_id, comm_id, rank, size}, 0);
   if (exchange) {
     exchange->publish_waiting_to(recorder->waiting());
@@ -96,6 +105,25 @@ Communicator::Impl::Impl(Setup s)
   CHORUS_INFO(kLogInit, "communicator ", comm_id, " ready: rank ", rank, " of ", size,
               ", transport ", transport ? transport->name() : "none", ", kernels ",
               kernels::isa_name());
+}
+
+// Every rank must segment and choose alike, or their messages would not pair up: all take rank
+// 0's chunk size (the transport's preference there, unless CHORUS_CHUNK_BYTES is set) and tune
+// table, in one store key.
+void Communicator::Impl::agree_on_choices() {
+  if (rank == 0) {
+    if (chunk_bytes == 0) chunk_bytes = transport->preferred_chunk_bytes();
+    algo::TuneTable t = tune ? *tune : algo::load_tune_table();
+    store->set("choices", detail::concat(chunk_bytes, "\n", t.origin, "\n", t.format()));
+  }
+  const std::string text = store->get("choices", timeout);
+  const size_t a = text.find('\n');
+  const size_t b = text.find('\n', a + 1);
+  CHORUS_CHECK(a != std::string::npos && b != std::string::npos, "malformed choices from rank 0");
+  chunk_bytes = std::stoull(text.substr(0, a));
+  if (!tune)
+    tune = std::make_shared<const algo::TuneTable>(algo::TuneTable::parse(
+        std::string_view(text).substr(b + 1), std::string_view(text).substr(a + 1, b - a - 1)));
 }
 
 // Rank r's k-th world communicator on this store is "w<k>" on every rank. Each claim records
@@ -175,7 +203,29 @@ void Communicator::Impl::finalize_store() {
 
 algo::Algorithm Communicator::Impl::choose(Collective coll, size_t bytes) const {
   if (forced && algo::find_algorithm(coll, *forced) != nullptr) return *forced;
-  return algo::select_default(coll, bytes, size);
+  Choice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
+  if (c.bytes == bytes && c.coll == coll) return c.algo;
+  std::optional<algo::Algorithm> a;
+  // The tune table is measured on one host; across hosts the hierarchical rules apply.
+  if (hosts == 1 && tune && tune->covers(size, coll)) a = tune->fastest(size, coll, bytes);
+  c = {bytes, coll, a ? *a : algo::select_default(coll, bytes, size, host_of)};
+  return c.algo;
+}
+
+std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size_t bytes) const {
+  std::vector<AlgorithmEstimate> out;
+  const algo::Algorithm chosen = choose(coll, bytes);
+  for (const algo::AlgoEntry& e : algo::all_algorithms()) {
+    if (e.coll != coll) continue;
+    AlgorithmEstimate est;
+    est.algorithm = std::string(algo::to_string(e.algo));
+    est.chosen = e.algo == chosen;
+    if (e.algo == algo::Algorithm::kHier && hosts == 1) continue;  // needs several hosts
+    if (tune && hosts == 1)
+      if (auto us = tune->predict_us(size, coll, e.algo, bytes)) est.predicted_us = *us;
+    out.push_back(std::move(est));
+  }
+  return out;
 }
 
 namespace {
@@ -197,7 +247,7 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking) {
   if (args.coll == Collective::kReduceScatter || args.coll == Collective::kAllGather)
     bytes *= static_cast<size_t>(size);
   const bool p2p = is_point_to_point(args.coll);
-  Op op{args, collectives, choose(args.coll, bytes), std::make_shared<Work::State>(), {},
+  Op op{args, collectives, choose(args.coll, bytes), nullptr, {},
         call_timeout.count() > 0 ? call_timeout : timeout, 0};
   // Collectives are numbered; point-to-point messages are numbered per pair by the Exchange.
   if (!p2p) ++collectives;
@@ -207,7 +257,7 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking) {
   op.stamp.dtype = static_cast<uint8_t>(args.dtype);
   op.stamp.op = is_reducing(args.coll) ? static_cast<uint8_t>(args.op) : 0;
   op.stamp.root = is_rooted(args.coll) ? args.root : 0;
-  op.state->algorithm = std::string(algo::to_string(op.algorithm));
+  op.stamp.algo = p2p ? 0 : static_cast<uint8_t>(static_cast<int>(op.algorithm) + 1);
   FlightRecorder::Record rec;
   rec.seq = op.seq;
   rec.coll = args.coll;
@@ -215,56 +265,70 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking) {
   rec.dtype = args.dtype;
   rec.op = args.op;
   rec.root = is_rooted(args.coll) ? args.root : p2p ? args.peer : -1;
-  rec.algorithm = op.state->algorithm;
-  op.record = recorder->issued(rec);
-  Work work(op.state);
+  rec.algorithm = algo::to_string(op.algorithm);
+
   std::unique_lock lock(mu_);
   if (blocking && queue_.empty() && !running_) {
+    // Nothing ahead of it: run on the caller's thread, no handle, errors thrown directly.
     running_ = true;
     lock.unlock();
-    execute(op);
+    op.record = recorder->issued(rec, true);
+    std::exception_ptr error = execute(op);
     lock.lock();
     running_ = false;
+    // synchronize() callers, or the progress thread when async calls queued up meanwhile.
+    const bool notify = waiters_ > 0 || (thread_idle_ && !queue_.empty());
     lock.unlock();
-    cv_.notify_all();
-    return work;
+    if (notify) cv_.notify_all();
+    if (error) std::rethrow_exception(error);
+    return Work();
   }
+  op.state = std::make_shared<Work::State>();
+  op.state->algorithm = std::string(rec.algorithm);
+  op.record = recorder->issued(rec);
+  Work work(op.state);
   queue_.push_back(std::move(op));
   if (!thread_.joinable()) thread_ = std::thread([this] { progress_loop(); });
+  const bool notify = thread_idle_;
   lock.unlock();
-  cv_.notify_all();
+  if (notify) cv_.notify_all();
   return work;
 }
 
 void Communicator::Impl::progress_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
+    thread_idle_ = true;
     cv_.wait(lock, [&] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
+    thread_idle_ = false;
     if (queue_.empty()) return;  // stopping
     Op op = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
     lock.unlock();
-    execute(op);
+    recorder->started(op.record);
+    op.state->complete(execute(op));
     lock.lock();
     running_ = false;
-    cv_.notify_all();
+    if (waiters_ > 0) cv_.notify_all();
   }
 }
 
 void Communicator::Impl::synchronize() {
   std::unique_lock lock(mu_);
+  ++waiters_;
   cv_.wait(lock, [&] { return queue_.empty() && !running_; });
+  --waiters_;
 }
 
-void Communicator::Impl::execute(Op& op) {
+std::exception_ptr Communicator::Impl::execute(Op& op) {
   const std::string_view name = to_string(op.args.coll);
-  std::exception_ptr broken;
-  {
-    std::lock_guard lock(mu_);
-    broken = broken_;
-  }
-  if (broken) {
+  if (broken_flag_.load(std::memory_order_acquire)) {
+    std::exception_ptr broken;
+    {
+      std::lock_guard lock(mu_);
+      broken = broken_;
+    }
     std::string why = "an earlier operation failed";
     try {
       std::rethrow_exception(broken);
@@ -272,13 +336,11 @@ void Communicator::Impl::execute(Op& op) {
       why = e.what();
     }
     recorder->finished(op.record, "not run: communicator unusable");
-    op.state->complete(std::make_exception_ptr(
+    return std::make_exception_ptr(
         Error(ErrorKind::kPeerFailure,
               "communicator is unusable after an earlier failure (" + why + ")", rank,
-              std::string(name), op.seq)));
-    return;
+              std::string(name), op.seq));
   }
-  recorder->started(op.record);
   try {
     if (size == 1) {
       run_single_rank(op.args);
@@ -286,32 +348,32 @@ void Communicator::Impl::execute(Op& op) {
       const algo::AlgoEntry* entry = algo::find_algorithm(op.args.coll, op.algorithm);
       CHORUS_CHECK(entry != nullptr, "no algorithm ", algo::to_string(op.algorithm), " for ", name);
       exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp);
-      algo::Context ctx{rank, size, *exchange, scratch, chunk_bytes};
+      algo::Context ctx{rank, size, *exchange, scratch, chunk_bytes, host_of};
       entry->run(ctx, op.args);
       transport->count_completed();
     }
     recorder->finished(op.record, {});
-    op.state->complete(nullptr);
+    return nullptr;
   } catch (const Error& e) {
     // Attach this rank, the operation and its sequence number where the thrower could not.
     if (e.op().empty() || e.rank() < 0) {
       Error full(e.kind(), e.message(), rank, std::string(name), op.seq, e.peer());
-      fail(op, std::make_exception_ptr(full), full);
-    } else {
-      fail(op, std::current_exception(), e);
+      return fail(op, std::make_exception_ptr(full), full);
     }
+    return fail(op, std::current_exception(), e);
   } catch (const std::exception& e) {
     Error full(ErrorKind::kInternal, e.what(), rank, std::string(name), op.seq);
-    fail(op, std::make_exception_ptr(full), full);
+    return fail(op, std::make_exception_ptr(full), full);
   }
 }
 
 // A failed operation breaks the communicator: the peers are told (with the rank that started
 // it), the flight recorder is dumped, and every later operation fails fast.
-void Communicator::Impl::fail(Op& op, std::exception_ptr error, const Error& e) {
+std::exception_ptr Communicator::Impl::fail(Op& op, std::exception_ptr error, const Error& e) {
   {
     std::lock_guard lock(mu_);
     if (!broken_) broken_ = error;
+    broken_flag_.store(true, std::memory_order_release);
   }
   const int cause = e.kind() == ErrorKind::kPeerFailure && e.peer() >= 0 ? e.peer() : rank;
   if (transport) transport->announce_failure(cause, e.what());
@@ -323,7 +385,7 @@ void Communicator::Impl::fail(Op& op, std::exception_ptr error, const Error& e) 
                 path.empty() ? std::string("(set CHORUS_FR_DIR to keep full flight-recorder dumps)")
                              : "flight recorder: " + path);
   }
-  op.state->complete(error);
+  return error;
 }
 
 void Communicator::Impl::abort(const std::string& reason) {
@@ -331,11 +393,12 @@ void Communicator::Impl::abort(const std::string& reason) {
   {
     std::lock_guard lock(mu_);
     if (!broken_) broken_ = std::make_exception_ptr(Error(ErrorKind::kPeerFailure, text, rank));
+    broken_flag_.store(true, std::memory_order_release);
   }
   aborted_.store(true, std::memory_order_release);
   if (transport) {
     transport->announce_failure(rank, detail::concat("rank ", rank, " ", text));
-    transport->doorbell().ring();  // wake this rank's own waiter
+    transport->wake_self();  // this rank's own waiter
   }
 }
 
@@ -386,6 +449,7 @@ std::optional<Communicator> Communicator::Impl::split(int color, int key) {
   child.comm_id = comm_id + "." + std::to_string(index) + "c" + std::to_string(color);
   child.options.timeout = timeout;
   child.options.algorithm = forced ? std::string(algo::to_string(*forced)) : "auto";
+  child.tune = tune;
   return Communicator(std::make_shared<Impl>(std::move(child)));
 }
 

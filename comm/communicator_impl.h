@@ -8,7 +8,9 @@
 // the communicator: the failing Work carries the error and every later call fails fast with it.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -20,6 +22,7 @@
 #include <thread>
 
 #include "algo/algorithm.h"
+#include "algo/tuner.h"
 #include "chorus/communicator.h"
 #include "chorus/store.h"
 #include "exchange.h"
@@ -47,6 +50,7 @@ struct Communicator::Impl {
     std::string job_id;            // empty: agreed through the store
     std::string comm_id;           // empty: "w<k>" for this rank's k-th world communicator
     CommOptions options;
+    std::shared_ptr<const algo::TuneTable> tune;  // null: rank 0's table, shared via the store
   };
 
   explicit Impl(Setup setup);
@@ -59,6 +63,7 @@ struct Communicator::Impl {
   void abort(const std::string& reason);
   std::optional<Communicator> split(int color, int key);
   algo::Algorithm choose(Collective coll, size_t bytes) const;
+  std::vector<AlgorithmEstimate> explain(Collective coll, size_t bytes) const;
 
   int rank;
   int size;
@@ -69,11 +74,14 @@ struct Communicator::Impl {
   std::string comm_id;
   std::chrono::milliseconds timeout;
   std::optional<algo::Algorithm> forced;
+  std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
   size_t chunk_bytes;
   std::unique_ptr<TcpStoreServer> server;  // from_env's rank 0 hosts the store
   bool owns_bootstrap = false;             // made by from_env: says goodbye to the store
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<Exchange> exchange;
+  std::vector<int> host_of;  // host index of every rank (transport/factory.h)
+  int hosts = 1;
   algo::Scratch scratch;
   std::chrono::milliseconds call_timeout{0};  // set_timeout(): overrides `timeout` when > 0
   int64_t collectives = 0;  // issued so far: the sequence number of the next one
@@ -85,18 +93,20 @@ struct Communicator::Impl {
     algo::CollArgs args;
     int64_t seq;
     algo::Algorithm algorithm;
-    std::shared_ptr<Work::State> state;
+    std::shared_ptr<Work::State> state;  // null when run inline by a blocking call
     transport::OpStamp stamp;
     std::chrono::milliseconds timeout;
     uint64_t record;  // flight-recorder id
   };
-  void fail(Op& op, std::exception_ptr error, const Error& e);
-  void execute(Op& op);
+  // Both return the operation's error (nullptr on success); they never throw.
+  std::exception_ptr fail(Op& op, std::exception_ptr error, const Error& e);
+  std::exception_ptr execute(Op& op);
   void run_single_rank(const algo::CollArgs& a);
   void progress_loop();
   void finalize_store();
   std::string claim_world_id();
   void check_world_size();
+  void agree_on_choices();
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -105,7 +115,17 @@ struct Communicator::Impl {
   bool stopping_ = false;
   std::thread thread_;
   std::exception_ptr broken_;  // guarded by mu_
+  std::atomic<bool> broken_flag_{false};  // broken_ is set (checked without the lock)
+  int waiters_ = 0;            // threads in synchronize(); guarded by mu_
+  bool thread_idle_ = false;   // the progress thread waits for work; guarded by mu_
   std::atomic<bool> aborted_{false};
+  // Recent selector decisions (the tuner's interpolation is not free; sizes repeat).
+  struct Choice {
+    size_t bytes = SIZE_MAX;
+    Collective coll{};
+    algo::Algorithm algo{};
+  };
+  mutable std::array<Choice, 16> choices_{};
 };
 
 }  // namespace chorus

@@ -24,6 +24,8 @@ int usable_cpus() {
 }
 }  // namespace
 
+constexpr std::chrono::steady_clock::time_point kNoDeadline = std::chrono::steady_clock::time_point::min();
+
 WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   WaitPolicy p;
   const bool oversubscribed = local_ranks > usable_cpus();
@@ -44,7 +46,7 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   algorithm_ = algorithm;
   step_ = "";
   timeout_ = timeout;
-  deadline_ = std::chrono::steady_clock::now() + timeout;
+  deadline_ = kNoDeadline;
   stamp_ = stamp;
   if (static_cast<Collective>(stamp.coll) != Collective::kSend) {
     history_.push_back(stamp);
@@ -136,10 +138,8 @@ bool Exchange::progress() {
 
 template <class Done>
 void Exchange::wait_until(Done&& done) try {
-  auto& bell = transport_.doorbell();
   int idle = 0;
   for (;;) {
-    const uint32_t seen = bell.sample();
     if (progress()) idle = 0;
     if (done()) return;
     ++idle;
@@ -152,6 +152,9 @@ void Exchange::wait_until(Done&& done) try {
       continue;
     }
     const auto now = std::chrono::steady_clock::now();
+    // The deadline starts when the operation first has to wait this long (a clock read per
+    // operation is measurable at small sizes; the spin before is bounded).
+    if (deadline_ == kNoDeadline) deadline_ = now + timeout_;
     if (now >= deadline_) throw_timeout();
     if (now - last_check_ >= std::chrono::milliseconds(20)) {
       last_check_ = now;
@@ -159,7 +162,13 @@ void Exchange::wait_until(Done&& done) try {
     }
     const long left_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
-    bell.sleep(seen, std::min(policy_.sleep_ns, left_ns));
+    const uint32_t token = transport_.arm_sleep();
+    if (progress() || done()) {
+      transport_.disarm_sleep();
+      idle = 0;
+      continue;
+    }
+    transport_.sleep(token, std::min(policy_.sleep_ns, left_ns));
   }
 } catch (const transport::StampMismatch& m) {
   throw_mismatch(m);
@@ -204,6 +213,12 @@ bool Exchange::on_sleep() {
 
 void Exchange::wait(RequestId id) {
   wait_until([&] { return requests_[id].done; });
+}
+
+void Exchange::poke() try {
+  progress();
+} catch (const transport::StampMismatch& m) {
+  throw_mismatch(m);
 }
 
 void Exchange::wait_all() {

@@ -55,6 +55,10 @@ class Exchange {
 
   void wait(RequestId id);
   void wait_all();
+  // One progress pass without waiting: starts what was posted (a single-copy send becomes
+  // readable by its peer at once), so that local work (a rank's copy of its own block) can
+  // overlap the peers' reads.
+  void poke();
   bool done(RequestId id) const { return requests_[id].done; }
 
   // What a blocked wait is waiting for, published while it sleeps (read by flight-recorder dumps

@@ -98,13 +98,15 @@ FlightRecorder::~FlightRecorder() {
   live().erase(this);
 }
 
-uint64_t FlightRecorder::issued(const Record& r) {
+uint64_t FlightRecorder::issued(const Record& r, bool started) {
+  const int64_t now = now_us();
   std::lock_guard lock(mu_);
   const uint64_t id = next_++;
   Record& slot = ring_[id % ring_.size()];
   slot = r;
-  slot.state = State::kQueued;
-  slot.issued_us = now_us();
+  slot.state = started ? State::kRunning : State::kQueued;
+  slot.issued_us = now;
+  slot.started_us = started ? now : 0;
   return id;
 }
 
@@ -121,11 +123,12 @@ void FlightRecorder::started(uint64_t id) {
 }
 
 void FlightRecorder::finished(uint64_t id, const std::string& error) {
+  const int64_t now = now_us();
   std::lock_guard lock(mu_);
   if (Record* r = find(id)) {
     r->state = error.empty() ? State::kDone : State::kFailed;
-    r->ended_us = now_us();
-    r->error = error;
+    r->ended_us = now;
+    if (!error.empty() || !r->error.empty()) r->error = error;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chorus/communicator.h"
@@ -26,7 +27,7 @@ class FlightRecorder {
     DataType dtype = DataType::kF32;
     ReduceOp op = ReduceOp::kSum;
     int root = -1;  // rooted collectives; the peer for send/recv
-    std::string algorithm;
+    std::string_view algorithm;  // a static name ("ring", ...)
     State state = State::kQueued;
     int64_t issued_us = 0, started_us = 0, ended_us = 0;  // CLOCK_REALTIME microseconds
     std::string error;
@@ -42,8 +43,8 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // Returns an id for the other calls.
-  uint64_t issued(const Record& r);
+  // Returns an id for the other calls. `started`: it runs right away (one call instead of two).
+  uint64_t issued(const Record& r, bool started = false);
   void started(uint64_t id);
   void finished(uint64_t id, const std::string& error);  // empty error = success
 

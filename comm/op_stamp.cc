@@ -1,6 +1,7 @@
 // How an OpStamp reads in error messages: "all_reduce #12 (count 1000, float, sum)".
 #include "chorus/communicator.h"
 #include "chorus/error.h"
+#include "algo/algorithm.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
@@ -18,6 +19,9 @@ std::string describe(const OpStamp& s) {
   if (coll == Collective::kBroadcast || coll == Collective::kReduce ||
       coll == Collective::kGather || coll == Collective::kScatter)
     text += detail::concat(", root ", s.root);
+  if (s.algo != 0)
+    text += detail::concat(", ", algo::to_string(static_cast<algo::Algorithm>(s.algo - 1)),
+                           " algorithm");
   return text + ")";
 }
 

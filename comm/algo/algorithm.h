@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -20,9 +21,11 @@
 
 namespace chorus::algo {
 
-enum class Algorithm : uint8_t { kRing, kTree, kDirect };
+enum class Algorithm : uint8_t { kRing, kTree, kDirect, kHier, kTwoShot };
 std::string_view to_string(Algorithm a);
 std::optional<Algorithm> parse_algorithm(std::string_view name);
+// "ring, tree, direct, hier, twoshot": every algorithm name, for error messages.
+std::string algorithm_names();
 
 // One operation's arguments, validated. Counts in elements.
 struct CollArgs {
@@ -66,6 +69,7 @@ struct Context {
   Exchange& ex;
   Scratch& scratch;
   size_t chunk_bytes;  // pipelining unit (CHORUS_CHUNK_BYTES), a multiple of 64
+  std::span<const int> host_of;  // host index of every rank; equal indices share memory
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
@@ -83,6 +87,10 @@ const AlgoEntry* find_algorithm(Collective coll, Algorithm algo);
 
 // The default choice by size (bytes per rank buffer as chorus-bench counts them).
 Algorithm select_default(Collective coll, size_t bytes, int world_size);
+// The same for a communicator whose ranks live on the hosts `host_of` (Context::host_of): the
+// hierarchical algorithm where it has one and the ranks span hosts, else the choice by size.
+Algorithm select_default(Collective coll, size_t bytes, int world_size,
+                         std::span<const int> host_of);
 
 // ---- helpers shared by algorithm files --------------------------------------------------------
 // Elements per pipelining chunk for this dtype (at least 1).
@@ -101,6 +109,8 @@ void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes);
 void all_reduce_ring(Context&, const CollArgs&);
 void all_reduce_tree(Context&, const CollArgs&);
 void all_reduce_direct(Context&, const CollArgs&);
+void all_reduce_twoshot(Context&, const CollArgs&);
+void all_reduce_hier(Context&, const CollArgs&);
 void reduce_scatter_ring(Context&, const CollArgs&);
 void reduce_scatter_direct(Context&, const CollArgs&);
 void all_gather_ring(Context&, const CollArgs&);

@@ -7,13 +7,14 @@ namespace chorus::algo {
 void all_gather_direct(Context& c, const CollArgs& a) {
   const int n = c.size, r = c.rank;
   const size_t bytes = a.bytes();
-  copy_if_distinct(a.recv + r * bytes, a.send, bytes);
   c.ex.step("exchange blocks");
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
     c.ex.post_send(p, a.send, bytes);
     c.ex.post_recv(p, a.recv + p * bytes, bytes);
   }
+  c.ex.poke();  // peers read our block while we copy it into place
+  copy_if_distinct(a.recv + r * bytes, a.send, bytes);
   c.ex.wait_all();
 }
 

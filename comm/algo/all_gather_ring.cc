@@ -1,7 +1,8 @@
-// Ring all-gather: rank r's block is copied to recv block r, then for s = 0..n-2 each rank
+// Ring all-gather: rank r's block goes to recv block r; for s = 0..n-2 each rank
 // forwards block (r - s) to the next rank and receives block (r - s - 1) from the previous one.
 // Pipelined in chunks of the block. Cost per rank: n-1 steps, (n-1)/n x output bytes moved.
 #include <algorithm>
+#include <cstring>
 
 #include "algo/algorithm.h"
 #include "algo/patterns.h"
@@ -13,14 +14,21 @@ void all_gather_ring(Context& c, const CollArgs& a) {
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const size_t es = a.elem(), block = a.count;
   const size_t chunk = chunk_elems(c, a.dtype);
-  copy_if_distinct(a.recv + r * block * es, a.send, block * es);
+  std::byte* own = a.recv + r * block * es;
   c.ex.step("all-gather");
   for (size_t lo = 0; lo < block; lo += chunk) {
     const size_t len = std::min(chunk, block - lo);
     for (int s = 0; s < n - 1; ++s) {
       const size_t send_blk = mod(r - s, n), recv_blk = mod(r - s - 1, n);
-      c.ex.post_send(next, a.recv + (send_blk * block + lo) * es, len * es);
+      // Step 0 forwards our own chunk straight from send; its copy into place overlaps the
+      // next rank's read.
+      const std::byte* src = s == 0 ? a.send + lo * es : a.recv + (send_blk * block + lo) * es;
+      c.ex.post_send(next, src, len * es);
       c.ex.post_recv(prev, a.recv + (recv_blk * block + lo) * es, len * es);
+      if (s == 0 && own != a.send) {
+        c.ex.poke();
+        std::memcpy(own + lo * es, a.send + lo * es, len * es);
+      }
       c.ex.wait_all();
     }
   }

@@ -21,9 +21,13 @@ void broadcast_ring(Context& c, const CollArgs& a) {
     const size_t len = std::min(chunk, a.count - lo);
     if (prev >= 0) c.ex.wait(c.ex.post_recv(prev, a.recv + lo * es, len * es));
     if (next >= 0) c.ex.post_send(next, src + lo * es, len * es);
+    if (pos == 0 && a.send != a.recv) {
+      // The root's own copy, a chunk at a time while the next rank reads the chunks posted.
+      c.ex.poke();
+      copy_if_distinct(a.recv + lo * es, a.send + lo * es, len * es);
+    }
   }
   c.ex.wait_all();
-  if (pos == 0) copy_if_distinct(a.recv, a.send, a.bytes());
 }
 
 }  // namespace chorus::algo

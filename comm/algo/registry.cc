@@ -18,6 +18,10 @@ constexpr AlgoEntry kAlgorithms[] = {
      "double binary tree, half the data on each; log-depth latency"},
     {Collective::kAllReduce, Algorithm::kDirect, all_reduce_direct,
      "one-shot: every rank reduces all inputs itself; small messages"},
+    {Collective::kAllReduce, Algorithm::kTwoShot, all_reduce_twoshot,
+     "two-shot: direct reduce-scatter, then direct all-gather; two steps, bandwidth-optimal"},
+    {Collective::kAllReduce, Algorithm::kHier, all_reduce_hier,
+     "hierarchical: reduce-scatter in each host, all-reduce across hosts per rail, all-gather"},
     {Collective::kReduceScatter, Algorithm::kRing, reduce_scatter_ring, "ring, n-1 steps"},
     {Collective::kReduceScatter, Algorithm::kDirect, reduce_scatter_direct, "one-shot"},
     {Collective::kAllGather, Algorithm::kRing, all_gather_ring, "ring, n-1 steps"},
@@ -44,14 +48,25 @@ std::string_view to_string(Algorithm a) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kTree: return "tree";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kHier: return "hier";
+    case Algorithm::kTwoShot: return "twoshot";
   }
   return "?";
 }
 
 std::optional<Algorithm> parse_algorithm(std::string_view name) {
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect})
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect, Algorithm::kHier,
+                      Algorithm::kTwoShot})
     if (to_string(a) == name) return a;
   return std::nullopt;
+}
+
+std::string algorithm_names() {
+  std::string names;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect, Algorithm::kHier,
+                      Algorithm::kTwoShot})
+    names += (names.empty() ? "" : ", ") + std::string(to_string(a));
+  return names;
 }
 
 std::span<const AlgoEntry> all_algorithms() { return kAlgorithms; }
@@ -81,6 +96,16 @@ Algorithm select_default(Collective coll, size_t bytes, int world_size) {
     default:
       return Algorithm::kDirect;
   }
+}
+
+// Across hosts, all-reduce goes hierarchical once there are ranks to share a host's network
+// traffic (more ranks than hosts) and the message is past one-shot size.
+Algorithm select_default(Collective coll, size_t bytes, int world_size,
+                         std::span<const int> host_of) {
+  const int hosts = host_of.empty() ? 1 : *std::max_element(host_of.begin(), host_of.end()) + 1;
+  if (coll == Collective::kAllReduce && hosts > 1 && world_size > hosts && bytes > 16 * 1024)
+    return Algorithm::kHier;
+  return select_default(coll, bytes, world_size);
 }
 
 void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size) {

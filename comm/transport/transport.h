@@ -29,7 +29,7 @@ struct OpStamp {
   uint8_t coll = 0;    // chorus::Collective (send and recv both as kSend)
   uint8_t dtype = 0;   // chorus::DataType (send/recv: 0)
   uint8_t op = 0;      // chorus::ReduceOp for reducing collectives, else 0
-  uint8_t pad = 0;
+  uint8_t algo = 0;   // chorus::algo::Algorithm + 1 (0 for send/recv): ranks must agree
   int32_t root = 0;    // rooted collectives, else 0
   bool operator==(const OpStamp&) const = default;
 };
@@ -87,8 +87,20 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual Link& link(int peer) = 0;
-  // Rung by peers whenever they change state this rank may be waiting on.
-  virtual Doorbell& doorbell() = 0;
+  // The pipelining unit algorithms should use over this transport (CHORUS_CHUNK_BYTES overrides).
+  static constexpr size_t kDefaultChunkBytes = 256 << 10;
+  virtual size_t preferred_chunk_bytes() const { return kDefaultChunkBytes; }
+
+  // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
+  // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it
+  // can go on) or sleep()s with the token. Any peer action after arm_sleep() that this rank may
+  // be waiting for ends the sleep; so does max_ns. sleep() disarms.
+  virtual uint32_t arm_sleep() = 0;
+  virtual void disarm_sleep() = 0;
+  virtual void sleep(uint32_t token, long max_ns) = 0;
+  // Ends a sleep of this rank's own waiter from another thread (abort).
+  virtual void wake_self() = 0;
+
   virtual std::string name() const = 0;
 
   // Throws chorus::PeerFailure naming the first peer that published a failure (with its error

@@ -13,7 +13,7 @@ namespace {
 
 const StringKnob kDebug{"CHORUS_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"};
 const StringKnob kDebugSubsys{"CHORUS_DEBUG_SUBSYS", "ALL",
-                              "comma-separated subsystems to log: INIT,BOOT,SHM,COLL,TUNE,RUN,ALL"};
+                              "comma-separated subsystems to log: INIT,BOOT,SHM,COLL,TUNE,RUN,UCX,ALL"};
 
 std::atomic<int> g_rank{-1};
 
@@ -41,6 +41,7 @@ LogSettings read_settings() {
       else if (item == "COLL") s.mask |= kLogColl;
       else if (item == "TUNE") s.mask |= kLogTune;
       else if (item == "RUN") s.mask |= kLogRun;
+      else if (item == "UCX") s.mask |= kLogUcx;
       else if (item == "ALL") s.mask = kLogAll;
       if (comma == std::string::npos) break;
       pos = comma + 1;
@@ -62,6 +63,7 @@ const char* subsys_name(uint32_t subsys) {
     case kLogColl: return "COLL";
     case kLogTune: return "TUNE";
     case kLogRun: return "RUN";
+    case kLogUcx: return "UCX";
     default: return "ALL";
   }
 }

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "algo/algorithm.h"
 #include "reference.h"
 
 namespace chorus::testing {
@@ -31,15 +32,14 @@ std::string Case::describe() const {
   return os.str();
 }
 
+// Every registered algorithm of `coll` that runs on one host (the hierarchical ones are tested
+// across hosts, tests/comm_ucx).
 std::vector<std::string> algorithms_of(Collective coll) {
-  switch (coll) {
-    case Collective::kAllReduce:
-    case Collective::kBroadcast:
-    case Collective::kReduce: return {"ring", "tree", "direct"};
-    case Collective::kReduceScatter:
-    case Collective::kAllGather: return {"ring", "direct"};
-    default: return {"direct"};
-  }
+  std::vector<std::string> names;
+  for (const algo::AlgoEntry& e : algo::all_algorithms())
+    if (e.coll == coll && e.algo != algo::Algorithm::kHier)
+      names.emplace_back(algo::to_string(e.algo));
+  return names;
 }
 
 void run_and_check(Communicator& comm, const Case& k) {

@@ -128,7 +128,8 @@ TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
       {"different collectives",
        [](Communicator& c) { c.all_reduce(a, b, 100, DataType::kF32, ReduceOp::kSum); },
        [](Communicator& c) { c.broadcast(a, b, 100, DataType::kF32, 1); },
-       "all_reduce #0 (count 100, float, sum)", "broadcast #0 (count 100, float, root 1)"},
+       "all_reduce #0 (count 100, float, sum, direct algorithm)",
+       "broadcast #0 (count 100, float, root 1, direct algorithm)"},
       {"different counts",
        [](Communicator& c) { c.all_reduce(a, b, 100, DataType::kF32, ReduceOp::kSum); },
        [](Communicator& c) { c.all_reduce(a, b, 101, DataType::kF32, ReduceOp::kSum); },
@@ -145,6 +146,15 @@ TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
        [](Communicator& c) { c.reduce(a, b, 64, DataType::kF32, ReduceOp::kSum, 0); },
        [](Communicator& c) { c.reduce(a, b, 64, DataType::kF32, ReduceOp::kSum, 1); },
        "root 0", "root 1"},
+      // Same call, but one rank forced another algorithm (e.g. CHORUS_ALGO set on one rank
+      // only): messages of equal size would otherwise be combined as if they meant the same.
+      {"different algorithms",
+       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum); },
+       [](Communicator& c) {
+         c.set_algorithm("ring");
+         c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum);
+       },
+       "direct algorithm", "ring algorithm"},
   };
   for (const auto& k : cases) {
     SCOPED_TRACE(k.name);

@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "chorus/error.h"
@@ -77,6 +78,14 @@ struct CommOptions {
   // Algorithm for every collective that has it ("ring", "tree", "direct"); empty = CHORUS_ALGO,
   // else chosen by size.
   std::string algorithm;
+};
+
+// One algorithm a communicator could run for a collective of a given size, with the time the
+// tuner's cost model predicts for it on this communicator (docs/PERFORMANCE.md, "Tuner").
+struct AlgorithmEstimate {
+  std::string algorithm;      // "ring", "tree", "direct", ...
+  double predicted_us = -1;   // model time per call in microseconds; < 0: no estimate
+  bool chosen = false;        // what the selector uses (after set_algorithm / CHORUS_ALGO)
 };
 
 // Returned by split() to ranks that pass kNoColor.
@@ -175,6 +184,9 @@ class Communicator {
   void set_algorithm(std::string_view name);
   // The algorithm the selector picks for a collective of `bytes` per rank buffer.
   std::string algorithm_for(Collective c, size_t bytes) const;
+  // Every algorithm registered for `c`, with its predicted time for `bytes` (as algorithm_for
+  // counts them) and which one the selector would pick. Local: no communication.
+  std::vector<AlgorithmEstimate> explain(Collective c, size_t bytes) const;
 
   // Waits for every queued operation (errors stay with their Work handles).
   void synchronize();

@@ -1,9 +1,12 @@
 // chorus — the layout of a rank's shared-memory segment.
 //
 // Rank r's segment holds everything that flows *into* r: one FIFO per sender, plus r's doorbell.
-// A sender maps the receiver's segment, writes payload into a slot, then publishes it by
-// advancing `head`; the receiver consumes the slot and advances `tail`. Counters only grow
-// (64-bit, no wrap). Each counter has its own cache line: they are written by different ranks.
+// A sender maps the receiver's segment, writes the payload and header of a slot, and publishes
+// it last by storing the slot's sequence number (message index + 1) in the header's `seq`: the
+// receiver polls that one word, in the line it reads next anyway, so a small message costs one
+// cache-line transfer. The receiver advances `tail` once it has consumed a slot; the sender
+// reads `tail` only when its own cached copy says the FIFO is full. Counters only grow (64-bit,
+// no wrap). Each counter has its own cache line: they are written by different ranks.
 //
 //   [SegmentHeader][FifoCtrl x world_size][pad to 4 KiB][slots of sender 0][slots of sender 1]...
 //   slots of one sender: depth x ([SlotHeader][slot_bytes of payload])
@@ -23,7 +26,7 @@
 
 namespace chorus::transport::shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x63686f7275730002ull;  // "chorus", layout v2
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730003ull;  // "chorus", layout v3
 
 // What a rank tells its peers about itself through its own segment (see PeerStatus).
 struct alignas(64) SegmentHeader {
@@ -48,7 +51,6 @@ struct alignas(64) SegmentHeader {
 };
 
 struct FifoCtrl {
-  alignas(64) std::atomic<uint64_t> head;       // slots published by the sender
   alignas(64) std::atomic<uint64_t> tail;       // slots consumed by the receiver
   alignas(64) std::atomic<uint64_t> rndv_done;  // rendezvous reads finished by the receiver
   std::atomic<uint32_t> cma_ok;                 // receiver can read the sender's memory
@@ -57,6 +59,7 @@ struct FifoCtrl {
 enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2 };
 
 struct alignas(64) SlotHeader {
+  std::atomic<uint64_t> seq;  // index of the slot's message in the FIFO + 1, stored last
   SlotKind kind;
   uint32_t bytes;   // eager: payload bytes in this slot
   uint64_t total;   // bytes of the whole message

@@ -26,6 +26,8 @@ const IntKnob kDepth{"CHORUS_SHM_DEPTH", 8, "slots per shm FIFO (per ordered pai
 const IntKnob kCmaThreshold{"CHORUS_SHM_CMA_THRESHOLD", 128 << 10,
                             "messages of at least this many bytes move single-copy (CMA)"};
 const IntKnob kCma{"CHORUS_SHM_CMA", 1, "1 = allow single-copy process_vm_readv between ranks"};
+const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
+                             "pipelining unit when every peer is read single-copy"};
 const StringKnob kHostId{"CHORUS_HOST_ID", "",
                          "identity of this host (default hostname + boot id); ranks with equal "
                          "ids share memory"};
@@ -97,9 +99,8 @@ class ShmLink : public Link {
       r.done = true;
       return true;
     }
-    const uint64_t tail = out_ctrl_->tail.load(std::memory_order_acquire);
     if (r.bytes >= cma_threshold_ && single_copy()) {
-      if (sent_ - tail >= layout_.depth) return false;
+      if (!slot_free()) return false;
       auto* h = slot_header(out_slots_, sent_);
       h->kind = shm::SlotKind::kRendezvous;
       h->bytes = 0;
@@ -109,11 +110,12 @@ class ShmLink : public Link {
       h->stamp = r.stamp;
       r.token = ++rndv_sent_;
       r.phase = kAwaitingAck;
-      publish();
+      publish(h);
+      peer_bell_.ring();
       return true;
     }
     bool moved = false;
-    while (r.offset < r.bytes && sent_ - tail < layout_.depth) {
+    while (r.offset < r.bytes && slot_free()) {
       const size_t n = std::min(layout_.slot_bytes, r.bytes - r.offset);
       auto* h = slot_header(out_slots_, sent_);
       h->kind = shm::SlotKind::kEager;
@@ -123,8 +125,7 @@ class ShmLink : public Link {
       h->stamp = r.stamp;
       std::memcpy(payload(h), r.src + r.offset, n);
       r.offset += n;
-      ++sent_;
-      out_ctrl_->head.store(sent_, std::memory_order_release);
+      publish(h);
       moved = true;
     }
     if (moved) {
@@ -136,8 +137,10 @@ class ShmLink : public Link {
 
   bool progress_recv(Request& r) override {
     bool moved = false;
-    while (!r.done && received_ < in_ctrl_->head.load(std::memory_order_acquire)) {
+    for (;;) {
+      if (r.done) break;
       const auto* h = slot_header(in_slots_, received_);
+      if (h->seq.load(std::memory_order_acquire) != received_ + 1) break;
       if (!(h->stamp == r.stamp)) throw StampMismatch{peer_, h->stamp, r.stamp};
       if (h->total != r.bytes)
         throw Error(ErrorKind::kMismatch,
@@ -157,10 +160,11 @@ class ShmLink : public Link {
       deliver(r, r.offset, payload(h), h->bytes);
       r.offset += h->bytes;
       consume_slot();
-      peer_bell_.ring();
       moved = true;
       r.done = r.offset == r.bytes;
     }
+    // The sender may be waiting for room in the FIFO.
+    if (moved) peer_bell_.ring();
     return moved;
   }
 
@@ -175,10 +179,15 @@ class ShmLink : public Link {
     return reinterpret_cast<const std::byte*>(h + 1);
   }
 
-  void publish() {
+  // Whether the next slot is free; reads the receiver's tail only when the cached one says full.
+  bool slot_free() {
+    if (sent_ - tail_seen_ < layout_.depth) return true;
+    tail_seen_ = out_ctrl_->tail.load(std::memory_order_acquire);
+    return sent_ - tail_seen_ < layout_.depth;
+  }
+  void publish(shm::SlotHeader* h) {
     ++sent_;
-    out_ctrl_->head.store(sent_, std::memory_order_release);
-    peer_bell_.ring();
+    h->seq.store(sent_, std::memory_order_release);
   }
   void consume_slot() {
     ++received_;
@@ -232,14 +241,18 @@ class ShmLink : public Link {
   std::vector<std::byte>& staging_;
   size_t cma_threshold_;
   uint64_t sent_ = 0;       // slots this rank published to the peer
+  uint64_t tail_seen_ = 0;  // the receiver's tail as last read
   uint64_t received_ = 0;   // slots this rank consumed from the peer
   uint64_t rndv_sent_ = 0;  // rendezvous messages this rank sent to the peer
 };
 
 ShmTransport::ShmTransport(int rank, int world_size, Store& store,
                            const std::string& segment_prefix, std::chrono::milliseconds timeout,
-                           const ShmOptions& options)
-    : rank_(rank), world_size_(world_size), options_(options) {
+                           const ShmOptions& options, std::span<const int> members)
+    : rank_(rank), world_size_(world_size), members_(members.begin(), members.end()),
+      options_(options) {
+  if (members_.empty())
+    for (int p = 0; p < world_size; ++p) members_.push_back(p);
   const shm::Layout layout{static_cast<size_t>(world_size), options.slot_bytes, options.depth};
   const std::string name = segment_prefix + "-" + std::to_string(rank);
   own_ = ShmSegment::create(name, layout.total_bytes());
@@ -261,7 +274,7 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   auto* in_ctrl = reinterpret_cast<shm::FifoCtrl*>(own_base + shm::Layout::kCtrlOffset);
   std::vector<pid_t> pids(world_size, 0);
   peers_.resize(world_size);
-  for (int p = 0; p < world_size; ++p) {
+  for (int p : members_) {
     if (p == rank) continue;
     std::string info;
     try {
@@ -301,17 +314,17 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   // Everyone has mapped everything: the names can go.
   store.set("shm_mapped/" + std::to_string(rank), "1");
   std::vector<std::string> keys;
-  for (int p = 0; p < world_size; ++p) keys.push_back("shm_mapped/" + std::to_string(p));
+  for (int p : members_) keys.push_back("shm_mapped/" + std::to_string(p));
   store.wait(keys, timeout);
   own_.unlink();
 
   // Liveness: a pidfd per peer becomes readable when that process ends.
   pidfds_.assign(world_size, -1);
-  for (int p = 0; p < world_size; ++p)
+  for (int p : members_)
     if (p != rank) pidfds_[p] = static_cast<int>(::syscall(SYS_pidfd_open, pids[p], 0));
 
   links_.resize(world_size);
-  for (int p = 0; p < world_size; ++p) {
+  for (int p : members_) {
     if (p == rank) continue;
     links_[p] = std::make_unique<ShmLink>(p, pids[p], layout, own_base,
                                           static_cast<std::byte*>(peers_[p].data()), rank,
@@ -356,7 +369,7 @@ std::optional<OpStamp> read_current(const shm::SegmentHeader& h) {
 
 std::vector<int> ShmTransport::check_peers(std::span<const int> waiting_for, const OpStamp& mine) {
   // A published failure says the most: its own error text, and which rank started it.
-  for (int p = 0; p < world_size_; ++p) {
+  for (int p : members_) {
     if (p == rank_) continue;
     const auto& h = peer_header(p);
     if (h.status.load(std::memory_order_acquire) != static_cast<uint32_t>(PeerStatus::kFailed))
@@ -402,7 +415,7 @@ void ShmTransport::announce(PeerStatus status) {
   uint32_t running = static_cast<uint32_t>(PeerStatus::kRunning);
   header()->status.compare_exchange_strong(running, static_cast<uint32_t>(status),
                                            std::memory_order_acq_rel);
-  for (int p = 0; p < world_size_; ++p) {
+  for (int p : members_) {
     if (p == rank_) continue;
     auto& h = const_cast<shm::SegmentHeader&>(peer_header(p));
     if (status == PeerStatus::kFailed) h.alarm.store(1, std::memory_order_release);
@@ -433,6 +446,12 @@ void ShmTransport::count_completed() { header()->ops_done.fetch_add(1, std::memo
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);
   return *links_[peer];
+}
+
+size_t ShmTransport::preferred_chunk_bytes() const {
+  for (int p = 0; p < world_size_; ++p)
+    if (p != rank_ && links_[p] && !links_[p]->single_copy()) return kDefaultChunkBytes;
+  return static_cast<size_t>(kCmaChunkBytes.get());
 }
 
 bool ShmTransport::single_copy_to(int peer) const {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,13 +31,23 @@ class ShmLink;
 
 class ShmTransport : public Transport {
  public:
-  // Collective over the `world_size` ranks sharing `store` (already scoped to one communicator).
+  // Collective over the `world_size` ranks sharing `store` (already scoped to one communicator),
+  // or over `members` only (ranks of this host, including `rank`, ascending; empty = all ranks):
+  // in a multi-host job the other ranks are reached by another transport.
   ShmTransport(int rank, int world_size, Store& store, const std::string& segment_prefix,
-               std::chrono::milliseconds timeout, const ShmOptions& options);
+               std::chrono::milliseconds timeout, const ShmOptions& options,
+               std::span<const int> members = {});
   ~ShmTransport() override;
 
   Link& link(int peer) override;
-  Doorbell& doorbell() override { return header()->bell; }
+  // Larger when every peer is read single-copy: no FIFO to keep in cache, and each chunk costs a
+  // hand-shake.
+  size_t preferred_chunk_bytes() const override;
+  uint32_t arm_sleep() override { return header()->bell.arm(); }
+  void disarm_sleep() override { header()->bell.disarm(); }
+  void sleep(uint32_t token, long max_ns) override { header()->bell.sleep(token, max_ns); }
+  void wake_self() override { header()->bell.wake(); }
+
   std::string name() const override { return "shm"; }
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
   std::string why_gone(int peer) override;
@@ -57,6 +68,7 @@ class ShmTransport : public Transport {
 
   int rank_;
   int world_size_;
+  std::vector<int> members_;  // ranks this transport connects (this host), including rank_
   ShmOptions options_;
   ShmSegment own_;
   std::vector<ShmSegment> peers_;

@@ -21,6 +21,7 @@ enum LogSubsys : uint32_t {
   kLogColl = 1u << 3,
   kLogTune = 1u << 4,
   kLogRun = 1u << 5,
+  kLogUcx = 1u << 6,
   kLogAll = ~0u,
 };
 

@@ -1,0 +1,185 @@
+#include "algo/tuner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "chorus/config.h"
+#include "chorus/error.h"
+#include "chorus/log.h"
+
+namespace chorus::algo {
+namespace {
+
+const StringKnob kTuneFile{"CHORUS_TUNE_FILE", "",
+                           "tune table rank 0 loads (default ~/.cache/chorus/tune-<host>.txt if "
+                           "chorus-tune wrote one, else the built-in table)"};
+const StringKnob kTune{"CHORUS_TUNE", "on",
+                       "off = ignore tune tables and choose algorithms by fixed size thresholds"};
+
+std::optional<Collective> parse_collective(std::string_view name) {
+  for (int c = 0; c <= static_cast<int>(Collective::kSendRecv); ++c)
+    if (to_string(static_cast<Collective>(c)) == name) return static_cast<Collective>(c);
+  return std::nullopt;
+}
+
+template <class T>
+bool parse_number(std::string_view text, T& out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && ptr == text.data() + text.size();
+}
+
+}  // namespace
+
+TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
+  TuneTable t;
+  t.origin = std::string(origin);
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream fields(line);
+    std::string np_text, coll_text, algo_text;
+    if (!(fields >> np_text)) continue;  // blank
+    const auto bad = [&](const std::string& why) {
+      return InvalidArgument(detail::concat("tune table ", origin, " line ", number, ": ", why,
+                                            " (expected '<world size> <collective> <algorithm> "
+                                            "<bytes>:<us> ...')"));
+    };
+    int np = 0;
+    if (!parse_number(np_text, np) || np < 2) throw bad("bad world size '" + np_text + "'");
+    if (!(fields >> coll_text >> algo_text)) throw bad("missing collective or algorithm");
+    const auto coll = parse_collective(coll_text);
+    if (!coll) throw bad("unknown collective '" + coll_text + "'");
+    const auto algo = parse_algorithm(algo_text);
+    if (!algo || find_algorithm(*coll, *algo) == nullptr)
+      throw bad("no algorithm '" + algo_text + "' for " + coll_text);
+    std::vector<Point> curve;
+    std::string point;
+    while (fields >> point) {
+      const auto colon = point.find(':');
+      Point p{};
+      if (colon == std::string::npos ||
+          !parse_number(std::string_view(point).substr(0, colon), p.bytes))
+        throw bad("bad point '" + point + "'");
+      char* end = nullptr;
+      const std::string us = point.substr(colon + 1);
+      p.us = std::strtod(us.c_str(), &end);
+      if (us.empty() || *end != '\0' || !(p.us > 0)) throw bad("bad time in '" + point + "'");
+      curve.push_back(p);
+    }
+    if (curve.empty()) throw bad("no points");
+    t.set(np, *coll, *algo, std::move(curve));
+  }
+  return t;
+}
+
+std::string TuneTable::format() const {
+  std::string s;
+  for (const auto& [key, curve] : curves_) {
+    const auto& [np, coll, algo] = key;
+    s += detail::concat(np, " ", to_string(coll), " ", to_string(algo));
+    for (const Point& p : curve) {
+      char us[32];
+      std::snprintf(us, sizeof us, "%.4g", p.us);
+      s += detail::concat(" ", p.bytes, ":", us);
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+void TuneTable::set(int world_size, Collective coll, Algorithm algo, std::vector<Point> curve) {
+  std::sort(curve.begin(), curve.end(),
+            [](const Point& a, const Point& b) { return a.bytes < b.bytes; });
+  curves_[{world_size, coll, algo}] = std::move(curve);
+}
+
+bool TuneTable::covers(int world_size, Collective coll) const {
+  auto it = curves_.lower_bound({world_size, coll, Algorithm{}});
+  return it != curves_.end() && std::get<0>(it->first) == world_size &&
+         std::get<1>(it->first) == coll;
+}
+
+std::optional<double> TuneTable::predict_us(int world_size, Collective coll, Algorithm algo,
+                                            size_t bytes) const {
+  auto it = curves_.find({world_size, coll, algo});
+  if (it == curves_.end()) return std::nullopt;
+  const std::vector<Point>& c = it->second;
+  if (c.size() == 1 || bytes <= c.front().bytes) return c.front().us;
+  // The segment [a, b] holding `bytes`, or the last one beyond the largest measured size.
+  size_t i = 1;
+  while (i + 1 < c.size() && c[i].bytes < bytes) ++i;
+  const Point& a = c[i - 1];
+  const Point& b = c[i];
+  const double slope = (b.us - a.us) / static_cast<double>(b.bytes - a.bytes);
+  const double us = a.us + slope * static_cast<double>(bytes - a.bytes);
+  // Beyond the largest size a (noisy) falling last segment must not predict less than it.
+  return bytes > b.bytes ? std::max(us, b.us) : us;
+}
+
+std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, Collective coll,
+                                                               Algorithm algo) const {
+  auto it = curves_.find({world_size, coll, algo});
+  if (it == curves_.end()) return std::nullopt;
+  const std::vector<Point>& c = it->second;
+  double beta = 0;
+  if (c.size() >= 2) {
+    const Point& a = c[c.size() - 2];
+    const Point& b = c.back();
+    beta = (b.us - a.us) / static_cast<double>(b.bytes - a.bytes) * (1 << 20);
+  }
+  return std::pair{c.front().us, beta};
+}
+
+std::optional<Algorithm> TuneTable::fastest(int world_size, Collective coll, size_t bytes) const {
+  std::optional<Algorithm> best;
+  double best_us = 0;
+  for (const AlgoEntry& e : all_algorithms()) {
+    if (e.coll != coll || e.algo == Algorithm::kHier) continue;  // one host: no hierarchy
+    auto us = predict_us(world_size, coll, e.algo, bytes);
+    if (us && (!best || *us < best_us)) {
+      best = e.algo;
+      best_us = *us;
+    }
+  }
+  return best;
+}
+
+std::string default_tune_path() {
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string dir = cache != nullptr && *cache != '\0' ? std::string(cache)
+                    : home != nullptr && *home != '\0' ? std::string(home) + "/.cache"
+                                                       : std::string("/tmp");
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return dir + "/chorus/tune-" + host + ".txt";
+}
+
+bool tuning_enabled() { return kTune.get() != "off"; }
+
+TuneTable load_tune_table() {
+  if (!tuning_enabled()) return TuneTable{};
+  std::string path;
+  if (auto p = kTuneFile.get_if_set()) {
+    path = *p;
+  } else {
+    path = default_tune_path();
+    if (::access(path.c_str(), R_OK) != 0)
+      return TuneTable::parse(builtin_tune_text(), "built-in");
+  }
+  std::ifstream f(path);
+  CHORUS_ARG_CHECK(f.good(), "CHORUS_TUNE_FILE=", path, " cannot be read");
+  std::stringstream text;
+  text << f.rdbuf();
+  return TuneTable::parse(text.str(), path);
+}
+
+}  // namespace chorus::algo

@@ -1,0 +1,74 @@
+// chorus — the tuner: which algorithm is fastest for a collective of a given size, from times
+// measured on this machine.
+//
+// A tune table holds, per (world size, collective, algorithm), the median time of a call at a
+// series of sizes, measured by `chorus-tune` (tools/chorus_tune) on the machine it runs on. The
+// model predicts a time for any size by interpolating between the two nearest measured sizes
+// (linear in bytes, which is the alpha + bytes x beta model fitted piecewise) and by the last
+// segment's slope beyond them; the selector picks the algorithm with the smallest prediction.
+// From each curve the table also derives the classic constants: alpha (latency: the time at the
+// smallest size) and beta (inverse bandwidth: the slope at the largest sizes).
+//
+// Where the table comes from (rank 0 decides; every rank of a communicator uses rank 0's table,
+// so all choose alike): CHORUS_TUNE_FILE if set, else ~/.cache/chorus/tune-<hostname>.txt if
+// chorus-tune wrote one, else the table built in (measured on the project's 2-core machine).
+// CHORUS_TUNE=off ignores every table and uses fixed size thresholds.
+//
+// Text format, one curve per line ('#' starts a comment):
+//   <world size> <collective> <algorithm> <bytes>:<us> <bytes>:<us> ...
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "algo/algorithm.h"
+
+namespace chorus::algo {
+
+class TuneTable {
+ public:
+  struct Point {
+    size_t bytes;
+    double us;
+  };
+
+  // Throws InvalidArgument naming the line for malformed text.
+  static TuneTable parse(std::string_view text, std::string_view origin);
+  std::string format() const;
+
+  void set(int world_size, Collective coll, Algorithm algo, std::vector<Point> curve);
+  bool empty() const { return curves_.empty(); }
+  // Whether any curve exists for this collective at this world size.
+  bool covers(int world_size, Collective coll) const;
+  // Predicted time of one call, or nullopt when the table has no curve for it.
+  std::optional<double> predict_us(int world_size, Collective coll, Algorithm algo,
+                                   size_t bytes) const;
+  // Latency (us) and inverse bandwidth (us per MiB) of a curve, for explanations.
+  std::optional<std::pair<double, double>> alpha_beta(int world_size, Collective coll,
+                                                      Algorithm algo) const;
+  // The fastest algorithm by prediction among those registered for `coll`, if covered.
+  std::optional<Algorithm> fastest(int world_size, Collective coll, size_t bytes) const;
+
+  std::string origin;  // where it was loaded from (for logs and chorus-tune --show)
+
+ private:
+  using Key = std::tuple<int, Collective, Algorithm>;
+  std::map<Key, std::vector<Point>> curves_;
+};
+
+// The table rank 0 would load (see above); `origin` says from where. Never throws for a missing
+// file; throws InvalidArgument for a malformed one.
+TuneTable load_tune_table();
+// The built-in table's text.
+std::string_view builtin_tune_text();
+// ~/.cache/chorus/tune-<hostname>.txt (where chorus-tune writes by default).
+std::string default_tune_path();
+// False when CHORUS_TUNE=off.
+bool tuning_enabled();
+
+}  // namespace chorus::algo

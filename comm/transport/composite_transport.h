@@ -1,0 +1,57 @@
+// chorus — one Transport made of two: shm for the peers on this host, UCX for the others.
+//
+// Links are routed by the peer's host. Failure notices go out through both (peers on this host
+// read the shm segment header, the others the store) and are checked on both.
+//
+// Sleeping: a rank cannot block on the shm futex and the UCX event fd at once. The composite
+// watches which links the Exchange progresses between arm_sleep() and sleep() (it progresses
+// exactly the links it waits for): only shm peers -> futex sleep; only UCX peers -> event-fd
+// sleep; both -> event-fd sleep capped at CHORUS_UCX_MIXED_SLEEP_US, since an shm peer's doorbell
+// cannot end it. The hierarchical algorithms wait for one kind at a time, so the cap is rarely
+// paid.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transport/shm/shm_transport.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace chorus::transport {
+
+class CompositeTransport : public Transport {
+ public:
+  // local[r]: rank r shares this host (shm); others go over ucx.
+  CompositeTransport(std::vector<bool> local, std::unique_ptr<ShmTransport> shm,
+                     std::unique_ptr<UcxTransport> ucx);
+
+  Link& link(int peer) override;
+  uint32_t arm_sleep() override;
+  void disarm_sleep() override;
+  void sleep(uint32_t token, long max_ns) override;
+  void wake_self() override;
+
+  std::string name() const override { return "shm+ucx"; }
+  std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
+  std::string why_gone(int peer) override;
+  void check_alarm() override;
+  void publish_current(const OpStamp& stamp) override;
+  void announce_failure(int cause_rank, std::string_view text) override;
+  void announce_exit() override;
+  bool process_alive(int peer) override;
+  void count_completed() override;
+
+ private:
+  Transport& of(int peer) { return local_[peer] ? static_cast<Transport&>(*shm_) : *ucx_; }
+
+  std::vector<bool> local_;
+  std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<UcxTransport> ucx_;
+  long mixed_sleep_ns_;
+  // Between arm_sleep() and sleep(): which kinds of links the Exchange progressed.
+  bool touched_shm_ = false, touched_ucx_ = false;
+  bool ucx_armed_ = false;
+};
+
+}  // namespace chorus::transport

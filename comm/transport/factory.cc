@@ -1,0 +1,101 @@
+#include "transport/factory.h"
+
+#include <map>
+
+#include "chorus/build_config.h"
+#include "chorus/config.h"
+#include "chorus/error.h"
+#include "chorus/log.h"
+#include "transport/shm/shm_transport.h"
+#if CHORUS_HAVE_UCX
+#include "transport/composite_transport.h"
+#include "transport/ucx/ucx_transport.h"
+#endif
+
+namespace chorus::transport {
+namespace {
+
+const StringKnob kTransport{"CHORUS_TRANSPORT", "auto",
+                            "auto = shm between ranks of one host, ucx between hosts; ucx = UCX "
+                            "for every peer (e.g. to compare with shm on one host); shm = refuse "
+                            "multi-host jobs"};
+
+// Host index per rank, numbered in order of each host's lowest rank.
+std::vector<int> gather_hosts(int rank, int world_size, Store& store,
+                              std::chrono::milliseconds timeout, int* hosts) {
+  const std::string me = local_host_id();
+  store.set("host/" + std::to_string(rank), me);
+  std::map<std::string, int> index;
+  std::vector<int> host_of(world_size);
+  for (int p = 0; p < world_size; ++p) {
+    std::string id = me;
+    if (p != rank) try {
+        id = store.get("host/" + std::to_string(p), timeout);
+      } catch (const Timeout&) {
+        throw Timeout(detail::concat("rank ", p, " did not join within ", timeout.count() / 1000.0,
+                                     " s (is it running, with the same world size and master "
+                                     "address? CHORUS_TIMEOUT sets the deadline)"),
+                      rank, "connect", -1, p);
+      }
+    host_of[p] = index.emplace(id, static_cast<int>(index.size())).first->second;
+  }
+  *hosts = static_cast<int>(index.size());
+  return host_of;
+}
+
+[[noreturn]] void refuse_hosts(int rank, const Wiring& w, const char* why) {
+  std::string where;
+  const int n = static_cast<int>(w.host_of.size());
+  for (int p = 0; p < n && p < 8; ++p)
+    where += detail::concat(p == 0 ? "" : ", ", "rank ", p, " on host ", w.host_of[p]);
+  throw Error(ErrorKind::kInvalidArgument,
+              detail::concat("the ranks span ", w.hosts, " hosts (", where, n > 8 ? ", ..." : "",
+                             ") but ", why, "; or give every rank the same CHORUS_HOST_ID if they "
+                             "do share memory"),
+              rank);
+}
+
+}  // namespace
+
+Wiring connect(int rank, int world_size, Store& store, const std::string& segment_prefix,
+               std::chrono::milliseconds timeout) {
+  Wiring w;
+  w.host_of = gather_hosts(rank, world_size, store, timeout, &w.hosts);
+  const std::string choice = kTransport.get();
+  CHORUS_ARG_CHECK(choice == "auto" || choice == "shm" || choice == "ucx", "CHORUS_TRANSPORT='",
+                   choice, "' (use auto, shm or ucx)");
+  const bool force_ucx = choice == "ucx";
+  if (w.hosts == 1 && !force_ucx) {
+    w.transport = std::make_unique<ShmTransport>(rank, world_size, store, segment_prefix, timeout,
+                                                 ShmOptions::from_env());
+    return w;
+  }
+  if (choice == "shm") refuse_hosts(rank, w, "CHORUS_TRANSPORT=shm connects ranks of one host only");
+#if CHORUS_HAVE_UCX
+  std::vector<int> near, far;  // ranks of this host (with this one), and the others
+  std::vector<bool> local(world_size);
+  for (int p = 0; p < world_size; ++p) {
+    local[p] = !force_ucx && w.host_of[p] == w.host_of[rank];
+    if (local[p]) near.push_back(p);
+    else if (p != rank) far.push_back(p);
+  }
+  auto ucx = std::make_unique<UcxTransport>(rank, world_size, far, store, timeout);
+  if (near.size() <= 1) {
+    w.transport = std::move(ucx);
+  } else {
+    auto shm = std::make_unique<ShmTransport>(rank, world_size, store, segment_prefix, timeout,
+                                              ShmOptions::from_env(), near);
+    w.transport = std::make_unique<CompositeTransport>(std::move(local), std::move(shm),
+                                                       std::move(ucx));
+  }
+  CHORUS_INFO(kLogInit, "rank ", rank, ": ", near.size() - 1, " peers over shm, ", far.size(),
+              " over ucx (", w.hosts, " hosts)");
+  return w;
+#else
+  if (force_ucx) refuse_hosts(rank, w, "CHORUS_TRANSPORT=ucx needs a build with CHORUS_WITH_UCX");
+  refuse_hosts(rank, w, "this build connects ranks of one host only (shared memory); build with "
+                        "CHORUS_WITH_UCX for multi-host jobs");
+#endif
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,163 @@
+// The tuner: its table format, its predictions, and that every rank of a communicator follows
+// rank 0's table (so their algorithms always pair up).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+
+#include "algo/tuner.h"
+#include "chorus/communicator.h"
+#include "chorus/error.h"
+#include "multiproc.h"
+
+namespace chorus {
+namespace {
+
+using algo::Algorithm;
+using algo::TuneTable;
+using testing::run_processes;
+using testing::run_ranks;
+
+constexpr const char* kTable = R"(# two curves that cross at 1000 bytes
+2 all_reduce direct 8:1 1000:3 100000:1000
+2 all_reduce ring 8:10 1000:3 100000:50   # trailing comment
+4 broadcast tree 64:5
+)";
+
+TEST(Tuner, ParsesFormatsAndRoundTrips) {
+  const TuneTable t = TuneTable::parse(kTable, "test");
+  EXPECT_EQ(t.origin, "test");
+  EXPECT_TRUE(t.covers(2, Collective::kAllReduce));
+  EXPECT_FALSE(t.covers(2, Collective::kBroadcast));
+  EXPECT_FALSE(t.covers(3, Collective::kAllReduce));
+  EXPECT_TRUE(t.covers(4, Collective::kBroadcast));
+  const TuneTable again = TuneTable::parse(t.format(), "again");
+  EXPECT_EQ(again.format(), t.format());
+}
+
+TEST(Tuner, InterpolatesBetweenAndExtrapolatesBeyondMeasuredSizes) {
+  const TuneTable t = TuneTable::parse(kTable, "test");
+  const auto at = [&](Algorithm a, size_t bytes) {
+    return *t.predict_us(2, Collective::kAllReduce, a, bytes);
+  };
+  EXPECT_DOUBLE_EQ(at(Algorithm::kDirect, 1), 1);      // below the first point: its time
+  EXPECT_DOUBLE_EQ(at(Algorithm::kDirect, 8), 1);
+  EXPECT_DOUBLE_EQ(at(Algorithm::kRing, 1000), 3);
+  EXPECT_NEAR(at(Algorithm::kRing, 504), 6.5, 1e-9);   // halfway between 8 and 1000
+  // Beyond 100000 bytes: the last segment's slope (47 us per 99000 bytes).
+  EXPECT_NEAR(at(Algorithm::kRing, 199000), 50 + 47, 1e-9);
+  EXPECT_FALSE(t.predict_us(2, Collective::kAllReduce, Algorithm::kTree, 8));
+  const auto ab = t.alpha_beta(2, Collective::kAllReduce, Algorithm::kRing);
+  ASSERT_TRUE(ab);
+  EXPECT_DOUBLE_EQ(ab->first, 10);
+  EXPECT_NEAR(ab->second, 47.0 / 99000 * (1 << 20), 1e-6);
+}
+
+TEST(Tuner, PicksTheFastestPredictionOnEachSideOfTheCrossover) {
+  const TuneTable t = TuneTable::parse(kTable, "test");
+  EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 64), Algorithm::kDirect);
+  EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 50000), Algorithm::kRing);
+  EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 1 << 30), Algorithm::kRing);
+  EXPECT_FALSE(t.fastest(3, Collective::kAllReduce, 64));
+}
+
+TEST(Tuner, MalformedTablesNameTheLine) {
+  const auto error_of = [](const char* text) -> std::string {
+    try {
+      TuneTable::parse(text, "bad.txt");
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of("2 all_reduce ring 8:1\n1 all_reduce ring 8:1").find("bad.txt line 2"),
+            std::string::npos);
+  EXPECT_NE(error_of("2 all_reduce warp 8:1").find("no algorithm 'warp'"), std::string::npos);
+  EXPECT_NE(error_of("2 gather ring 8:1").find("no algorithm 'ring' for gather"), std::string::npos);
+  EXPECT_NE(error_of("2 all_reduce ring 8-1").find("bad point"), std::string::npos);
+  EXPECT_NE(error_of("2 all_reduce ring 8:-1").find("bad time"), std::string::npos);
+  EXPECT_NE(error_of("2 all_reduce ring").find("no points"), std::string::npos);
+  EXPECT_NE(error_of("2 all_reduce").find("missing"), std::string::npos);
+}
+
+TEST(Tuner, TheBuiltInTableParses) {
+  EXPECT_NO_THROW(TuneTable::parse(algo::builtin_tune_text(), "built-in"));
+}
+
+std::string write_table(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The selector follows the table, and explain() reports its predictions.
+TEST(Tuner, SelectorAndExplainFollowTheTable) {
+  const std::string path = write_table("tune_follow.txt",
+                                       "2 all_reduce tree 8:1 1000000:2\n"
+                                       "2 all_reduce ring 8:5 1000000:6\n"
+                                       "2 all_reduce direct 8:7 1000000:8\n");
+  testing::RunOptions options;
+  options.env["CHORUS_TUNE_FILE"] = path;
+  run_ranks(2, [](Communicator& comm) {
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "tree");
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1 << 20), "tree");
+    // Not covered by the table: fixed thresholds.
+    EXPECT_EQ(comm.algorithm_for(Collective::kBroadcast, 8), "direct");
+    bool saw_tree = false;
+    for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 500000)) {
+      if (e.algorithm == "tree") {
+        saw_tree = true;
+        EXPECT_TRUE(e.chosen);
+        EXPECT_NEAR(e.predicted_us, 1.5, 1e-3);
+      } else if (e.algorithm == "ring") {
+        EXPECT_FALSE(e.chosen);
+        EXPECT_NEAR(e.predicted_us, 5.5, 1e-3);
+      }
+    }
+    EXPECT_TRUE(saw_tree);
+    // And the chosen algorithm runs and is exact.
+    std::vector<int32_t> v(1000, comm.rank() + 1), out(1000);
+    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
+    EXPECT_EQ(out.front(), 3);
+    EXPECT_EQ(out.back(), 3);
+  }, options);
+}
+
+// Ranks whose environments point at different tables still choose alike: rank 0's rules.
+TEST(Tuner, EveryRankFollowsRankZerosTable) {
+  const std::string ring = write_table("tune_ring.txt", "2 all_reduce ring 8:1\n2 all_reduce direct 8:9\n");
+  const std::string direct = write_table("tune_direct.txt", "2 all_reduce ring 8:9\n2 all_reduce direct 8:1\n");
+  run_processes(2, [&](int rank) {
+    ::setenv("CHORUS_TUNE_FILE", rank == 0 ? ring.c_str() : direct.c_str(), 1);
+    Communicator comm = Communicator::from_env();
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64), "ring");
+    std::vector<float> v(16, 1.0f), out(16);
+    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(out[7], 2.0f);
+  });
+}
+
+TEST(Tuner, OffMeansFixedThresholdsAndABadFileIsAClearError) {
+  const std::string path = write_table("tune_off.txt", "2 all_reduce tree 8:1\n");
+  testing::RunOptions off;
+  off.env["CHORUS_TUNE_FILE"] = path;
+  off.env["CHORUS_TUNE"] = "off";
+  run_ranks(2, [](Communicator& comm) {
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "direct");
+  }, off);
+
+  const std::string bad = write_table("tune_bad.txt", "2 all_reduce ring 8:1\nnonsense\n");
+  run_processes(1, [&](int) {
+    ::setenv("CHORUS_TUNE_FILE", bad.c_str(), 1);
+    algo::TuneTable t;
+    try {
+      t = algo::load_tune_table();
+      ADD_FAILURE() << "a malformed table loaded";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("tune_bad.txt line 2"), std::string::npos) << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace chorus

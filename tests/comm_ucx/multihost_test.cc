@@ -1,0 +1,274 @@
+// Multi-host jobs: the UCX transport, the shm+ucx composite and the hierarchical all-reduce.
+//
+// Netns*: every "host" is a network namespace joined to the others by veth pairs on a bridge
+// (netns_hosts.h); UCX is confined to tcp on the veth device, so every byte between hosts crosses
+// it (checked on its counters). These need root and skip with the reason otherwise.
+// OneMachine*: the same jobs with hosts told apart only by CHORUS_HOST_ID (UCX then picks its own
+// wire, shared memory included): they run anywhere.
+// Results are checked exactly against the reference (tests/comm/reference.h).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "collective_cases.h"
+#include "netns_hosts.h"
+
+namespace chorus::testing {
+namespace {
+
+constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
+
+bool reduces(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
+}
+bool rooted(Collective c) {
+  return c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
+         c == Collective::kScatter;
+}
+
+std::vector<std::string> algorithms(Collective coll) {
+  std::vector<std::string> a = algorithms_of(coll);
+  if (coll == Collective::kAllReduce) a.push_back("hier");
+  return a;
+}
+
+// Every collective x algorithm x dtype x op x count {0, 1, 7, 1000} x in-place, roots 0 and n-1;
+// then 2^20 + 3 elements with the default algorithm (every dtype with one op, every op with
+// float) and, for all-reduce, with every algorithm.
+std::vector<Case> matrix(int n) {
+  std::vector<Case> cases;
+  int salt = 0;
+  const Collective colls[] = {Collective::kAllReduce, Collective::kReduceScatter,
+                              Collective::kAllGather, Collective::kBroadcast,
+                              Collective::kReduce,    Collective::kGather,
+                              Collective::kScatter,   Collective::kAllToAll};
+  for (Collective coll : colls) {
+    const std::vector<ReduceOp> ops =
+        reduces(coll) ? std::vector<ReduceOp>(std::begin(kAllReduceOps), std::end(kAllReduceOps))
+                      : std::vector<ReduceOp>{ReduceOp::kSum};
+    const std::vector<int> roots = rooted(coll) ? std::vector<int>{0, n - 1} : std::vector<int>{0};
+    for (const std::string& algo : algorithms(coll))
+      for (int root : roots)
+        for (bool in_place : {false, true}) {
+          if (in_place && coll == Collective::kAllToAll) continue;
+          for (DataType dtype : kAllDataTypes)
+            for (ReduceOp op : ops)
+              for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}})
+                cases.push_back({coll, algo, dtype, op, count, in_place, root, ++salt});
+        }
+    for (DataType dtype : kAllDataTypes)
+      cases.push_back({coll, "auto", dtype, ops[0], kLargeCount, false, n - 1, ++salt});
+    for (size_t i = 1; i < ops.size(); ++i)
+      cases.push_back({coll, "auto", DataType::kF32, ops[i], kLargeCount, true, 0, ++salt});
+    if (coll == Collective::kAllReduce)
+      for (const std::string& algo : algorithms(coll))
+        for (bool in_place : {false, true})
+          cases.push_back({coll, algo, DataType::kBF16, ReduceOp::kSum, kLargeCount, in_place, 0, ++salt});
+  }
+  return cases;
+}
+
+// All-reduce only, every algorithm, mid and large counts (the hierarchical layouts).
+std::vector<Case> all_reduce_cases() {
+  std::vector<Case> cases;
+  int salt = 0;
+  for (const std::string& algo : algorithms(Collective::kAllReduce))
+    for (bool in_place : {false, true})
+      for (DataType dtype : kAllDataTypes)
+        for (ReduceOp op : kAllReduceOps)
+          for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{65537}})
+            cases.push_back({Collective::kAllReduce, algo, dtype, op, count, in_place, 0, ++salt});
+  for (const std::string& algo : algorithms(Collective::kAllReduce))
+    for (ReduceOp op : kAllReduceOps)
+      cases.push_back({Collective::kAllReduce, algo, DataType::kF32, op, kLargeCount, false, 0, ++salt});
+  return cases;
+}
+
+void run_cases(Communicator& comm, const std::vector<Case>& cases) {
+  for (const Case& k : cases) {
+    run_and_check(comm, k);
+    if (::testing::Test::HasFailure()) return;  // one clear failure, not a cascade
+  }
+}
+
+// Rank `victim` dies (SIGKILL, no goodbye) after one good all-reduce, while the others wait for
+// it in the next one: they must fail with PeerFailure naming it, not hang.
+void peer_death_body(Communicator& comm, int victim) {
+  std::vector<float> buf(1000, 1.0f);
+  comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(buf[0], static_cast<float>(comm.size()));
+  if (comm.rank() == victim) {
+    ::usleep(50'000);  // the others are waiting by now
+    ::kill(::getpid(), SIGKILL);
+  }
+  try {
+    comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kF32, ReduceOp::kSum);
+    ADD_FAILURE() << "rank " << comm.rank() << ": the all-reduce succeeded without rank " << victim;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kPeerFailure) << e.what();
+    EXPECT_EQ(e.peer(), victim) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(victim)), std::string::npos)
+        << e.what();
+  }
+}
+
+std::vector<int> layout(int hosts, int per_host) {
+  std::vector<int> host_of;
+  for (int h = 0; h < hosts; ++h)
+    for (int i = 0; i < per_host; ++i) host_of.push_back(h);
+  return host_of;
+}
+
+// ---- namespaces: real network between "hosts" ------------------------------------------------
+
+class Netns : public ::testing::Test {
+ protected:
+  void make_hosts(int n) {
+    if (auto why = NetnsHosts::unavailable()) GTEST_SKIP() << *why;
+    hosts_ = std::make_unique<NetnsHosts>(n);
+  }
+  void TearDown() override { hosts_.reset(); }
+  std::unique_ptr<NetnsHosts> hosts_;
+};
+
+TEST_F(Netns, TwoHostsCollectiveMatrix) {
+  make_hosts(2);
+  if (!hosts_) return;
+  const auto cases = matrix(2);
+  run_on_hosts(hosts_.get(), layout(2, 1), [&](Communicator& comm) { run_cases(comm, cases); });
+}
+
+TEST_F(Netns, TwoByTwoCollectiveMatrix) {
+  make_hosts(2);
+  if (!hosts_) return;
+  const auto cases = matrix(4);
+  run_on_hosts(hosts_.get(), layout(2, 2), [&](Communicator& comm) { run_cases(comm, cases); },
+               {std::chrono::milliseconds(240000), {}, {}});
+}
+
+TEST_F(Netns, ThreeHostsHierarchicalAllReduce) {
+  make_hosts(3);
+  if (!hosts_) return;
+  const auto cases = all_reduce_cases();
+  run_on_hosts(hosts_.get(), layout(3, 1), [&](Communicator& comm) { run_cases(comm, cases); });
+}
+
+TEST_F(Netns, UnevenHostsHierarchicalAllReduce) {  // 2 + 1 ranks: one extra rank on host 0
+  make_hosts(2);
+  if (!hosts_) return;
+  const auto cases = all_reduce_cases();
+  run_on_hosts(hosts_.get(), {0, 0, 1}, [&](Communicator& comm) { run_cases(comm, cases); });
+}
+
+// Every byte between hosts crosses the veth pair: host 0's counters grow by at least what the
+// hierarchical all-reduce must move between the hosts.
+TEST_F(Netns, InterHostBytesCrossTheVeth) {
+  make_hosts(2);
+  if (!hosts_) return;
+  constexpr size_t kCount = 4 << 20;  // floats per rank: 16 MiB
+  constexpr int kIters = 4;
+  const auto before = hosts_->counters(0);
+  run_on_hosts(hosts_.get(), layout(2, 2), [&](Communicator& comm) {
+    std::vector<float> buf(kCount);
+    for (int it = 0; it < kIters; ++it) {
+      for (size_t i = 0; i < kCount; ++i) buf[i] = static_cast<float>((comm.rank() + i + it) % 5);
+      comm.set_algorithm("hier");
+      comm.all_reduce(buf.data(), buf.data(), kCount, DataType::kF32, ReduceOp::kSum);
+      size_t wrong = 0;
+      for (size_t i = 0; i < kCount; ++i) {
+        float want = 0;
+        for (int r = 0; r < comm.size(); ++r) want += static_cast<float>((r + i + it) % 5);
+        wrong += buf[i] != want;
+      }
+      EXPECT_EQ(wrong, 0u) << "iteration " << it;
+    }
+  });
+  const auto after = hosts_->counters(0);
+  // Per all-reduce each of host 0's two rails sends and receives half of its slice (B/2 / 2)
+  // twice (ring of two hosts: reduce-scatter + all-gather): B/2 per rail, B per host each way.
+  const uint64_t bytes = uint64_t{kCount} * sizeof(float) * kIters;
+  EXPECT_GE(after.tx - before.tx, bytes) << "host 0 sent less over its veth than the job needs";
+  EXPECT_GE(after.rx - before.rx, bytes) << "host 0 received less over its veth than the job needs";
+  // ... and not wildly more (intra-host traffic stays off the wire).
+  EXPECT_LT(after.tx - before.tx, bytes * 3 / 2);
+  std::printf("veth of host 0: tx %.1f MiB, rx %.1f MiB for %.1f MiB of inter-host data\n",
+              (after.tx - before.tx) / 1048576.0, (after.rx - before.rx) / 1048576.0,
+              bytes / 1048576.0);
+}
+
+TEST_F(Netns, PeerDeathIsNamed) {
+  make_hosts(2);
+  if (!hosts_) return;
+  HostRunOptions o;
+  o.may_fail = {1};
+  o.deadline = std::chrono::milliseconds(60000);
+  run_on_hosts(hosts_.get(), layout(2, 1), [](Communicator& comm) { peer_death_body(comm, 1); }, o);
+}
+
+TEST_F(Netns, PeerDeathIsNamedAcrossComposite) {
+  make_hosts(2);
+  if (!hosts_) return;
+  HostRunOptions o;
+  o.may_fail = {3};
+  o.deadline = std::chrono::milliseconds(60000);
+  run_on_hosts(hosts_.get(), layout(2, 2), [](Communicator& comm) { peer_death_body(comm, 3); }, o);
+}
+
+// ---- one machine: hosts told apart by CHORUS_HOST_ID only -----------------------------------
+
+TEST(OneMachine, ForcedUcxCollectiveMatrix) {
+  const auto cases = matrix(3);
+  run_on_hosts(nullptr, {0, 0, 0}, [&](Communicator& comm) { run_cases(comm, cases); },
+               {std::chrono::milliseconds(240000), {{"CHORUS_TRANSPORT", "ucx"}}, {}});
+}
+
+TEST(OneMachine, TwoByTwoHierarchicalAllReduce) {
+  const auto cases = all_reduce_cases();
+  run_on_hosts(nullptr, layout(2, 2), [&](Communicator& comm) { run_cases(comm, cases); });
+}
+
+TEST(OneMachine, PeerDeathIsNamedOverUcx) {
+  HostRunOptions o;
+  o.may_fail = {1};
+  o.deadline = std::chrono::milliseconds(60000);
+  o.env = {{"CHORUS_TRANSPORT", "ucx"}};
+  run_on_hosts(nullptr, {0, 0, 0}, [](Communicator& comm) { peer_death_body(comm, 1); }, o);
+}
+
+TEST(OneMachine, MismatchIsNamedOverUcx) {
+  HostRunOptions o;
+  o.env = {{"CHORUS_TRANSPORT", "ucx"}};
+  run_on_hosts(nullptr, {0, 1}, [](Communicator& comm) {
+    std::vector<float> buf(100, 1.0f);
+    try {
+      if (comm.rank() == 0)
+        comm.all_reduce(buf.data(), buf.data(), 100, DataType::kF32, ReduceOp::kSum);
+      else
+        comm.all_reduce(buf.data(), buf.data(), 100, DataType::kF32, ReduceOp::kMax);
+      ADD_FAILURE() << "mismatched all-reduces succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kMismatch) << e.what();
+    }
+  }, o);
+}
+
+TEST(OneMachine, TransportChoice) {
+  run_on_hosts(nullptr, {0, 0, 1, 1}, [](Communicator& comm) {
+    // Ranks span two hosts, two on each: hierarchical past one-shot sizes, and the single-host
+    // tune table does not apply.
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64 << 20), "hier");
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "direct");
+    for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 64 << 20)) {
+      EXPECT_LT(e.predicted_us, 0) << e.algorithm << ": no single-host prediction across hosts";
+      EXPECT_EQ(e.chosen, e.algorithm == "hier") << e.algorithm;
+    }
+    std::vector<int32_t> v(10, comm.rank());
+    comm.all_reduce(v.data(), v.data(), 10, DataType::kI32, ReduceOp::kSum);
+    EXPECT_EQ(v[9], 0 + 1 + 2 + 3);
+  });
+}
+
+}  // namespace
+}  // namespace chorus::testing
