@@ -25,6 +25,9 @@ PACKAGES=(
   libhwloc-dev
   hwloc
   graphviz
+  libucx-dev
+  hipcc
+  libamdhip64-dev
 )
 
 die() {
@@ -46,7 +49,7 @@ check_only=0
 for arg in "$@"; do
   case $arg in
     --check) check_only=1 ;;
-    --with-mpi) PACKAGES+=(openmpi-bin libopenmpi-dev) ;;
+    --with-mpi) PACKAGES+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev) ;;
     *) die "unknown argument '$arg' (use --check and/or --with-mpi)" ;;
   esac
 done

@@ -24,6 +24,38 @@ std::byte* offset(std::byte* base, size_t elements, DataType dtype) {
   return base + elements * dtype_size(dtype);
 }
 
+Collective to_collective(BenchCollective c) {
+  switch (c) {
+    case BenchCollective::kAllReduce:
+      return Collective::kAllReduce;
+    case BenchCollective::kReduceScatter:
+      return Collective::kReduceScatter;
+    case BenchCollective::kAllGather:
+      return Collective::kAllGather;
+    case BenchCollective::kBroadcast:
+      return Collective::kBroadcast;
+    case BenchCollective::kReduce:
+      return Collective::kReduce;
+    case BenchCollective::kGather:
+      return Collective::kGather;
+    case BenchCollective::kScatter:
+      return Collective::kScatter;
+    case BenchCollective::kAllToAll:
+      return Collective::kAllToAll;
+    case BenchCollective::kSendRecv:
+      return Collective::kSendRecv;
+  }
+  return Collective::kAllReduce;
+}
+
+// The size the communicator's selector sees for a line (what algorithm_for and explain take):
+// the call's count in bytes, times the world size for reduce_scatter and all_gather.
+size_t selector_bytes(BenchCollective c, size_t bytes, DataType dtype, int world_size) {
+  const size_t call_bytes = call_count(c, bytes, dtype, world_size) * dtype_size(dtype);
+  const bool total = c == BenchCollective::kReduceScatter || c == BenchCollective::kAllGather;
+  return total ? call_bytes * static_cast<size_t>(world_size) : call_bytes;
+}
+
 }  // namespace
 
 BenchRunner::BenchRunner(Communicator& comm, const Options& options, std::FILE* out)
@@ -78,36 +110,151 @@ Work BenchRunner::issue(const CollectiveCase& c, std::byte* send_base, std::byte
   return Work();
 }
 
+void BenchRunner::call(const CollectiveCase& c, std::byte* send_base, std::byte* recv_base) {
+  const CaseParams& p = c.params();
+  const DataType dtype = p.dtype;
+  std::byte* recv = offset(recv_base, c.recv_offset(), dtype);
+  const std::byte* send = c.in_place() ? offset(recv_base, c.send_offset(), dtype) : send_base;
+  const int n = p.world_size;
+  switch (p.collective) {
+    case BenchCollective::kAllReduce:
+      return comm_.all_reduce(send, recv, p.count, dtype, p.op);
+    case BenchCollective::kReduceScatter:
+      return comm_.reduce_scatter(send, recv, p.count, dtype, p.op);
+    case BenchCollective::kAllGather:
+      return comm_.all_gather(send, recv, p.count, dtype);
+    case BenchCollective::kBroadcast:
+      return comm_.broadcast(send, recv, p.count, dtype, p.root);
+    case BenchCollective::kReduce:
+      return comm_.reduce(send, recv, p.count, dtype, p.op, p.root);
+    case BenchCollective::kGather:
+      return comm_.gather(send, recv, p.count, dtype, p.root);
+    case BenchCollective::kScatter:
+      return comm_.scatter(send, recv, p.count, dtype, p.root);
+    case BenchCollective::kAllToAll:
+      return comm_.all_to_all(send, recv, p.count, dtype);
+    case BenchCollective::kSendRecv:
+      return comm_.send_recv(send, p.count, (p.rank + 1) % n, recv, p.count, (p.rank + n - 1) % n,
+                             dtype);
+  }
+}
+
+std::vector<double> BenchRunner::time_each(const CollectiveCase& c, std::byte* send,
+                                           std::byte* recv, double* mean_us) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> stamps(static_cast<size_t>(options_.iters) + 1);
+  comm_.barrier();
+  stamps[0] = Clock::now();
+  for (int i = 0; i < options_.iters; ++i) {
+    call(c, send, recv);
+    stamps[static_cast<size_t>(i) + 1] = Clock::now();
+  }
+  std::vector<double> local(stamps.size() - 1);
+  for (size_t i = 0; i < local.size(); ++i)
+    local[i] = std::chrono::duration<double, std::micro>(stamps[i + 1] - stamps[i]).count();
+  if (mean_us != nullptr) {
+    const std::chrono::duration<double, std::micro> total = stamps.back() - stamps.front();
+    *mean_us = max_over_ranks(total.count() / options_.iters);
+  }
+  std::vector<double> slowest(local.size());
+  comm_.all_reduce(local.data(), slowest.data(), local.size(), DataType::kF64, ReduceOp::kMax);
+  return slowest;
+}
+
 Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, std::byte* send,
                                  std::byte* recv) {
   using Clock = std::chrono::steady_clock;
   c.fill(send, recv);
   std::optional<uint64_t> wrong;
   if (options_.check) {
-    issue(c, send, recv).wait();
+    if (options_.blocking)
+      call(c, send, recv);
+    else
+      issue(c, send, recv).wait();
     wrong = sum_over_ranks(c.count_wrong(recv));
   }
 
-  std::vector<Work> works;
-  works.reserve(static_cast<size_t>(std::max(options_.warmup, options_.iters)));
-  const auto run_block = [&](int iterations) {
-    works.clear();
-    for (int i = 0; i < iterations; ++i) works.push_back(issue(c, send, recv));
-    for (Work& w : works) w.wait();
-  };
-  run_block(options_.warmup);
-
-  comm_.barrier();
-  const auto start = Clock::now();
-  run_block(options_.iters);
-  const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
-
   const CaseParams& p = c.params();
-  Measurement m = make_measurement(p.collective, p.world_size, bytes,
-                                   max_over_ranks(elapsed.count() / options_.iters));
+  double mean_us = 0;
+  std::string algorithm;
+  std::vector<double> each_us;  // -I 1: per-iteration times, max over ranks
+  if (options_.blocking) {
+    for (int i = 0; i < options_.warmup; ++i) call(c, send, recv);
+    if (options_.percentiles) {
+      // The same timed loop, with a clock read after every call.
+      each_us = time_each(c, send, recv, &mean_us);
+    } else {
+      comm_.barrier();
+      const auto start = Clock::now();
+      for (int i = 0; i < options_.iters; ++i) call(c, send, recv);
+      const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
+      mean_us = max_over_ranks(elapsed.count() / options_.iters);
+    }
+    algorithm = comm_.algorithm_for(to_collective(p.collective),
+                                    selector_bytes(p.collective, bytes, p.dtype, p.world_size));
+  } else {
+    std::vector<Work> works;
+    works.reserve(static_cast<size_t>(std::max(options_.warmup, options_.iters)));
+    const auto run_block = [&](int iterations) {
+      works.clear();
+      for (int i = 0; i < iterations; ++i) works.push_back(issue(c, send, recv));
+      for (Work& w : works) w.wait();
+    };
+    run_block(options_.warmup);
+    comm_.barrier();
+    const auto start = Clock::now();
+    run_block(options_.iters);
+    const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
+    mean_us = max_over_ranks(elapsed.count() / options_.iters);
+    algorithm = works.back().algorithm();
+    // Percentiles need each call on its own: a second, blocking pass.
+    if (options_.percentiles) each_us = time_each(c, send, recv, nullptr);
+  }
+
+  Measurement m = make_measurement(p.collective, p.world_size, bytes, mean_us);
   m.wrong = wrong;
-  m.algorithm = works.back().algorithm();
+  m.algorithm = std::move(algorithm);
+  if (options_.percentiles) {
+    m.p50_us = percentile_median(each_us);
+    m.p99_us = percentile_99(each_us);
+  }
   return m;
+}
+
+std::vector<Estimate> BenchRunner::estimates(BenchCollective collective, size_t bytes) const {
+  std::vector<Estimate> out;
+  const int n = comm_.size();
+  for (const AlgorithmEstimate& e : comm_.explain(
+           to_collective(collective), selector_bytes(collective, bytes, options_.dtype, n)))
+    out.push_back({e.algorithm, e.predicted_us, e.chosen});
+  return out;
+}
+
+Row BenchRunner::measure_row(BenchCollective collective, size_t bytes, std::byte* send,
+                             std::byte* recv) {
+  const int n = comm_.size();
+  const Options& o = options_;
+  const auto make_case = [&](Placement placement) {
+    return CollectiveCase({collective, placement, o.dtype, o.op, o.root, comm_.rank(), n,
+                           call_count(collective, bytes, o.dtype, n)});
+  };
+  Row row;
+  row.collective = collective;
+  row.bytes = bytes;
+  row.count = call_count(collective, bytes, o.dtype, n);
+  row.dtype = o.dtype;
+  row.op = reduces(collective) ? std::optional<ReduceOp>(o.op) : std::nullopt;
+  row.root = has_root(collective) ? o.root : -1;
+  row.out_of_place = measure(make_case(Placement::kOutOfPlace), bytes, send, recv);
+  if (supports_in_place(collective))
+    row.in_place = measure(make_case(Placement::kInPlace), bytes, send, recv);
+  if (o.explain) {
+    row.estimates = estimates(collective, bytes);
+    row.predicted_us = -1;
+    for (const Estimate& e : row.estimates)
+      if (e.algorithm == row.out_of_place.algorithm) row.predicted_us = e.predicted_us;
+  }
+  return row;
 }
 
 std::vector<Row> BenchRunner::run(BenchCollective collective) {
@@ -115,7 +262,9 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
   const Options& o = options_;
   const std::optional<ReduceOp> op =
       reduces(collective) ? std::optional<ReduceOp>(o.op) : std::nullopt;
-  print(format_table_header({collective, n, o.dtype, op, o.iters, o.warmup, o.algorithm}));
+  const TableInfo info{collective,  n,          o.dtype,       op,        o.iters,      o.warmup,
+                       o.algorithm, o.blocking, o.percentiles, o.explain, o.sweep_algos};
+  print(format_table_header(info));
 
   const std::vector<size_t> sizes = size_list(collective, o.sizes, o.dtype, n);
   const auto make_case = [&](size_t bytes, Placement placement) {
@@ -139,20 +288,31 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
   AlignedBytes recv = allocate(recv_elements * element);
 
   std::vector<Row> rows;
-  for (size_t bytes : sizes) {
-    Row row;
-    row.collective = collective;
-    row.bytes = bytes;
-    row.count = call_count(collective, bytes, o.dtype, n);
-    row.dtype = o.dtype;
-    row.op = op;
-    row.root = has_root(collective) ? o.root : -1;
-    row.out_of_place =
-        measure(make_case(bytes, Placement::kOutOfPlace), bytes, send.get(), recv.get());
-    if (supports_in_place(collective))
-      row.in_place = measure(make_case(bytes, Placement::kInPlace), bytes, send.get(), recv.get());
-    print(format_row(row));
+  const auto emit = [&](Row row) {
+    print(format_row(row, info));
     rows.push_back(std::move(row));
+  };
+  for (size_t bytes : sizes) {
+    if (!o.sweep_algos) {
+      emit(measure_row(collective, bytes, send.get(), recv.get()));
+      continue;
+    }
+    // Every rank forces the same algorithms in the same order: the list is the registry's.
+    comm_.set_algorithm("auto");
+    const std::vector<Estimate> all = estimates(collective, bytes);
+    for (const Estimate& e : all) {
+      comm_.set_algorithm(e.algorithm);
+      Row row = measure_row(collective, bytes, send.get(), recv.get());
+      row.forced = e.algorithm;
+      row.selected = e.chosen;
+      if (o.explain) row.predicted_us = e.predicted_us;
+      emit(std::move(row));
+    }
+    comm_.set_algorithm("auto");
+    Row row = measure_row(collective, bytes, send.get(), recv.get());
+    row.forced = "auto";
+    row.selected = true;
+    emit(std::move(row));
   }
   print(format_footer(rows));
   return rows;

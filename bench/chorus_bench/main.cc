@@ -72,8 +72,8 @@ void print_env() {
   for (const chorus::KnobInfo& k : chorus::all_knobs()) {
     const auto value = chorus::env_get(k.name.c_str());
     std::printf("%-28s %-8s %-12s %-12s %s\n", k.name.c_str(), k.type.c_str(),
-                value ? value->c_str() : "(unset)", k.default_value.empty() ? "\"\"" : k.default_value.c_str(),
-                k.description.c_str());
+                value ? value->c_str() : "(unset)",
+                k.default_value.empty() ? "\"\"" : k.default_value.c_str(), k.description.c_str());
   }
 }
 

@@ -24,6 +24,7 @@ struct Flag {
   char short_name;
   std::string_view long_name;
   Handler handle;
+  bool takes_value = true;  // false: a switch (--explain), which never takes a value
 };
 
 Handler size_flag(size_t SizeRange::*field) {
@@ -31,6 +32,21 @@ Handler size_flag(size_t SizeRange::*field) {
     auto bytes = parse_size(std::string(value));
     if (!bytes) return "expects a size in bytes with an optional K/M/G suffix";
     o.sizes.*field = static_cast<size_t>(*bytes);
+    return {};
+  };
+}
+
+Handler bool_flag(bool Options::*field) {
+  return [field](std::string_view value, Options& o) -> std::string {
+    if (value != "0" && value != "1") return "expects 0 or 1";
+    o.*field = value == "1";
+    return {};
+  };
+}
+
+Handler switch_flag(bool Options::*field) {
+  return [field](std::string_view, Options& o) -> std::string {
+    o.*field = true;
     return {};
   };
 }
@@ -65,12 +81,9 @@ const std::vector<Flag>& flags() {
        }},
       {'n', "iters", int_flag(&Options::iters, 1, 1 << 30)},
       {'w', "warmup_iters", int_flag(&Options::warmup, 0, 1 << 30)},
-      {'c', "check",
-       [](std::string_view value, Options& o) -> std::string {
-         if (value != "0" && value != "1") return "expects 0 or 1";
-         o.check = value == "1";
-         return {};
-       }},
+      {'c', "check", bool_flag(&Options::check)},
+      {'z', "blocking", bool_flag(&Options::blocking)},
+      {'I', "percentiles", bool_flag(&Options::percentiles)},
       {'d', "datatype",
        [](std::string_view value, Options& o) -> std::string {
          auto dtype = parse_dtype(value);
@@ -99,6 +112,8 @@ const std::vector<Flag>& flags() {
          o.json_path = value;
          return {};
        }},
+      {0, "sweep-algos", switch_flag(&Options::sweep_algos), false},
+      {0, "explain", switch_flag(&Options::explain), false},
   };
   return kFlags;
 }
@@ -157,6 +172,11 @@ ParsedOptions parse_options(std::span<const std::string_view> args) {
     std::optional<std::string_view> value;
     const Flag* flag = find_flag(arg, value);
     if (flag == nullptr) return fail("unknown option '" + std::string(arg) + "'");
+    if (!flag->takes_value) {
+      if (value) return fail(flag_name(*flag) + " takes no value");
+      flag->handle({}, o);
+      continue;
+    }
     if (!value) {
       if (i + 1 == args.size()) return fail(flag_name(*flag) + " needs a value");
       value = args[++i];
@@ -175,6 +195,9 @@ ParsedOptions parse_options(std::span<const std::string_view> args) {
     return fail("unknown collective '" + std::string(*collective) + "'");
   }
   if (saw_factor && o.sizes.step_bytes > 0) return fail("-f and -i cannot be used together");
+  if (o.sweep_algos && !o.algorithm.empty() && o.algorithm != "auto")
+    return fail("--sweep-algos runs every algorithm; it cannot be combined with --algo " +
+                o.algorithm);
   if (o.sizes.max_bytes == 0) return fail("-e must be at least 1 byte");
   if (o.sizes.min_bytes > o.sizes.max_bytes)
     return fail("-b (" + std::to_string(o.sizes.min_bytes) + ") is larger than -e (" +
@@ -195,10 +218,25 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
   -n, --iters N            timed iterations per line (default 20)
   -w, --warmup_iters N     untimed iterations before them (default 5)
   -c, --check 0|1          check every output element against its exact value (default 1)
+  -z, --blocking 0|1       1: each timed iteration is a blocking call (comm.all_reduce(...));
+                           0: issue them all asynchronously, back to back, and wait at the end
+                           (default 1, unlike nccl-tests' 0: applications call CPU collectives
+                           this way, and the MPI and Gloo benchmarks we compare with time them
+                           this way)
+  -I, --percentiles 0|1    1: also time each iteration on its own and print p50 and p99 columns
+                           (us per call, max over ranks per iteration) (default 0)
   -d, --datatype TYPE      float, double, half, bfloat16, int8, uint8, int32, int64 (default float)
   -o, --op OP              sum, prod, min, max, avg (default sum)
   -r, --root N             root of broadcast, reduce, gather and scatter (default 0)
-      --algo NAME          force an algorithm (ring, tree, direct, or auto)
+      --algo NAME          force an algorithm (ring, tree, direct, ...: --sweep-algos lists those
+                           of each collective), or auto
+      --sweep-algos        for each size, one line per algorithm registered for the collective,
+                           each forced in turn, then one line under auto; * marks the algorithm
+                           the selector picks for the size (not with --algo)
+      --explain            add a pred column, the tuner's predicted time (us) for the algorithm
+                           the line ran ("-": no estimate); without --sweep-algos each line is
+                           followed by "#   predicted (us):" with every algorithm's prediction,
+                           * marking the one the selector picks
       --json FILE          rank 0 also writes the parameters and every row to FILE as JSON
       --print-env          list every CHORUS_* environment knob (value, default, meaning)
   -h, --help               this text
@@ -210,10 +248,14 @@ others, rounded down to a multiple of ranks x element size.
 Each line runs the collective out of place and in place (NCCL's in-place layouts; all_to_all and
 sendrecv have none). With -c 1 the inputs hold values unique to each rank and index, picked so
 that every result is exact for the type and op, and #wrong counts the output elements, summed
-over ranks, that differ from the exact value. Timing: after a barrier, the timed iterations are
-issued back to back as asynchronous operations and waited for at the end. time is the largest
-over ranks of the average time per iteration; algbw = size / time; busbw = algbw x 2(n-1)/n for
-all_reduce, (n-1)/n for the total-size collectives, 1 for broadcast, reduce and sendrecv.
+over ranks, that differ from the exact value. Timing: after -w untimed iterations and a barrier,
+the -n timed iterations run back to back, as blocking calls (-z 1) or issued asynchronously and
+waited for at the end (-z 0); the title line says which. time is the largest over ranks of the
+average time per iteration; algbw = size / time; busbw = algbw x 2(n-1)/n for all_reduce,
+(n-1)/n for the total-size collectives, 1 for broadcast, reduce and sendrecv. With -I 1, p50 and
+p99 come from the timed loop itself under -z 1 (a clock read after every call) and from a second,
+blocking pass of -n iterations under -z 0; each iteration's time is the largest over ranks, p50 is
+the median and p99 the nearest-rank 99th percentile (the maximum below 100 iterations).
 
 Exit status: 0; 1 when an element was wrong or a collective failed; 2 for a bad command line.
 )";

@@ -1,5 +1,6 @@
 #include "chorus_bench/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -31,11 +32,37 @@ std::string algorithm_cell(const Row& row) {
   return (out.empty() ? "-" : out) + "/" + in;
 }
 
-std::string measurement_cells(const Measurement& m) {
-  if (!m.available) return printf_string("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+// The algorithm column of a --sweep-algos line: what ran, " *" when the selector picks it for
+// this size; on the auto line "auto (ring)".
+std::string sweep_algorithm_cell(const Row& row) {
+  if (row.forced == "auto") return "auto (" + algorithm_cell(row) + ")";
+  return algorithm_cell(row) + (row.selected ? " *" : "");
+}
+
+// A time in a column of its own, "-" when absent (< 0 or nullopt).
+std::string optional_time(std::optional<double> time_us) {
+  if (!time_us || *time_us < 0 || !std::isfinite(*time_us)) return "-";
+  const std::string t = format_time(*time_us);
+  return t.substr(t.find_first_not_of(' '));
+}
+
+// Each placement block: 33 columns, plus 18 for p50/p99 with -I 1.
+constexpr size_t kBlockWidth = 33;
+constexpr size_t kPercentileWidth = 18;
+
+std::string measurement_cells(const Measurement& m, bool percentiles) {
+  if (!m.available) {
+    std::string s = printf_string("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+    if (percentiles) s += printf_string("  %7s  %7s", "N/A", "N/A");
+    return s;
+  }
   const std::string wrong = m.wrong ? std::to_string(*m.wrong) : "N/A";
-  return printf_string("  %7s  %6.2f  %6.2f  %6s", format_time(m.time_us).c_str(), m.algbw_gbps,
-                       m.busbw_gbps, wrong.c_str());
+  std::string s = printf_string("  %7s  %6.2f  %6.2f  %6s", format_time(m.time_us).c_str(),
+                                m.algbw_gbps, m.busbw_gbps, wrong.c_str());
+  if (percentiles)
+    s += printf_string("  %7s  %7s", optional_time(m.p50_us).c_str(),
+                       optional_time(m.p99_us).c_str());
+  return s;
 }
 
 std::string json_string(std::string_view s) {
@@ -59,6 +86,19 @@ std::string json_number(double v, const char* format) {
   return std::isfinite(v) ? printf_string(format, v) : "null";
 }
 
+// [{"algorithm": "ring", "predicted_us": 12.3, "chosen": true}, ...]; null for no estimate.
+std::string json_estimates(const std::vector<Estimate>& estimates) {
+  std::string s = "[";
+  for (size_t i = 0; i < estimates.size(); ++i) {
+    const Estimate& e = estimates[i];
+    s += (i ? ", " : "") + std::string("{\"algorithm\": ") + json_string(e.algorithm);
+    s += ", \"predicted_us\": " +
+         (e.predicted_us < 0 ? std::string("null") : json_number(e.predicted_us, "%.3f"));
+    s += std::string(", \"chosen\": ") + (e.chosen ? "true" : "false") + "}";
+  }
+  return s + "]";
+}
+
 }  // namespace
 
 Measurement make_measurement(BenchCollective c, int world_size, size_t bytes, double time_us) {
@@ -78,38 +118,78 @@ std::string format_time(double time_us) {
 
 std::string format_table_header(const TableInfo& info) {
   std::string s = printf_string(
-      "# chorus-bench: %s, %d ranks, %s, %s, %d iters, %d warmup, algo %s\n#\n",
+      "# chorus-bench: %s, %d ranks, %s, %s, %d iters, %d warmup, algo %s, %s\n",
       std::string(to_string(info.collective)).c_str(), info.world_size,
       std::string(to_string(info.dtype)).c_str(), op_name(info.op).c_str(), info.iters, info.warmup,
-      info.algorithm.empty() ? "auto" : info.algorithm.c_str());
-  // 52 columns of row description, then two 33-column placement blocks, each titled in the
-  // middle.
+      info.sweep_algos         ? "sweep"
+      : info.algorithm.empty() ? "auto"
+                               : info.algorithm.c_str(),
+      info.blocking ? "blocking" : "non-blocking");
+  if (info.sweep_algos)
+    s += "# every algorithm forced in turn, then auto; * = the selector's choice for the size\n";
+  s += "#\n";
+  // 52 columns of row description, then two placement blocks, each titled in the middle.
+  const size_t block = kBlockWidth + (info.percentiles ? kPercentileWidth : 0);
   std::string titles(52, ' ');
   titles[0] = '#';
   for (std::string_view title : {"out-of-place", "in-place"}) {
-    const size_t left = (33 - title.size()) / 2;
+    const size_t left = (block - title.size()) / 2;
     titles +=
-        std::string(left, ' ') + std::string(title) + std::string(33 - left - title.size(), ' ');
+        std::string(left, ' ') + std::string(title) + std::string(block - left - title.size(), ' ');
   }
   s += titles.substr(0, titles.find_last_not_of(' ') + 1) + "\n";
   s += printf_string("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
-  for (int p = 0; p < 2; ++p)
+  for (int p = 0; p < 2; ++p) {
     s += printf_string("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
+    if (info.percentiles) s += printf_string("  %7s  %7s", "p50", "p99");
+  }
+  if (info.explain) s += printf_string("  %7s", "pred");
   s += "  algo\n";
   s += printf_string("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
-  for (int p = 0; p < 2; ++p)
+  for (int p = 0; p < 2; ++p) {
     s += printf_string("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    if (info.percentiles) s += printf_string("  %7s  %7s", "(us)", "(us)");
+  }
+  if (info.explain) s += printf_string("  %7s", "(us)");
   s.erase(s.find_last_not_of(' ') + 1);
   return s + "\n";
 }
 
-std::string format_row(const Row& row) {
+std::string format_row(const Row& row, const TableInfo& info) {
   std::string s =
       printf_string("%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count,
                     std::string(to_string(row.dtype)).c_str(), op_name(row.op).c_str(), row.root);
-  s += measurement_cells(row.out_of_place);
-  s += measurement_cells(row.in_place);
-  return s + "  " + algorithm_cell(row) + "\n";
+  s += measurement_cells(row.out_of_place, info.percentiles);
+  s += measurement_cells(row.in_place, info.percentiles);
+  if (info.explain) s += printf_string("  %7s", optional_time(row.predicted_us).c_str());
+  s += "  " + (info.sweep_algos ? sweep_algorithm_cell(row) : algorithm_cell(row)) + "\n";
+  if (info.explain && !info.sweep_algos) s += format_predictions(row.estimates);
+  return s;
+}
+
+std::string format_row(const Row& row) { return format_row(row, TableInfo{}); }
+
+std::string format_predictions(const std::vector<Estimate>& estimates) {
+  std::string s = "#   predicted (us):";
+  for (const Estimate& e : estimates)
+    s += "  " + e.algorithm + (e.chosen ? "* " : " ") + optional_time(e.predicted_us);
+  if (estimates.empty()) s += "  (no algorithm registered)";
+  return s + "\n";
+}
+
+double percentile_median(std::vector<double> samples) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  return n % 2 == 1 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+}
+
+double percentile_99(std::vector<double> samples) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  // Nearest rank: the smallest value with at least 99% of the samples at or below it.
+  const size_t rank = (samples.size() * 99 + 99) / 100;
+  return samples[std::max<size_t>(rank, 1) - 1];
 }
 
 uint64_t total_wrong(const std::vector<Row>& rows) {
@@ -160,7 +240,14 @@ std::string format_json(const Options& options, int world_size, const std::vecto
   s += std::string("  \"check\": ") + (options.check ? "true" : "false") + ",\n";
   s += "  \"algorithm\": " + json_string(options.algorithm.empty() ? "auto" : options.algorithm) +
        ",\n";
-  s += "  \"timing\": \"async back-to-back, max over ranks of the mean per iteration\",\n";
+  s += std::string("  \"blocking\": ") + (options.blocking ? "true" : "false") + ",\n";
+  s += std::string("  \"timing\": \"") +
+       (options.blocking ? "blocking calls back to back"
+                         : "async back-to-back, waited for at the end") +
+       ", max over ranks of the mean per iteration\",\n";
+  s += std::string("  \"percentiles\": ") + (options.percentiles ? "true" : "false") + ",\n";
+  s += std::string("  \"sweep_algos\": ") + (options.sweep_algos ? "true" : "false") + ",\n";
+  s += std::string("  \"explain\": ") + (options.explain ? "true" : "false") + ",\n";
   s += printf_string("  \"out_of_bounds\": %llu,\n",
                      static_cast<unsigned long long>(total_wrong(rows)));
   s += "  \"avg_busbw_gbps\": " + json_number(average_busbw(rows), "%.6f") + ",\n";
@@ -182,7 +269,18 @@ std::string format_json(const Options& options, int world_size, const std::vecto
       s += ", \"algbw_gbps\": " + json_number(m.algbw_gbps, "%.6f");
       s += ", \"busbw_gbps\": " + json_number(m.busbw_gbps, "%.6f");
       s += ", \"wrong\": " + (m.wrong ? std::to_string(*m.wrong) : std::string("null"));
-      s += ", \"algorithm\": " + json_string(m.algorithm) + "}";
+      s += ", \"algorithm\": " + json_string(m.algorithm);
+      if (m.p50_us) s += ", \"p50_us\": " + json_number(*m.p50_us, "%.3f");
+      if (m.p99_us) s += ", \"p99_us\": " + json_number(*m.p99_us, "%.3f");
+      if (!row.forced.empty()) {
+        s += ", \"forced\": " + json_string(row.forced);
+        s += std::string(", \"selected\": ") + (row.selected ? "true" : "false");
+      }
+      if (row.predicted_us)
+        s += ", \"predicted_us\": " +
+             (*row.predicted_us < 0 ? std::string("null") : json_number(*row.predicted_us, "%.3f"));
+      if (!row.estimates.empty()) s += ", \"estimates\": " + json_estimates(row.estimates);
+      s += "}";
     }
   }
   s += first ? "]\n}\n" : "\n  ]\n}\n";

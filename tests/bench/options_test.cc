@@ -28,6 +28,10 @@ TEST(Options, DefaultsAreNcclTests) {
   EXPECT_EQ(o.root, 0);
   EXPECT_EQ(o.algorithm, "");
   EXPECT_EQ(o.json_path, "");
+  EXPECT_TRUE(o.blocking);
+  EXPECT_FALSE(o.percentiles);
+  EXPECT_FALSE(o.sweep_algos);
+  EXPECT_FALSE(o.explain);
 }
 
 TEST(Options, TheDemoCommandLine) {
@@ -59,10 +63,49 @@ TEST(Options, EveryFlagInEveryForm) {
   EXPECT_EQ(o.json_path, "out.json");
 }
 
+TEST(Options, BlockingPercentilesSweepExplain) {
+  ParsedOptions p = parse({"all_reduce", "-z", "0", "-I", "1", "--sweep-algos", "--explain"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_FALSE(p.options.blocking);
+  EXPECT_TRUE(p.options.percentiles);
+  EXPECT_TRUE(p.options.sweep_algos);
+  EXPECT_TRUE(p.options.explain);
+
+  p = parse({"--blocking=1", "--percentiles", "0", "-z0", "-I1", "broadcast", "--blocking", "1"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_TRUE(p.options.blocking);
+  EXPECT_TRUE(p.options.percentiles);
+  EXPECT_FALSE(p.options.sweep_algos);
+  EXPECT_FALSE(p.options.explain);
+
+  // -I and -i are different flags.
+  p = parse({"all_reduce", "-i", "8", "-I", "1"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(p.options.sizes.step_bytes, 8u);
+  EXPECT_TRUE(p.options.percentiles);
+
+  // A switch does not swallow the next argument.
+  p = parse({"--explain", "all_gather"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_TRUE(p.options.explain);
+  EXPECT_EQ(p.options.collectives, std::vector<BenchCollective>{BenchCollective::kAllGather});
+
+  // --algo auto is what a sweep ends with anyway.
+  EXPECT_EQ(parse({"all_reduce", "--sweep-algos", "--algo", "auto"}).error, "");
+}
+
 TEST(Options, Help) {
   EXPECT_TRUE(parse({"-h"}).help);
   EXPECT_TRUE(parse({"all_reduce", "--help"}).help);
-  EXPECT_NE(usage().find("--json FILE"), std::string::npos);
+  // Every flag is in the help text.
+  for (const char* flag :
+       {"-b, --minbytes", "-e, --maxbytes", "-f, --stepfactor", "-i, --stepbytes", "-n, --iters",
+        "-w, --warmup_iters", "-c, --check", "-z, --blocking 0|1", "-I, --percentiles 0|1",
+        "-d, --datatype", "-o, --op", "-r, --root", "--algo NAME", "--sweep-algos", "--explain",
+        "--json FILE", "--print-env", "-h, --help"})
+    EXPECT_NE(usage().find(flag), std::string::npos) << flag;
+  // And the default -z with the reason for it.
+  EXPECT_NE(usage().find("(default 1, unlike nccl-tests' 0"), std::string::npos);
 }
 
 TEST(Options, RejectsWithAReason) {
@@ -88,6 +131,15 @@ TEST(Options, RejectsWithAReason) {
       {{"all_reduce", "-o", "xor"}, "-o expects one of"},
       {{"all_reduce", "-r", "-1"}, "-r expects an integer"},
       {{"all_reduce", "--algo="}, "--algo expects an algorithm name"},
+      {{"all_reduce", "-z", "2"}, "-z expects 0 or 1, got '2'"},
+      {{"all_reduce", "--blocking=yes"}, "-z expects 0 or 1"},
+      {{"all_reduce", "-z"}, "-z needs a value"},
+      {{"all_reduce", "-I", "on"}, "-I expects 0 or 1, got 'on'"},
+      {{"all_reduce", "--percentiles"}, "-I needs a value"},
+      {{"all_reduce", "--explain=1"}, "--explain takes no value"},
+      {{"all_reduce", "--sweep-algos=ring"}, "--sweep-algos takes no value"},
+      {{"all_reduce", "--sweep-algos", "--algo", "ring"}, "cannot be combined with --algo ring"},
+      {{"all_reduce", "--sweep"}, "unknown option '--sweep'"},
   };
   for (const auto& c : kCases) {
     const ParsedOptions p = parse(c.args);

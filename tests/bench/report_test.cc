@@ -76,7 +76,8 @@ TEST(Report, HeaderLinesUpWithRows) {
   const std::string header = format_table_header(
       {BenchCollective::kAllReduce, 4, DataType::kF32, ReduceOp::kSum, 20, 5, ""});
   EXPECT_EQ(header.substr(0, header.find('\n')),
-            "# chorus-bench: all_reduce, 4 ranks, float, sum, 20 iters, 5 warmup, algo auto");
+            "# chorus-bench: all_reduce, 4 ranks, float, sum, 20 iters, 5 warmup, algo auto, "
+            "blocking");
   // Every column title ends where the row's value ends.
   const std::string row = format_row(sample_row());
   const size_t titles = header.find("#       size");
@@ -90,6 +91,160 @@ TEST(Report, HeaderLinesUpWithRows) {
     EXPECT_NE(row[end - 1], ' ') << end;
     EXPECT_EQ(row[end], ' ') << end;
   }
+}
+
+TableInfo all_columns() {
+  TableInfo info{BenchCollective::kAllReduce, 4, DataType::kF32, ReduceOp::kSum, 20, 5, ""};
+  info.percentiles = true;
+  info.explain = true;
+  return info;
+}
+
+Row row_with_extras() {
+  Row row = sample_row();
+  row.out_of_place.p50_us = 120.3;
+  row.out_of_place.p99_us = 250.0;
+  row.in_place.p50_us = 98.5;
+  row.in_place.p99_us = 12345.6;
+  row.estimates = {{"ring", 110.0, true}, {"tree", -1, false}, {"direct", 7.126, false}};
+  row.predicted_us = 110.0;
+  return row;
+}
+
+TEST(Report, TitleSaysTheModeAndSweep) {
+  TableInfo info{BenchCollective::kBroadcast, 2, DataType::kF32, std::nullopt, 7, 1, "tree"};
+  info.blocking = false;
+  std::string header = format_table_header(info);
+  EXPECT_EQ(header.substr(0, header.find('\n')),
+            "# chorus-bench: broadcast, 2 ranks, float, none, 7 iters, 1 warmup, algo tree, "
+            "non-blocking");
+  info.sweep_algos = true;
+  info.algorithm.clear();
+  header = format_table_header(info);
+  EXPECT_NE(header.find("algo sweep, non-blocking\n# every algorithm forced in turn, then auto; "
+                        "* = the selector's choice for the size\n#\n"),
+            std::string::npos)
+      << header;
+}
+
+TEST(Report, OptionalColumnsOnlyWhenAsked) {
+  const TableInfo plain{BenchCollective::kAllReduce, 4, DataType::kF32, ReduceOp::kSum, 20, 5, ""};
+  const std::string header = format_table_header(plain);
+  EXPECT_EQ(header.find("p50"), std::string::npos);
+  EXPECT_EQ(header.find("pred"), std::string::npos);
+  // Extra fields in a row do not show without the flags.
+  EXPECT_EQ(format_row(row_with_extras(), plain), format_row(sample_row()));
+}
+
+TEST(Report, PercentileAndPredictionColumns) {
+  const TableInfo info = all_columns();
+  const std::string header = format_table_header(info);
+  const size_t titles = header.find("#       size");
+  ASSERT_NE(titles, std::string::npos);
+  const std::string title_line = header.substr(titles, header.find('\n', titles) - titles);
+  EXPECT_EQ(title_line,
+            "#       size         count      type   redop    root"
+            "     time   algbw   busbw  #wrong      p50      p99"
+            "     time   algbw   busbw  #wrong      p50      p99     pred  algo");
+  const std::string text = format_row(row_with_extras(), info);
+  const std::string row = text.substr(0, text.find('\n') + 1);
+  EXPECT_EQ(row,
+            "     1048576        262144     float     sum      -1"
+            "    123.5    8.49   12.74       0    120.3    250.0"
+            "    99.50   10.54   15.81       3    98.50    12346    110.0  ring\n");
+  // Every column title ends where the row's value ends.
+  for (size_t end : {12u, 26u, 36u, 44u, 52u, 61u, 69u, 77u, 85u, 94u, 103u, 112u, 120u, 128u, 136u,
+                     145u, 154u, 163u}) {
+    EXPECT_NE(title_line[end - 1], ' ') << end;
+    EXPECT_NE(row[end - 1], ' ') << end;
+    EXPECT_EQ(row[end], ' ') << end;
+  }
+  // The block titles sit over their blocks.
+  const size_t out_title = header.find("out-of-place");
+  const size_t in_title = header.find("in-place");
+  const size_t line_start = header.rfind('\n', out_title) + 1;
+  EXPECT_GT(out_title - line_start, 52u);
+  EXPECT_LT(out_title - line_start, 52u + 51u - 12u);
+  EXPECT_GT(in_title - line_start, 52u + 51u);
+  // Without a sweep, the predictions for every algorithm follow the line.
+  EXPECT_EQ(text.substr(row.size()), "#   predicted (us):  ring* 110.0  tree -  direct 7.13\n");
+}
+
+TEST(Report, MissingPercentilesAndPredictionsPrintADash) {
+  TableInfo info = all_columns();
+  Row row = sample_row();
+  row.predicted_us = -1;
+  const std::string text = format_row(row, info);
+  EXPECT_NE(text.find("   15.81       3        -        -        -  ring\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("#   predicted (us):  (no algorithm registered)\n"), std::string::npos);
+}
+
+TEST(Report, SweepRowsMarkTheSelectorsChoice) {
+  TableInfo info{BenchCollective::kAllReduce, 4, DataType::kF32, ReduceOp::kSum, 20, 5, ""};
+  info.sweep_algos = true;
+  Row row = sample_row();
+  row.forced = "ring";
+  row.selected = true;
+  EXPECT_TRUE(format_row(row, info).ends_with("  ring *\n"));
+  row.selected = false;
+  EXPECT_TRUE(format_row(row, info).ends_with("  ring\n"));
+  row.forced = "auto";
+  row.selected = true;
+  EXPECT_TRUE(format_row(row, info).ends_with("  auto (ring)\n"));
+  // With --explain a sweep prints the column, not the extra line.
+  info.explain = true;
+  row.predicted_us = 42;
+  row.estimates = {{"ring", 42, true}};
+  const std::string text = format_row(row, info);
+  EXPECT_EQ(text.find("predicted"), std::string::npos) << text;
+  EXPECT_TRUE(text.ends_with("    42.00  auto (ring)\n")) << text;
+}
+
+TEST(Report, Percentiles) {
+  EXPECT_DOUBLE_EQ(percentile_median({}), 0.0);
+  EXPECT_DOUBLE_EQ(percentile_99({}), 0.0);
+  EXPECT_DOUBLE_EQ(percentile_median({5}), 5.0);
+  EXPECT_DOUBLE_EQ(percentile_99({5}), 5.0);
+  EXPECT_DOUBLE_EQ(percentile_median({3, 1, 2}), 2.0);
+  EXPECT_DOUBLE_EQ(percentile_median({4, 1, 3, 2}), 2.5);
+  // Below 100 samples the 99th percentile is the maximum.
+  EXPECT_DOUBLE_EQ(percentile_99({1, 9, 3, 2}), 9.0);
+  std::vector<double> hundred;
+  for (int i = 100; i >= 1; --i) hundred.push_back(i);
+  EXPECT_DOUBLE_EQ(percentile_99(hundred), 99.0);
+  EXPECT_DOUBLE_EQ(percentile_median(hundred), 50.5);
+  std::vector<double> thousand;
+  for (int i = 1; i <= 1000; ++i) thousand.push_back(i);
+  EXPECT_DOUBLE_EQ(percentile_99(thousand), 990.0);
+}
+
+TEST(Report, JsonOptionalFields) {
+  Options options;
+  options.collectives = {BenchCollective::kAllReduce};
+  options.blocking = false;
+  options.percentiles = true;
+  options.sweep_algos = true;
+  options.explain = true;
+  Row row = row_with_extras();
+  row.forced = "tree";
+  row.selected = false;
+  row.predicted_us = -1;
+  const std::string json = format_json(options, 4, {row});
+  for (const char* want :
+       {"\"blocking\": false", "\"percentiles\": true", "\"sweep_algos\": true",
+        "\"explain\": true", "\"timing\": \"async back-to-back",
+        "\"p50_us\": 120.300, \"p99_us\": 250.000, \"forced\": \"tree\", \"selected\": false, "
+        "\"predicted_us\": null, \"estimates\": [{\"algorithm\": \"ring\", \"predicted_us\": "
+        "110.000, \"chosen\": true}, {\"algorithm\": \"tree\", \"predicted_us\": null, "
+        "\"chosen\": false}, {\"algorithm\": \"direct\", \"predicted_us\": 7.126, "
+        "\"chosen\": false}]}"})
+    EXPECT_NE(json.find(want), std::string::npos) << want << "\nin\n" << json;
+  // Plain rows carry none of them.
+  const std::string plain = format_json(Options{}, 4, {sample_row()});
+  for (const char* absent : {"p50_us", "forced", "predicted_us", "estimates"})
+    EXPECT_EQ(plain.find(absent), std::string::npos) << absent;
+  EXPECT_NE(plain.find("\"blocking\": true"), std::string::npos);
 }
 
 TEST(Report, Footer) {

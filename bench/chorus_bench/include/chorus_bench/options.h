@@ -1,4 +1,5 @@
-// chorus-bench — the command line (nccl-tests' flags plus --algo and --json).
+// chorus-bench — the command line (nccl-tests' flags, including -z, plus --algo, --json, -I,
+// --sweep-algos and --explain).
 #pragma once
 
 #include <span>
@@ -22,13 +23,19 @@ struct Options {
   int root = 0;
   std::string algorithm;  // empty: the selector's choice
   std::string json_path;  // empty: no JSON
+  // -z: each timed iteration is a blocking call (the way MPI and Gloo programs call, and the way
+  // the anchors time them); false: issue every iteration asynchronously, wait at the end.
+  bool blocking = true;
+  bool percentiles = false;  // -I 1: also time each iteration on its own, print p50 and p99
+  bool sweep_algos = false;  // --sweep-algos: one line per (size, algorithm), then auto
+  bool explain = false;      // --explain: the tuner's predicted time beside the measured one
 };
 
 struct ParsedOptions {
   Options options;
   bool help = false;
   bool print_env = false;  // --print-env: list every CHORUS_* knob and exit
-  std::string error;  // non-empty: the command line was rejected, for this reason
+  std::string error;       // non-empty: the command line was rejected, for this reason
 };
 
 // Parses the arguments after the program name. Flags take their value as the next argument,
