@@ -207,8 +207,9 @@ algo::Algorithm Communicator::Impl::choose(Collective coll, size_t bytes) const 
   if (c.bytes == bytes && c.coll == coll) return c.algo;
   std::optional<algo::Algorithm> a;
   // The tune table is measured on one host; across hosts the hierarchical rules apply.
-  if (hosts == 1 && tune && tune->covers(size, coll)) a = tune->fastest(size, coll, bytes);
-  c = {bytes, coll, a ? *a : algo::select_default(coll, bytes, size, host_of)};
+  const algo::Algorithm fixed = algo::select_default(coll, bytes, size, host_of);
+  if (hosts == 1 && tune && tune->covers(size, coll)) a = tune->fastest(size, coll, bytes, fixed);
+  c = {bytes, coll, a ? *a : fixed};
   return c.algo;
 }
 

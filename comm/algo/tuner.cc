@@ -138,7 +138,8 @@ std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, C
   return std::pair{c.front().us, beta};
 }
 
-std::optional<Algorithm> TuneTable::fastest(int world_size, Collective coll, size_t bytes) const {
+std::optional<Algorithm> TuneTable::fastest(int world_size, Collective coll, size_t bytes,
+                                           std::optional<Algorithm> preferred) const {
   std::optional<Algorithm> best;
   double best_us = 0;
   for (const AlgoEntry& e : all_algorithms()) {
@@ -149,6 +150,9 @@ std::optional<Algorithm> TuneTable::fastest(int world_size, Collective coll, siz
       best_us = *us;
     }
   }
+  if (best && preferred && *preferred != *best)
+    if (auto us = predict_us(world_size, coll, *preferred, bytes); us && *us <= best_us * (1 + kTieMargin))
+      return preferred;
   return best;
 }
 

@@ -51,8 +51,13 @@ class TuneTable {
   // Latency (us) and inverse bandwidth (us per MiB) of a curve, for explanations.
   std::optional<std::pair<double, double>> alpha_beta(int world_size, Collective coll,
                                                       Algorithm algo) const;
-  // The fastest algorithm by prediction among those registered for `coll`, if covered.
-  std::optional<Algorithm> fastest(int world_size, Collective coll, size_t bytes) const;
+  // The fastest algorithm by prediction among those registered for `coll`, if covered. A
+  // `preferred` algorithm predicted within kTieMargin of the fastest is kept: curves measured
+  // on a busy machine differ by that much from run to run, and a flip between near-equal
+  // predictions can pick an algorithm with more steps.
+  static constexpr double kTieMargin = 0.10;
+  std::optional<Algorithm> fastest(int world_size, Collective coll, size_t bytes,
+                                   std::optional<Algorithm> preferred = std::nullopt) const;
 
   std::string origin;  // where it was loaded from (for logs and chorus-tune --show)
 

@@ -25,7 +25,6 @@ Link& CompositeTransport::link(int peer) {
 
 uint32_t CompositeTransport::arm_sleep() {
   touched_shm_ = touched_ucx_ = false;
-  ucx_armed_ = ucx_->arm();
   return shm_->arm_sleep();
 }
 
@@ -37,7 +36,8 @@ void CompositeTransport::sleep(uint32_t token, long max_ns) {
     return;
   }
   shm_->disarm_sleep();
-  if (!ucx_armed_) return;  // UCX events are pending: progress first
+  // Armed last, after the Exchange's final progress pass (ucx_transport.h).
+  if (!ucx_->arm()) return;  // UCX events are pending: progress first
   // Nothing progressed at all (cannot tell what is awaited): treat as mixed.
   const bool mixed = touched_shm_ || !touched_ucx_;
   ucx_->wait_events(mixed ? std::min(max_ns, mixed_sleep_ns_) : max_ns);

