@@ -260,6 +260,8 @@ TEST(CommBehaviour, SharedMemoryNamesAreGoneOnceConnected) {
   EXPECT_TRUE(shm_entries_of(job).empty());
 }
 
+// The fixed size thresholds (CHORUS_TUNE=off; the tuner's own choices are tested in
+// tuner_test.cc), the algorithm a Work reports, and forcing.
 TEST(CommBehaviour, AlgorithmChoiceIsReportedAndForceable) {
   run_ranks(4, [](Communicator& comm) {
     EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "direct");
@@ -272,7 +274,7 @@ TEST(CommBehaviour, AlgorithmChoiceIsReportedAndForceable) {
     EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64 << 20), "tree");
     // Collectives without a tree variant keep their default.
     EXPECT_EQ(comm.algorithm_for(Collective::kGather, 1024), "direct");
-  }, RunOptions{std::chrono::milliseconds(60000), {}, ""});
+  }, RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_TUNE", "off"}}, ""});
   run_ranks(2, [](Communicator& comm) {
     EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "ring");
   }, RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_ALGO", "ring"}}, ""});
