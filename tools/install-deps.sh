@@ -4,7 +4,8 @@
 #
 #   tools/install-deps.sh            install what is missing
 #   tools/install-deps.sh --check    only report what is missing (exit 1 if anything is)
-#   tools/install-deps.sh --with-mpi also Open MPI, for bench/compare/compare_mpi.py
+#   tools/install-deps.sh --with-mpi also the peers bench/compare/compare.py measures against
+#                                    (Open MPI, MPICH, Gloo) and its timing tools
 set -euo pipefail
 
 # One list; append here when a new dependency appears.
@@ -26,6 +27,7 @@ PACKAGES=(
   hwloc
   graphviz
   libucx-dev
+  iproute2
   hipcc
   libamdhip64-dev
 )
@@ -49,7 +51,7 @@ check_only=0
 for arg in "$@"; do
   case $arg in
     --check) check_only=1 ;;
-    --with-mpi) PACKAGES+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev) ;;
+    --with-mpi) PACKAGES+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev hyperfine ucx-utils) ;;
     *) die "unknown argument '$arg' (use --check and/or --with-mpi)" ;;
   esac
 done
