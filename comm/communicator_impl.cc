@@ -20,8 +20,8 @@ const DoubleKnob kTimeout{"CHORUS_TIMEOUT", 300.0,
                           "seconds an operation (or a set-up step) may take before it fails "
                           "with chorus::Timeout"};
 const StringKnob kAlgo{"CHORUS_ALGO", "",
-                       "force an algorithm for every collective that has it: ring, tree or "
-                       "direct (default: chosen by size)"};
+                       "force an algorithm for every collective that has it: ring, tree, "
+                       "direct, twoshot or hier (default: the tuner's choice)"};
 const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 0,
                           "pipelining unit of the ring, tree and chain algorithms (0 = the "
                           "transport's preference: larger where peers read each other's memory "
@@ -93,7 +93,8 @@ Communicator::Impl::Impl(Setup s)
     transport = std::move(wiring.transport);
     host_of = std::move(wiring.host_of);
     hosts = wiring.hosts;
-    exchange = std::make_unique<Exchange>(*transport, rank, size, WaitPolicy::for_ranks(local_ranks));
+    exchange =
+        std::make_unique<Exchange>(*transport, rank, size, WaitPolicy::for_ranks(local_ranks));
     agree_on_choices();
   }
   if (chunk_bytes == 0) chunk_bytes = transport::Transport::kDefaultChunkBytes;
@@ -208,7 +209,7 @@ algo::Algorithm Communicator::Impl::choose(Collective coll, size_t bytes) const 
   std::optional<algo::Algorithm> a;
   // The tune table is measured on one host; across hosts the hierarchical rules apply.
   const algo::Algorithm fixed = algo::select_default(coll, bytes, size, host_of);
-  if (hosts == 1 && tune && tune->covers(size, coll)) a = tune->fastest(size, coll, bytes, fixed);
+  if (hosts == 1 && tune) a = tune->fastest(size, coll, bytes, fixed);
   c = {bytes, coll, a ? *a : fixed};
   return c.algo;
 }
@@ -217,11 +218,10 @@ std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size
   std::vector<AlgorithmEstimate> out;
   const algo::Algorithm chosen = choose(coll, bytes);
   for (const algo::AlgoEntry& e : algo::all_algorithms()) {
-    if (e.coll != coll) continue;
+    if (e.coll != coll || !algo::runs_on_hosts(e.algo, hosts)) continue;
     AlgorithmEstimate est;
     est.algorithm = std::string(algo::to_string(e.algo));
     est.chosen = e.algo == chosen;
-    if (e.algo == algo::Algorithm::kHier && hosts == 1) continue;  // needs several hosts
     if (tune && hosts == 1)
       if (auto us = tune->predict_us(size, coll, e.algo, bytes)) est.predicted_us = *us;
     out.push_back(std::move(est));

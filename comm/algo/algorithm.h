@@ -26,6 +26,8 @@ std::string_view to_string(Algorithm a);
 std::optional<Algorithm> parse_algorithm(std::string_view name);
 // "ring, tree, direct, hier, twoshot": every algorithm name, for error messages.
 std::string algorithm_names();
+// Whether `a` applies to a communicator spanning `hosts` hosts (hier needs more than one).
+bool runs_on_hosts(Algorithm a, int hosts);
 
 // One operation's arguments, validated. Counts in elements.
 struct CollArgs {

@@ -54,20 +54,25 @@ std::string_view to_string(Algorithm a) {
   return "?";
 }
 
+namespace {
+constexpr Algorithm kEveryAlgorithm[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect,
+                                         Algorithm::kHier, Algorithm::kTwoShot};
+}  // namespace
+
 std::optional<Algorithm> parse_algorithm(std::string_view name) {
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect, Algorithm::kHier,
-                      Algorithm::kTwoShot})
+  for (Algorithm a : kEveryAlgorithm)
     if (to_string(a) == name) return a;
   return std::nullopt;
 }
 
 std::string algorithm_names() {
   std::string names;
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect, Algorithm::kHier,
-                      Algorithm::kTwoShot})
+  for (Algorithm a : kEveryAlgorithm)
     names += (names.empty() ? "" : ", ") + std::string(to_string(a));
   return names;
 }
+
+bool runs_on_hosts(Algorithm a, int hosts) { return a != Algorithm::kHier || hosts > 1; }
 
 std::span<const AlgoEntry> all_algorithms() { return kAlgorithms; }
 
@@ -125,7 +130,8 @@ std::byte* Scratch::get(size_t slot, size_t bytes) {
     b.bytes = 0;
     const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw_system_error("mmap of " + std::to_string(size) + " scratch bytes", errno);
+    if (p == MAP_FAILED)
+      throw_system_error("mmap of " + std::to_string(size) + " scratch bytes", errno);
     b.data = static_cast<std::byte*>(p);
     b.bytes = size;
   }

@@ -139,11 +139,11 @@ std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, C
 }
 
 std::optional<Algorithm> TuneTable::fastest(int world_size, Collective coll, size_t bytes,
-                                           std::optional<Algorithm> preferred) const {
+                                            std::optional<Algorithm> preferred) const {
   std::optional<Algorithm> best;
   double best_us = 0;
   for (const AlgoEntry& e : all_algorithms()) {
-    if (e.coll != coll || e.algo == Algorithm::kHier) continue;  // one host: no hierarchy
+    if (e.coll != coll || !runs_on_hosts(e.algo, 1)) continue;  // the table is of one host
     auto us = predict_us(world_size, coll, e.algo, bytes);
     if (us && (!best || *us < best_us)) {
       best = e.algo;
@@ -151,7 +151,8 @@ std::optional<Algorithm> TuneTable::fastest(int world_size, Collective coll, siz
     }
   }
   if (best && preferred && *preferred != *best)
-    if (auto us = predict_us(world_size, coll, *preferred, bytes); us && *us <= best_us * (1 + kTieMargin))
+    if (auto us = predict_us(world_size, coll, *preferred, bytes);
+        us && *us <= best_us * (1 + kTieMargin))
       return preferred;
   return best;
 }
@@ -176,8 +177,7 @@ TuneTable load_tune_table() {
     path = *p;
   } else {
     path = default_tune_path();
-    if (::access(path.c_str(), R_OK) != 0)
-      return TuneTable::parse(builtin_tune_text(), "built-in");
+    if (::access(path.c_str(), R_OK) != 0) return TuneTable::parse(builtin_tune_text(), "built-in");
   }
   std::ifstream f(path);
   CHORUS_ARG_CHECK(f.good(), "CHORUS_TUNE_FILE=", path, " cannot be read");

@@ -37,7 +37,7 @@ std::string Case::describe() const {
 std::vector<std::string> algorithms_of(Collective coll) {
   std::vector<std::string> names;
   for (const algo::AlgoEntry& e : algo::all_algorithms())
-    if (e.coll == coll && e.algo != algo::Algorithm::kHier)
+    if (e.coll == coll && algo::runs_on_hosts(e.algo, 1))
       names.emplace_back(algo::to_string(e.algo));
   return names;
 }
