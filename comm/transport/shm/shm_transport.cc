@@ -51,6 +51,19 @@ int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
   return 0;
 }
 
+// A peer that published a failure (shm_layout.h) is reported as it said: its own error text,
+// and the rank that started it.
+void throw_if_failed(const shm::SegmentHeader& h, int p) {
+  if (h.status.load(std::memory_order_acquire) != static_cast<uint32_t>(PeerStatus::kFailed))
+    return;
+  const int cause = h.cause_rank;
+  const std::string text(h.error, strnlen(h.error, sizeof h.error));
+  throw PeerFailure(cause == p ? detail::concat("rank ", p, " failed: ", text)
+                               : detail::concat("rank ", cause, " failed first (reported by rank ",
+                                                p, "): ", text),
+                    -1, {}, -1, cause);
+}
+
 }  // namespace
 
 ShmOptions ShmOptions::from_env() {
@@ -88,6 +101,7 @@ class ShmLink : public Link {
         out_ctrl_(reinterpret_cast<shm::FifoCtrl*>(peer_base + shm::Layout::kCtrlOffset) + rank),
         in_slots_(own_base + layout.fifo_offset(peer)),
         out_slots_(peer_base + layout.fifo_offset(rank)),
+        peer_header_(*reinterpret_cast<const shm::SegmentHeader*>(peer_base)),
         peer_bell_(reinterpret_cast<shm::SegmentHeader*>(peer_base)->bell),
         staging_(staging), cma_threshold_(cma_threshold) {}
 
@@ -204,8 +218,11 @@ class ShmLink : public Link {
     }
   }
 
-  // A failed single-copy read: the sender died (ESRCH) or its memory went away.
+  // A failed single-copy read: the sender's process ended (ESRCH) or its memory went away. A
+  // sender that failed first (e.g. because a third rank died) and then exited published why:
+  // that is reported, naming the rank that started it, rather than the sender's exit.
   [[noreturn]] void throw_read_error(int err) const {
+    throw_if_failed(peer_header_, peer_);
     if (err == ESRCH)
       throw PeerFailure(detail::concat("rank ", peer_, " (pid ", peer_pid_, ") died while this rank "
                                        "was reading its message"),
@@ -237,6 +254,7 @@ class ShmLink : public Link {
   shm::FifoCtrl* out_ctrl_;
   std::byte* in_slots_;
   std::byte* out_slots_;
+  const shm::SegmentHeader& peer_header_;  // stays mapped after the peer's process ends
   Doorbell& peer_bell_;
   std::vector<std::byte>& staging_;
   size_t cma_threshold_;
@@ -369,18 +387,8 @@ std::optional<OpStamp> read_current(const shm::SegmentHeader& h) {
 
 std::vector<int> ShmTransport::check_peers(std::span<const int> waiting_for, const OpStamp& mine) {
   // A published failure says the most: its own error text, and which rank started it.
-  for (int p : members_) {
-    if (p == rank_) continue;
-    const auto& h = peer_header(p);
-    if (h.status.load(std::memory_order_acquire) != static_cast<uint32_t>(PeerStatus::kFailed))
-      continue;
-    const int cause = h.cause_rank;
-    const std::string text(h.error, strnlen(h.error, sizeof h.error));
-    throw PeerFailure(cause == p ? detail::concat("rank ", p, " failed: ", text)
-                                 : detail::concat("rank ", cause, " failed first (reported by rank ",
-                                                  p, "): ", text),
-                      -1, {}, -1, cause);
-  }
+  for (int p : members_)
+    if (p != rank_) throw_if_failed(peer_header(p), p);
   // Peers this rank waits for: in another collective of the same number (both may be waiting to
   // receive, so no message shows it), or gone.
   const bool collective = static_cast<Collective>(mine.coll) != Collective::kSend;
