@@ -291,6 +291,13 @@ std::vector<AlgorithmEstimate> Communicator::explain(Collective c, size_t bytes)
   return impl_->explain(c, bytes);
 }
 
+std::vector<int> Communicator::ring_order() const {
+  if (!impl_->ring.empty()) return impl_->ring;
+  std::vector<int> order(static_cast<size_t>(impl_->size));
+  for (int r = 0; r < impl_->size; ++r) order[static_cast<size_t>(r)] = r;
+  return order;
+}
+
 void Communicator::synchronize() { impl_->synchronize(); }
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {

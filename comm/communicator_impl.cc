@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <numeric>
 #include <random>
 #include <unistd.h>
 #include <vector>
@@ -26,6 +27,11 @@ const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 0,
                           "pipelining unit of the ring, tree and chain algorithms (0 = the "
                           "transport's preference: larger where peers read each other's memory "
                           "directly)"};
+
+const StringKnob kRing{"CHORUS_RING", "locality",
+                       "order of the ring and tree algorithms: locality = ranks grouped by host, "
+                       "socket, NUMA node and bound CPU, so the ring leaves each once; rank = "
+                       "rank order"};
 
 std::string random_job_id() {
   static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -93,6 +99,7 @@ Communicator::Impl::Impl(Setup s)
     transport = std::move(wiring.transport);
     host_of = std::move(wiring.host_of);
     hosts = wiring.hosts;
+    set_ring(wiring.places);
     exchange =
         std::make_unique<Exchange>(*transport, rank, size, WaitPolicy::for_ranks(local_ranks));
     agree_on_choices();
@@ -111,6 +118,22 @@ Communicator::Impl::Impl(Setup s)
 // Every rank must segment and choose alike, or their messages would not pair up: all take rank
 // 0's chunk size (the transport's preference there, unless CHORUS_CHUNK_BYTES is set) and tune
 // table, in one store key.
+void Communicator::Impl::set_ring(const std::vector<algo::RankPlace>& places) {
+  const std::string mode = kRing.get();
+  CHORUS_ARG_CHECK(mode == "locality" || mode == "rank", "CHORUS_RING='", mode,
+                   "' (use locality or rank)");
+  ring.resize(static_cast<size_t>(size));
+  std::iota(ring.begin(), ring.end(), 0);
+  if (mode == "locality") ring = algo::ring_by_locality(places);
+  ring_pos.assign(static_cast<size_t>(size), 0);
+  for (int p = 0; p < size; ++p) ring_pos[static_cast<size_t>(ring[static_cast<size_t>(p)])] = p;
+  if (rank == 0 && !std::is_sorted(ring.begin(), ring.end())) {
+    std::string order;
+    for (int r : ring) order += detail::concat(order.empty() ? "" : " ", r);
+    CHORUS_INFO(kLogInit, "ring order by locality: ", order);
+  }
+}
+
 void Communicator::Impl::agree_on_choices() {
   if (rank == 0) {
     if (chunk_bytes == 0) chunk_bytes = transport->preferred_chunk_bytes();
@@ -349,7 +372,7 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
       const algo::AlgoEntry* entry = algo::find_algorithm(op.args.coll, op.algorithm);
       CHORUS_CHECK(entry != nullptr, "no algorithm ", algo::to_string(op.algorithm), " for ", name);
       exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp);
-      algo::Context ctx{rank, size, *exchange, scratch, chunk_bytes, host_of};
+      algo::Context ctx{rank, size, *exchange, scratch, chunk_bytes, host_of, ring, ring_pos};
       entry->run(ctx, op.args);
       transport->count_completed();
     }

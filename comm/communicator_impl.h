@@ -82,6 +82,9 @@ struct Communicator::Impl {
   std::unique_ptr<Exchange> exchange;
   std::vector<int> host_of;  // host index of every rank (transport/factory.h)
   int hosts = 1;
+  // The ring: ring[p] is the rank at position p, ring_pos[r] rank r's position
+  // (algo::ring_by_locality over the ranks' places, or rank order with CHORUS_RING=rank).
+  std::vector<int> ring, ring_pos;
   algo::Scratch scratch;
   std::chrono::milliseconds call_timeout{0};  // set_timeout(): overrides `timeout` when > 0
   int64_t collectives = 0;  // issued so far: the sequence number of the next one
@@ -107,6 +110,7 @@ struct Communicator::Impl {
   std::string claim_world_id();
   void check_world_size();
   void agree_on_choices();
+  void set_ring(const std::vector<algo::RankPlace>& places);
 
   std::mutex mu_;
   std::condition_variable cv_;

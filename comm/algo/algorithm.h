@@ -17,6 +17,7 @@
 
 #include "chorus/communicator.h"
 #include "chorus/types.h"
+#include "algo/patterns.h"
 #include "exchange.h"
 
 namespace chorus::algo {
@@ -72,6 +73,11 @@ struct Context {
   Scratch& scratch;
   size_t chunk_bytes;  // pipelining unit (CHORUS_CHUNK_BYTES), a multiple of 64
   std::span<const int> host_of;  // host index of every rank; equal indices share memory
+  // The ring (Communicator::ring_order()): ring[p] is the rank at ring position p, and
+  // ring_pos[r] the position of rank r. Rings and trees are laid over positions, so neighbours
+  // in them are neighbours in the machine. Empty = rank order.
+  std::span<const int> ring;
+  std::span<const int> ring_pos;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
@@ -95,6 +101,21 @@ Algorithm select_default(Collective coll, size_t bytes, int world_size,
                          std::span<const int> host_of);
 
 // ---- helpers shared by algorithm files --------------------------------------------------------
+// The rank at ring position `pos` (taken modulo the size), and the ring position of `rank`.
+inline int rank_at(const Context& c, int pos) {
+  const int p = ((pos % c.size) + c.size) % c.size;
+  return c.ring.empty() ? p : c.ring[static_cast<size_t>(p)];
+}
+inline int pos_of(const Context& c, int rank) {
+  return c.ring_pos.empty() ? rank : c.ring_pos[static_cast<size_t>(rank)];
+}
+// A tree node computed over ring positions (patterns.h), with its neighbours named as ranks.
+inline TreeNode on_ring(const Context& c, TreeNode t) {
+  if (t.parent >= 0) t.parent = rank_at(c, t.parent);
+  for (int& child : t.child)
+    if (child >= 0) child = rank_at(c, child);
+  return t;
+}
 // Elements per pipelining chunk for this dtype (at least 1).
 inline size_t chunk_elems(const Context& c, DataType dtype) {
   const size_t e = c.chunk_bytes / dtype_size(dtype);

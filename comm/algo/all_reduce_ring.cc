@@ -1,4 +1,5 @@
-// Ring all-reduce: a reduce-scatter followed by an all-gather around the ring r -> r+1.
+// Ring all-reduce: a reduce-scatter followed by an all-gather around the communicator's ring
+// (Context::ring; r below is this rank's ring position, and r + 1 the next rank on the ring).
 //
 // Vocabulary: the buffer is processed in *slices* of size x chunk elements (so a slice's data is
 // still in cache when it is forwarded); each slice is cut into `size` *segments* (segment()).
@@ -17,8 +18,8 @@
 namespace chorus::algo {
 
 void all_reduce_ring(Context& c, const CollArgs& a) {
-  const int n = c.size, r = c.rank;
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int n = c.size, r = pos_of(c, c.rank);
+  const int next = rank_at(c, r + 1), prev = rank_at(c, r - 1);
   const size_t es = a.elem();
   const size_t slice = chunk_elems(c, a.dtype) * n;
   for (size_t base = 0; base < a.count; base += slice) {

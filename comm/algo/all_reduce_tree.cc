@@ -16,9 +16,11 @@
 namespace chorus::algo {
 
 void all_reduce_tree(Context& c, const CollArgs& a) {
-  const int n = c.size, r = c.rank;
+  const int n = c.size;
   const size_t es = a.elem();
-  const TreeNode node[2] = {dtree_node(0, r, n), dtree_node(1, r, n)};
+  // The trees are laid over ring positions (so tree neighbours are machine neighbours).
+  const TreeNode node[2] = {on_ring(c, dtree_node(0, pos_of(c, c.rank), n)),
+                            on_ring(c, dtree_node(1, pos_of(c, c.rank), n))};
   const std::pair<size_t, size_t> half[2] = {segment(a.count, 2, 0), segment(a.count, 2, 1)};
   const size_t chunk = chunk_elems(c, a.dtype);
   const size_t chunks = (half[0].second + chunk - 1) / chunk;

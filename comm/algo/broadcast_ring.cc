@@ -1,4 +1,4 @@
-// Pipelined chain broadcast: ranks in ring order from the root (root, root+1, ...) pass each
+// Pipelined chain broadcast: ranks in ring order (Context::ring) from the root pass each
 // chunk to the next as soon as it has arrived, so the whole message takes about
 // (n - 1 + chunks) chunk-times instead of (n - 1) message-times.
 #include <algorithm>
@@ -9,10 +9,10 @@
 namespace chorus::algo {
 
 void broadcast_ring(Context& c, const CollArgs& a) {
-  const int n = c.size, r = c.rank;
-  const int pos = mod(r - a.root, n);
-  const int prev = pos > 0 ? mod(r - 1, n) : -1;
-  const int next = pos < n - 1 ? mod(r + 1, n) : -1;
+  const int n = c.size, p = pos_of(c, c.rank);
+  const int pos = mod(p - pos_of(c, a.root), n);  // along the chain that starts at the root
+  const int prev = pos > 0 ? rank_at(c, p - 1) : -1;
+  const int next = pos < n - 1 ? rank_at(c, p + 1) : -1;
   const size_t es = a.elem(), chunk = chunk_elems(c, a.dtype);
   // The root forwards straight from its send buffer.
   const std::byte* src = pos == 0 ? a.send : a.recv;

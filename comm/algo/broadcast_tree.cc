@@ -8,7 +8,7 @@
 namespace chorus::algo {
 
 void broadcast_tree(Context& c, const CollArgs& a) {
-  const TreeNode node = rooted_tree(c.rank, a.root, c.size);
+  const TreeNode node = on_ring(c, rooted_tree(pos_of(c, c.rank), pos_of(c, a.root), c.size));
   const bool root = c.rank == a.root;
   const size_t es = a.elem(), chunk = chunk_elems(c, a.dtype);
   const std::byte* src = root ? a.send : a.recv;

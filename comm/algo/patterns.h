@@ -2,8 +2,13 @@
 // tree and dissemination rounds. No I/O here; tests/comm/patterns_test.cc checks each shape.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <numeric>
+#include <span>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 namespace chorus::algo {
 
@@ -81,6 +86,38 @@ constexpr TreeNode rooted_tree(int rank, int root, int n) {
   for (int& c : t.child)
     if (c >= 0) c = mod(c + root, n);
   return t;
+}
+
+// Where a rank runs, as far as the ring cares: its host index and, when the rank is bound to a
+// subset of the host's CPUs, the package (socket), NUMA node and lowest CPU of that subset
+// (-1 = not bound, or the subset spans several).
+struct RankPlace {
+  int host = 0;
+  int package = -1;
+  int numa = -1;
+  int cpu = -1;
+  friend bool operator==(const RankPlace&, const RankPlace&) = default;
+};
+
+// The ring order (position -> rank) that keeps neighbours close: ranks sorted depth first by
+// (host, package, NUMA node, CPU, rank), so the ring leaves each host, socket and NUMA node once
+// (the fewest slow links a ring can cross); then put in canonical form: it starts at rank 0 and
+// goes towards the smaller of rank 0's two neighbours. Rank order when nothing is known. This is
+// topo::ring_order's depth-first order on the machine tree (comm/topo/ring_order.h), computed
+// from what every rank can tell about itself without hwloc.
+inline std::vector<int> ring_by_locality(std::span<const RankPlace> places) {
+  const size_t n = places.size();
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    const RankPlace& a = places[static_cast<size_t>(x)];
+    const RankPlace& b = places[static_cast<size_t>(y)];
+    return std::tie(a.host, a.package, a.numa, a.cpu) < std::tie(b.host, b.package, b.numa, b.cpu);
+  });
+  if (n == 0) return order;
+  std::rotate(order.begin(), std::find(order.begin(), order.end(), 0), order.end());
+  if (n > 2 && order[n - 1] < order[1]) std::reverse(order.begin() + 1, order.end());
+  return order;
 }
 
 }  // namespace chorus::algo

@@ -1,5 +1,5 @@
 // Pipelined chain reduce: the reverse of the chain broadcast. Ranks at positions
-// n-1, n-2, ..., 0 (position = (rank - root) mod n) pass partial results towards the root one
+// n-1, n-2, ..., 0 (position = ring position - the root's, mod n) pass partials towards the root one
 // chunk at a time; each adds its own input to what it receives. Non-root ranks keep partials in
 // two alternating scratch chunks (one may still be in flight to the next rank).
 #include <algorithm>
@@ -10,10 +10,10 @@
 namespace chorus::algo {
 
 void reduce_ring(Context& c, const CollArgs& a) {
-  const int n = c.size, r = c.rank;
-  const int pos = mod(r - a.root, n);
-  const int from = pos < n - 1 ? mod(r + 1, n) : -1;
-  const int to = pos > 0 ? mod(r - 1, n) : -1;
+  const int n = c.size, p = pos_of(c, c.rank);
+  const int pos = mod(p - pos_of(c, a.root), n);  // along the chain that ends at the root
+  const int from = pos < n - 1 ? rank_at(c, p + 1) : -1;
+  const int to = pos > 0 ? rank_at(c, p - 1) : -1;
   const size_t es = a.elem(), chunk = chunk_elems(c, a.dtype);
   std::byte* partial[2] = {nullptr, nullptr};
   Exchange::RequestId in_flight[2] = {0, 0};

@@ -1,7 +1,8 @@
-// Ring reduce-scatter: the first half of the ring all-reduce, arranged so that rank r ends with
-// block r. Input = n blocks of recv_count elements. Step s = 0..n-2: send the partial of block
-// (r - s - 1) to the next rank, receive the partial of block (r - s - 2) from the previous one and
-// reduce our own input block into it; the last step lands block r in recv.
+// Ring reduce-scatter: the first half of the ring all-reduce, arranged so that each rank ends
+// with its own block. Input = n blocks of recv_count elements. With p this rank's ring position
+// and R(q) the rank at position q (Context::ring): step s = 0..n-2 sends the partial of block
+// R(p - s - 1) to the next rank, receives the partial of block R(p - s - 2) from the previous one
+// and reduces our own input block into it; the last step lands block R(p), ours, in recv.
 // Partials live in two alternating scratch buffers (a buffer is reused two steps later, after the
 // step that sent it has completed). Processed in chunks of the block to bound scratch memory.
 // Cost per rank: n-1 steps, (n-1)/n x input bytes sent and received.
@@ -13,8 +14,8 @@
 namespace chorus::algo {
 
 void reduce_scatter_ring(Context& c, const CollArgs& a) {
-  const int n = c.size, r = c.rank;
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int n = c.size, p = pos_of(c, c.rank);
+  const int next = rank_at(c, p + 1), prev = rank_at(c, p - 1);
   const size_t es = a.elem(), block = a.count;
   const size_t chunk = chunk_elems(c, a.dtype);
   std::byte* partial[2] = {nullptr, nullptr};
@@ -26,7 +27,8 @@ void reduce_scatter_ring(Context& c, const CollArgs& a) {
   for (size_t lo = 0; lo < block; lo += chunk) {
     const size_t len = std::min(chunk, block - lo);
     for (int s = 0; s < n - 1; ++s) {
-      const size_t send_blk = mod(r - s - 1, n), recv_blk = mod(r - s - 2, n);
+      const size_t send_blk = static_cast<size_t>(rank_at(c, p - s - 1));
+      const size_t recv_blk = static_cast<size_t>(rank_at(c, p - s - 2));
       const std::byte* src = s == 0 ? a.send + (send_blk * block + lo) * es : partial[(s - 1) % 2];
       std::byte* dst = s == n - 2 ? a.recv + lo * es : partial[s % 2];
       c.ex.post_send(next, src, len * es);

@@ -9,7 +9,7 @@
 namespace chorus::algo {
 
 void reduce_tree(Context& c, const CollArgs& a) {
-  const TreeNode node = rooted_tree(c.rank, a.root, c.size);
+  const TreeNode node = on_ring(c, rooted_tree(pos_of(c, c.rank), pos_of(c, a.root), c.size));
   const bool root = c.rank == a.root;
   const bool has_children = node.child[0] >= 0;
   const size_t es = a.elem(), chunk = chunk_elems(c, a.dtype);

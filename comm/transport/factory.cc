@@ -1,6 +1,13 @@
 #include "transport/factory.h"
 
+#include <dirent.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "chorus/build_config.h"
 #include "chorus/config.h"
@@ -20,17 +27,62 @@ const StringKnob kTransport{"CHORUS_TRANSPORT", "auto",
                             "for every peer (e.g. to compare with shm on one host); shm = refuse "
                             "multi-host jobs"};
 
-// Host index per rank, numbered in order of each host's lowest rank.
+// The package (socket) of a CPU, or -1.
+int cpu_package(int cpu) {
+  std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                   "/topology/physical_package_id");
+  int id = -1;
+  return in >> id ? id : -1;
+}
+
+// The NUMA node of a CPU (its "node<k>" entry in sysfs), or -1.
+int cpu_numa(int cpu) {
+  const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu);
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  int node = -1;
+  while (const dirent* e = ::readdir(d)) {
+    int k = -1;
+    char tail = 0;
+    if (std::sscanf(e->d_name, "node%d%c", &k, &tail) == 1) {
+      node = k;
+      break;
+    }
+  }
+  ::closedir(d);
+  return node;
+}
+
+// "<host id>\n<package> <numa> <cpu>": the value of "host/<rank>".
+std::string place_record(const std::string& host_id, const algo::RankPlace& p) {
+  return detail::concat(host_id, "\n", p.package, " ", p.numa, " ", p.cpu);
+}
+
+void parse_place(const std::string& record, std::string* host_id, algo::RankPlace* place) {
+  const size_t nl = record.find('\n');
+  *host_id = record.substr(0, nl);
+  *place = {};
+  if (nl == std::string::npos) return;
+  std::istringstream in(record.substr(nl + 1));
+  int package = -1, numa = -1, cpu = -1;
+  if (in >> package >> numa >> cpu) *place = {0, package, numa, cpu};
+}
+
+// Host index per rank, numbered in order of each host's lowest rank, and every rank's place.
 std::vector<int> gather_hosts(int rank, int world_size, Store& store,
-                              std::chrono::milliseconds timeout, int* hosts) {
+                              std::chrono::milliseconds timeout, int* hosts,
+                              std::vector<algo::RankPlace>* places) {
   const std::string me = local_host_id();
-  store.set("host/" + std::to_string(rank), me);
+  const algo::RankPlace here = local_place();
+  store.set("host/" + std::to_string(rank), place_record(me, here));
   std::map<std::string, int> index;
   std::vector<int> host_of(world_size);
+  places->assign(world_size, {});
   for (int p = 0; p < world_size; ++p) {
     std::string id = me;
+    algo::RankPlace place = here;
     if (p != rank) try {
-        id = store.get("host/" + std::to_string(p), timeout);
+        parse_place(store.get("host/" + std::to_string(p), timeout), &id, &place);
       } catch (const Timeout&) {
         throw Timeout(detail::concat("rank ", p, " did not join within ", timeout.count() / 1000.0,
                                      " s (is it running, with the same world size and master "
@@ -38,6 +90,8 @@ std::vector<int> gather_hosts(int rank, int world_size, Store& store,
                       rank, "connect", -1, p);
       }
     host_of[p] = index.emplace(id, static_cast<int>(index.size())).first->second;
+    place.host = host_of[p];
+    (*places)[p] = place;
   }
   *hosts = static_cast<int>(index.size());
   return host_of;
@@ -57,10 +111,32 @@ std::vector<int> gather_hosts(int rank, int world_size, Store& store,
 
 }  // namespace
 
+algo::RankPlace local_place() {
+  algo::RankPlace place;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return place;
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (online <= 0 || CPU_COUNT(&mask) >= online) return place;  // not bound
+  int first = -1, package = -2, numa = -2;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &mask)) continue;
+    if (first < 0) first = cpu;
+    const int pk = cpu_package(cpu), nd = cpu_numa(cpu);
+    package = package == -2 || package == pk ? pk : -1;
+    numa = numa == -2 || numa == nd ? nd : -1;
+  }
+  if (first < 0) return place;
+  place.package = package;
+  place.numa = numa;
+  place.cpu = first;
+  return place;
+}
+
 Wiring connect(int rank, int world_size, Store& store, const std::string& segment_prefix,
                std::chrono::milliseconds timeout) {
   Wiring w;
-  w.host_of = gather_hosts(rank, world_size, store, timeout, &w.hosts);
+  w.host_of = gather_hosts(rank, world_size, store, timeout, &w.hosts, &w.places);
   const std::string choice = kTransport.get();
   CHORUS_ARG_CHECK(choice == "auto" || choice == "shm" || choice == "ucx", "CHORUS_TRANSPORT='",
                    choice, "' (use auto, shm or ucx)");

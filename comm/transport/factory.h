@@ -1,8 +1,9 @@
 // chorus — which transport connects which peers.
 //
-// Every rank publishes its host identity (CHORUS_HOST_ID, else hostname + boot id) through the
-// communicator's store; ranks with equal identities share memory. The communicator gets one
-// Transport for all its peers and, for the algorithms, the host of every rank.
+// Every rank publishes its host identity (CHORUS_HOST_ID, else hostname + boot id) and its place
+// on the host (socket, NUMA node and CPU it is bound to, if it is) through the communicator's
+// store; ranks with equal identities share memory. The communicator gets one Transport for all
+// its peers and, for the algorithms, the host and place of every rank.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/patterns.h"
 #include "chorus/store.h"
 #include "transport/transport.h"
 
@@ -21,7 +23,14 @@ struct Wiring {
   // is on host 0). Equal indices share memory.
   std::vector<int> host_of;
   int hosts = 1;
+  // places[r]: rank r's host index and where on it it is bound (algo::ring_by_locality).
+  std::vector<algo::RankPlace> places;
 };
+
+// Where this process is bound: the package, NUMA node and lowest CPU of its CPU affinity mask
+// when that is a proper subset of the online CPUs and lies in one package / one node (from
+// /sys/devices/system/cpu); -1 for what is not bound or not known. host is left 0.
+algo::RankPlace local_place();
 
 // Collective over the `world_size` ranks of one communicator (`store` is scoped to it).
 // `segment_prefix` names its shared-memory segments.

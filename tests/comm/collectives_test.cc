@@ -4,9 +4,12 @@
 // and every op with float, to keep the suite inside CI's budget; the small counts run the full
 // product.
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include "algo/patterns.h"
 #include "collective_cases.h"
 #include "multiproc.h"
+#include "transport/factory.h"
 
 namespace chorus::testing {
 namespace {
@@ -126,6 +129,77 @@ TEST_P(Collectives, AllReduceNoSingleCopy) { run_matrix(Collective::kAllReduce, 
 TEST_P(Collectives, AllGatherNoSingleCopy) { run_matrix(Collective::kAllGather, Coverage::kTransport, kNoSingleCopy); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 8),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
+
+
+// ---- ranks bound to CPUs: the ring follows the machine --------------------------------------------
+//
+// Each rank is bound to one CPU, round-robin over the CPUs this test may use (as chorus-run --bind
+// does with more ranks than cores), so ranks sharing a CPU are grouped and the ring is not rank
+// order (on 2 CPUs with 4 ranks: 0 2 1 3). Every ring, chain and tree algorithm then runs over that
+// permuted ring and is checked exactly.
+
+std::vector<int> usable_cpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof mask, &mask) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  return cpus;
+}
+
+RunOptions bound_ranks() {
+  RunOptions o;
+  o.deadline = std::chrono::milliseconds(240000);
+  o.before_connect = [cpus = usable_cpus()](int rank) {
+    if (cpus.empty()) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[static_cast<size_t>(rank) % cpus.size()], &one);
+    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  };
+  return o;
+}
+
+class BoundCollectives : public Collectives {};
+
+TEST_P(BoundCollectives, RingGroupsRanksByCpu) {
+  const int n = GetParam();
+  const bool several_cpus = usable_cpus().size() >= 2;
+  run_ranks(n, [&](Communicator& comm) {
+    // Every rank's own view of where it is bound, gathered, gives the ring all must agree on.
+    const algo::RankPlace mine = transport::local_place();
+    int32_t here[3] = {mine.package, mine.numa, mine.cpu};
+    std::vector<int32_t> all(3 * static_cast<size_t>(n));
+    comm.all_gather(here, all.data(), 3, DataType::kI32);
+    std::vector<algo::RankPlace> places(n);
+    for (int r = 0; r < n; ++r) places[r] = {0, all[3 * r], all[3 * r + 1], all[3 * r + 2]};
+    const std::vector<int> ring = comm.ring_order();
+    EXPECT_EQ(ring, algo::ring_by_locality(places));
+    if (several_cpus) {
+      EXPECT_GE(mine.cpu, 0) << "a bound rank knows its CPU";
+      EXPECT_NE(ring[1], 1) << "ranks 0 and 1 are on different CPUs, so not ring neighbours";
+    }
+  }, bound_ranks());
+}
+
+TEST_P(BoundCollectives, RankOrderWhenAsked) {
+  RunOptions o = bound_ranks();
+  o.env["CHORUS_RING"] = "rank";
+  run_ranks(GetParam(), [&](Communicator& comm) {
+    const std::vector<int> ring = comm.ring_order();
+    for (int p = 0; p < comm.size(); ++p) EXPECT_EQ(ring[p], p);
+  }, o);
+}
+
+TEST_P(BoundCollectives, AllReduce) { run_matrix(Collective::kAllReduce, Coverage::kTransport, bound_ranks()); }
+TEST_P(BoundCollectives, ReduceScatter) { run_matrix(Collective::kReduceScatter, Coverage::kTransport, bound_ranks()); }
+TEST_P(BoundCollectives, AllGather) { run_matrix(Collective::kAllGather, Coverage::kTransport, bound_ranks()); }
+TEST_P(BoundCollectives, Broadcast) { run_matrix(Collective::kBroadcast, Coverage::kTransport, bound_ranks()); }
+TEST_P(BoundCollectives, Reduce) { run_matrix(Collective::kReduce, Coverage::kTransport, bound_ranks()); }
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, BoundCollectives, ::testing::Values(4, 5, 8),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 
 }  // namespace

@@ -156,6 +156,7 @@ std::string run_ranks(int world_size, const std::function<void(Communicator&)>& 
   return run_processes(
       world_size,
       [&](int rank) {
+        if (options.before_connect) options.before_connect(rank);
         Communicator comm = Communicator::from_env();
         EXPECT_EQ(comm.rank(), rank);
         EXPECT_EQ(comm.size(), world_size);

@@ -23,6 +23,8 @@ struct RunOptions {
   std::map<std::string, std::string> env;  // extra environment for every rank
   std::string job_id;                      // empty: a fresh one per run
   std::vector<int> may_fail;               // ranks whose exit status is not checked (crash tests)
+  // Runs in each rank's process before run_ranks connects it (e.g. to bind it to CPUs).
+  std::function<void(int rank)> before_connect;
 };
 
 // Runs body(comm) on `world_size` ranks. Returns the job id used.

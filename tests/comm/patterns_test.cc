@@ -95,5 +95,88 @@ TEST(Patterns, DoubleTreePositionMapsAreInverse) {
       for (int r = 0; r < n; ++r) EXPECT_EQ(dtree_rank(which, dtree_pos(which, r, n), n), r);
 }
 
+// ---- the ring by locality ---------------------------------------------------------------------
+
+// How many ring edges join ranks whose places differ in `differs`.
+template <class Differs>
+int crossings(const std::vector<RankPlace>& places, const std::vector<int>& ring, Differs differs) {
+  int k = 0;
+  for (size_t i = 0; i < ring.size(); ++i)
+    k += differs(places[ring[i]], places[ring[(i + 1) % ring.size()]]) ? 1 : 0;
+  return k;
+}
+
+void expect_ring(const std::vector<int>& ring, size_t n) {
+  ASSERT_EQ(ring.size(), n);
+  if (n == 0) return;
+  EXPECT_EQ(ring[0], 0);
+  std::set<int> seen(ring.begin(), ring.end());
+  EXPECT_EQ(seen.size(), n);
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), static_cast<int>(n) - 1);
+  if (n > 2) EXPECT_LT(ring[1], ring[n - 1]) << "canonical direction: towards the smaller";
+}
+
+TEST(RingByLocality, RankOrderWhenNothingTellsRanksApart) {
+  for (size_t n : {0u, 1u, 2u, 3u, 8u}) {
+    const std::vector<RankPlace> places(n);
+    std::vector<int> expected(n);
+    for (size_t i = 0; i < n; ++i) expected[i] = static_cast<int>(i);
+    EXPECT_EQ(ring_by_locality(places), expected) << n;
+  }
+}
+
+TEST(RingByLocality, CyclicHostsAreGroupedSoTheRingLeavesEachHostOnce) {
+  // Slurm's cyclic distribution: rank r on host r % hosts.
+  for (int hosts : {2, 3, 4})
+    for (int per_host : {1, 2, 3, 4}) {
+      const int n = hosts * per_host;
+      std::vector<RankPlace> places(n);
+      for (int r = 0; r < n; ++r) places[r].host = r % hosts;
+      const std::vector<int> ring = ring_by_locality(places);
+      expect_ring(ring, n);
+      EXPECT_EQ(crossings(places, ring, [](auto& a, auto& b) { return a.host != b.host; }),
+                hosts)
+          << hosts << " hosts x " << per_host;
+      // Rank order would cross on every edge.
+      std::vector<int> rank_order(n);
+      for (int r = 0; r < n; ++r) rank_order[r] = r;
+      if (per_host > 1)
+        EXPECT_EQ(crossings(places, rank_order, [](auto& a, auto& b) { return a.host != b.host; }),
+                  n);
+    }
+}
+
+TEST(RingByLocality, SocketsThenNumaNodesThenCpusWithinAHost) {
+  // 2 hosts x 2 sockets x 2 NUMA nodes x 2 CPUs, ranks numbered in a scrambled order.
+  std::vector<RankPlace> places;
+  for (int h = 0; h < 2; ++h)
+    for (int pk = 0; pk < 2; ++pk)
+      for (int nd = 0; nd < 2; ++nd)
+        for (int cpu = 0; cpu < 2; ++cpu) places.push_back({h, pk, pk * 2 + nd, pk * 4 + nd * 2 + cpu});
+  std::vector<RankPlace> scrambled(places.size());
+  for (size_t i = 0; i < places.size(); ++i) scrambled[(i * 5 + 3) % places.size()] = places[i];
+  const std::vector<int> ring = ring_by_locality(scrambled);
+  expect_ring(ring, scrambled.size());
+  EXPECT_EQ(crossings(scrambled, ring, [](auto& a, auto& b) { return a.host != b.host; }), 2);
+  EXPECT_EQ(crossings(scrambled, ring,
+                      [](auto& a, auto& b) { return a.host != b.host || a.package != b.package; }),
+            4);
+  EXPECT_EQ(crossings(scrambled, ring, [](auto& a, auto& b) {
+              return a.host != b.host || a.numa != b.numa;
+            }),
+            8);
+}
+
+TEST(RingByLocality, RanksSharingACpuAreNeighbours) {
+  // 8 ranks bound round-robin to 2 CPUs (as chorus-run --bind does with more ranks than cores).
+  std::vector<RankPlace> places(8);
+  for (int r = 0; r < 8; ++r) places[r] = {0, 0, 0, r % 2};
+  EXPECT_EQ(ring_by_locality(places), (std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7}));
+  // Unknown (-1) places sort first, in rank order.
+  places[5] = {0, -1, -1, -1};
+  EXPECT_EQ(ring_by_locality(places), (std::vector<int>{0, 2, 4, 6, 1, 3, 7, 5}));
+}
+
 }  // namespace
 }  // namespace chorus::algo

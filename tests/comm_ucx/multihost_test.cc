@@ -198,6 +198,44 @@ TEST_F(Netns, InterHostBytesCrossTheVeth) {
               bytes / 1048576.0);
 }
 
+// Ranks placed cyclically (rank r on host r % 2, as Slurm's --distribution=cyclic does): the
+// communicator's ring groups each host's ranks (0 2 1 3), so a ring all-gather crosses between the
+// hosts on two ring edges instead of all four, and host 0's veth carries half the bytes that the
+// rank-order ring (CHORUS_RING=rank) puts on it.
+TEST_F(Netns, CyclicRanksRingCrossesEachHostOnce) {
+  make_hosts(2);
+  if (!hosts_) return;
+  constexpr size_t kCount = 1 << 20;  // floats per rank: 4 MiB
+  const std::vector<int> cyclic = {0, 1, 0, 1};
+  auto sent_by_host0 = [&](const char* ring) {
+    const auto before = hosts_->counters(0);
+    HostRunOptions o;
+    o.env = {{"CHORUS_RING", ring}};
+    run_on_hosts(hosts_.get(), cyclic, [&](Communicator& comm) {
+      if (std::string(ring) == "locality") EXPECT_EQ(comm.ring_order(), (std::vector<int>{0, 2, 1, 3}));
+      std::vector<float> mine(kCount, static_cast<float>(comm.rank() + 1));
+      std::vector<float> all(kCount * comm.size());
+      comm.set_algorithm("ring");
+      comm.all_gather(mine.data(), all.data(), kCount, DataType::kF32);
+      size_t wrong = 0;
+      for (size_t i = 0; i < all.size(); ++i) wrong += all[i] != static_cast<float>(i / kCount + 1);
+      EXPECT_EQ(wrong, 0u);
+    }, o);
+    return hosts_->counters(0).tx - before.tx;
+  };
+  const uint64_t block = uint64_t{kCount} * sizeof(float);
+  const uint64_t by_locality = sent_by_host0("locality");
+  const uint64_t by_rank = sent_by_host0("rank");
+  // Locality ring: one edge leaves host 0 (rank 2 -> 1) and carries n - 1 = 3 blocks.
+  EXPECT_GE(by_locality, 3 * block);
+  EXPECT_LT(by_locality, 4 * block);
+  // Rank order: both of host 0's ranks send their 3 blocks to host 1.
+  EXPECT_GE(by_rank, 6 * block);
+  std::printf("veth of host 0, ring all-gather of 4 x %.0f MiB: %.1f MiB sent with the locality "
+              "ring, %.1f MiB in rank order\n",
+              block / 1048576.0, by_locality / 1048576.0, by_rank / 1048576.0);
+}
+
 TEST_F(Netns, PeerDeathIsNamed) {
   make_hosts(2);
   if (!hosts_) return;
@@ -227,6 +265,16 @@ TEST(OneMachine, ForcedUcxCollectiveMatrix) {
 TEST(OneMachine, TwoByTwoHierarchicalAllReduce) {
   const auto cases = all_reduce_cases();
   run_on_hosts(nullptr, layout(2, 2), [&](Communicator& comm) { run_cases(comm, cases); });
+}
+
+// Cyclic placement over two "hosts": the ring, chain and tree algorithms run over the grouped
+// ring (0 2 1 3) across the composite transport (shm within a host, UCX between).
+TEST(OneMachine, CyclicHostsCollectiveMatrix) {
+  const auto cases = matrix(4);
+  run_on_hosts(nullptr, {0, 1, 0, 1}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.ring_order(), (std::vector<int>{0, 2, 1, 3}));
+    run_cases(comm, cases);
+  }, {std::chrono::milliseconds(240000), {}, {}});
 }
 
 TEST(OneMachine, PeerDeathIsNamedOverUcx) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "algo/patterns.h"
 #include "chorus/error.h"
+#include "chorus/topo/placement.h"
 #include "chorus/topo/ring_order.h"
 #include "fixtures.h"
 
@@ -102,6 +104,43 @@ TEST(RingOrder, SmallAndInvalidInputs) {
   EXPECT_EQ(ring_order(one, hosts), std::vector<int>{0});
   const std::vector<Endpoint> bad = {{1, 0}};
   EXPECT_THROW(ring_order(bad, hosts), InvalidArgument);
+}
+
+// The communicator computes its ring without hwloc, from what each rank knows of itself (host,
+// socket, NUMA node, first bound CPU: algo::ring_by_locality). On CPU hosts it must be as good
+// as the topology's ring: ranks scattered over every slot of 1, 2 and 4 hosts, cyclically.
+TEST(RingOrder, CommunicatorRingMatchesTheTopologyRingOnCpuHosts) {
+  for (const char* name : {kCpu1, kCpu2})
+    for (int nhosts : {1, 2, 4}) {
+      const std::vector<Topology> hosts = hosts_of(name, nhosts);
+      const int per_host = 8;
+      std::vector<std::vector<Slot>> slots;
+      for (int h = 0; h < nhosts; ++h) slots.push_back(host_slots(hosts[h], h, per_host));
+      std::vector<Endpoint> members;
+      std::vector<algo::RankPlace> places;
+      for (int i = 0; i < per_host; ++i)
+        for (int h = 0; h < nhosts; ++h) {  // rank r on host r % nhosts, slots scrambled
+          const Slot& slot = slots[h][(i * 3 + h) % per_host];
+          const Topology& t = hosts[h];
+          const int package = t.ancestor(slot.node, NodeKind::kPackage);
+          ASSERT_FALSE(slot.pus.empty());
+          members.push_back({h, slot.node});
+          places.push_back({h, package < 0 ? -1 : t.nodes[package].os_index,
+                            t.nodes[slot.node].os_index,
+                            *std::min_element(slot.pus.begin(), slot.pus.end())});
+        }
+      const std::vector<int> by_locality = algo::ring_by_locality(places);
+      const std::vector<int> by_topology = ring_order(members, hosts);
+      expect_permutation_from_zero(by_locality, members.size());
+      EXPECT_DOUBLE_EQ(ring_cost(members, by_locality, hosts), ring_cost(members, by_topology, hosts))
+          << name << " x " << nhosts;
+      std::vector<int> rank_order(members.size());
+      std::iota(rank_order.begin(), rank_order.end(), 0);
+      if (nhosts > 1) {
+        EXPECT_LT(ring_cost(members, by_locality, hosts), ring_cost(members, rank_order, hosts))
+            << name << " x " << nhosts;
+      }
+    }
 }
 
 }  // namespace

@@ -187,6 +187,11 @@ class Communicator {
   // Every algorithm registered for `c`, with its predicted time for `bytes` (as algorithm_for
   // counts them) and which one the selector would pick. Local: no communication.
   std::vector<AlgorithmEstimate> explain(Collective c, size_t bytes) const;
+  // The ring the ring, chain and tree algorithms are laid over: element p is the rank at ring
+  // position p. Ranks are grouped by host, then socket, NUMA node and the CPU they are bound to,
+  // so the ring crosses each slower link the fewest times (rank order when nothing tells ranks
+  // apart, or with CHORUS_RING=rank). It starts at rank 0; the same on every rank.
+  std::vector<int> ring_order() const;
 
   // Waits for every queued operation (errors stay with their Work handles).
   void synchronize();

@@ -254,7 +254,9 @@ UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers,
                                    timeout.count() / 1000.0, " s (CHORUS_TIMEOUT sets the deadline)"),
                     rank, "connect", -1, p);
     }
+    // "host/<rank>" is "<host id>\n<place>" (transport/factory.cc); errors name the host.
     hosts_[p] = store.try_get("host/" + std::to_string(p)).value_or("?");
+    hosts_[p].resize(std::min(hosts_[p].size(), hosts_[p].find('\n')));
     const std::vector<uint8_t> bytes = unhex(addr);
     err_args_.push_back(std::make_unique<ErrorArg>(ErrorArg{this, p}));
     ucp_ep_params_t ep{};
