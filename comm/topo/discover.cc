@@ -348,14 +348,16 @@ Topology discover() {
   return t;
 }
 
-Topology load_xml(const std::string& path) {
+Topology load_xml(const std::string& path) { return load_xml_with_runtime(path, {}); }
+
+Topology load_xml_with_runtime(const std::string& path, const RuntimeGpus& runtime) {
   CHORUS_ARG_CHECK(std::filesystem::is_regular_file(path), "topology XML '", path,
                    "' is not a readable file");
   HwlocHandle h;
   CHORUS_ARG_CHECK(hwloc_topology_set_xml(h.get(), path.c_str()) == 0,
                    "hwloc cannot read topology XML '", path, "'");
   h.load(("topology XML '" + path + "'").c_str());
-  Topology t = Builder(h.get(), RuntimeGpus{}).build();
+  Topology t = Builder(h.get(), runtime).build();
   if (t.hostname.empty()) t.hostname = std::filesystem::path(path).stem().string();
   return t;
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "chorus/topo/topology.h"
+
 namespace chorus::topo {
 
 struct RuntimeGpus {
@@ -19,5 +21,10 @@ RuntimeGpus query_runtime_gpus();
 // "00000000:07:00.0", "0000:07:00.0" and "0000:07:00" all become "0000:07:00.0"; an
 // unparsable id is returned lower-cased and otherwise unchanged.
 std::string normalize_bus_id(const std::string& bus_id);
+
+// load_xml() as a process would see that machine through `runtime`: GPUs the runtime does not
+// show (CUDA_VISIBLE_DEVICES) are left out and the others take the runtime's ordinals, matched
+// by PCI bus id. What discover() does with query_runtime_gpus() on the machine itself.
+Topology load_xml_with_runtime(const std::string& path, const RuntimeGpus& runtime);
 
 }  // namespace chorus::topo

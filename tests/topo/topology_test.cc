@@ -7,6 +7,7 @@
 #include "chorus/topo/discover.h"
 #include "chorus/topo/exchange.h"
 #include "fixtures.h"
+#include "gpu_runtime.h"
 
 namespace chorus::topo {
 namespace {
@@ -14,6 +15,40 @@ namespace {
 using namespace testing;
 
 size_t count_kind(const Topology& t, NodeKind kind) { return t.nodes_of(kind).size(); }
+
+// How a process on the DGX-like host sees it through a GPU runtime: CUDA_VISIBLE_DEVICES=6,1,3
+// shows three GPUs as ordinals 0, 1, 2; the others are left out. The runtime's bus ids come in
+// its own spelling (8-digit domain, upper case) and still match.
+TEST(RuntimeGpus, GpusMatchTheRuntimeOrdinalsByBusId) {
+  const Topology& all = fixture(kDgx);
+  auto bus_of = [&](int g) {
+    return all.nodes[static_cast<size_t>(node_named(all, "GPU" + std::to_string(g)))].pci_bus_id;
+  };
+  RuntimeGpus runtime{"CUDA", {}};
+  for (int g : {6, 1, 3}) {
+    std::string id = bus_of(g);
+    std::transform(id.begin(), id.end(), id.begin(), ::toupper);
+    runtime.pci_bus_ids.push_back(normalize_bus_id("0000" + id));
+  }
+  const Topology seen = load_xml_with_runtime(fixture_path(kDgx), runtime);
+  ASSERT_EQ(seen.gpus().size(), 3u);
+  const int shown[] = {6, 1, 3};
+  for (int ordinal = 0; ordinal < 3; ++ordinal) {
+    const Node& gpu = seen.nodes[static_cast<size_t>(node_named(seen, "GPU" + std::to_string(ordinal)))];
+    EXPECT_EQ(gpu.os_index, ordinal);
+    EXPECT_EQ(gpu.pci_bus_id, bus_of(shown[ordinal])) << "runtime ordinal " << ordinal;
+  }
+  EXPECT_EQ(seen.nics().size(), 8u) << "NICs do not depend on the GPU runtime";
+  // Without a runtime every GPU is shown, numbered in PCI order.
+  EXPECT_EQ(load_xml_with_runtime(fixture_path(kDgx), {}).gpus().size(), 8u);
+}
+
+TEST(RuntimeGpus, BusIdsAreNormalised) {
+  EXPECT_EQ(normalize_bus_id("00000000:07:00.0"), "0000:07:00.0");
+  EXPECT_EQ(normalize_bus_id("0000:3B:00.1"), "0000:3b:00.1");
+  EXPECT_EQ(normalize_bus_id("0000:07:00"), "0000:07:00.0");
+  EXPECT_EQ(normalize_bus_id("not-a-bus-id"), "not-a-bus-id");
+}
 
 TEST(Fixtures, DgxLikeHost) {
   const Topology& t = fixture(kDgx);
