@@ -21,6 +21,8 @@
 #define cudaErrorInsufficientDriver hipErrorInsufficientDriver
 #define cudaErrorNoDevice hipErrorNoDevice
 #define cudaErrorNotReady hipErrorNotReady
+#define cudaErrorNotSupported hipErrorNotSupported
+#define cudaErrorStreamCaptureImplicit hipErrorStreamCaptureImplicit
 #define cudaErrorPeerAccessAlreadyEnabled hipErrorPeerAccessAlreadyEnabled
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetErrorString hipGetErrorString
@@ -29,6 +31,7 @@
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaDeviceCanAccessPeer hipDeviceCanAccessPeer
 #define cudaDeviceEnablePeerAccess hipDeviceEnablePeerAccess
+#define cudaDeviceGetAttribute hipDeviceGetAttribute
 #define cudaDeviceGetPCIBusId hipDeviceGetPCIBusId
 #define cudaDeviceSynchronize hipDeviceSynchronize
 #define cudaDriverGetVersion hipDriverGetVersion
@@ -39,6 +42,11 @@
 #define cudaSetDevice hipSetDevice
 // memory
 #define cudaFree hipFree
+#define cudaFreeHost hipHostFree
+#define cudaHostAlloc hipHostMalloc
+#define cudaHostAllocMapped hipHostMallocMapped
+#define cudaHostAllocPortable hipHostMallocPortable
+#define cudaHostGetDevicePointer hipHostGetDevicePointer
 #define cudaMalloc hipMalloc
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemcpyDefault hipMemcpyDefault
@@ -51,7 +59,15 @@
 #define cudaStream_t hipStream_t
 #define cudaStreamCreateWithFlags hipStreamCreateWithFlags
 #define cudaStreamDefault hipStreamDefault
+#define cudaGraph_t hipGraph_t
+#define cudaGraphDestroy hipGraphDestroy
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define cudaStreamCaptureStatus hipStreamCaptureStatus
+#define cudaStreamCaptureStatusNone hipStreamCaptureStatusNone
 #define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamEndCapture hipStreamEndCapture
+#define cudaStreamIsCapturing hipStreamIsCapturing
 #define cudaStreamNonBlocking hipStreamNonBlocking
 #define cudaStreamQuery hipStreamQuery
 #define cudaStreamSynchronize hipStreamSynchronize

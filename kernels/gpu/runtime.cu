@@ -183,6 +183,52 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_) warn_if_failed(cudaFree(data_), "cudaFree");
 }
 
+PinnedHostBuffer::PinnedHostBuffer(size_t bytes, bool mapped) : bytes_(bytes) {
+  if (bytes == 0) return;
+  // Portable: every device may use it. HIP maps host memory coherently only when asked, which a
+  // kernel polling a flag needs.
+#if defined(CHORUS_GPU_HIP)
+  const unsigned flags =
+      hipHostMallocPortable | (mapped ? hipHostMallocMapped | hipHostMallocCoherent : 0u);
+#else
+  const unsigned flags = cudaHostAllocPortable | (mapped ? cudaHostAllocMapped : 0u);
+#endif
+  check(cudaHostAlloc(&data_, bytes, flags),
+        chorus::detail::concat("cudaHostAlloc(", bytes, " bytes)"));
+  if (!mapped) return;
+  const cudaError_t err = cudaHostGetDevicePointer(&device_, data_, 0);
+  if (err != cudaSuccess) {
+    warn_if_failed(cudaFreeHost(data_), "cudaFreeHost");
+    data_ = nullptr;
+    check(err, "cudaHostGetDevicePointer");
+  }
+}
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      device_(std::exchange(other.device_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    PinnedHostBuffer old(std::move(*this));
+    data_ = std::exchange(other.data_, nullptr);
+    device_ = std::exchange(other.device_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_) warn_if_failed(cudaFreeHost(data_), "cudaFreeHost");
+}
+
+void PinnedHostBuffer::leak() noexcept {
+  data_ = nullptr;
+  device_ = nullptr;
+  bytes_ = 0;
+}
+
 PointerInfo pointer_info(const void* ptr) {
   PointerInfo info;
   if (ptr == nullptr || probe_devices().count == 0) return info;

@@ -29,4 +29,16 @@ std::string_view to_string(MemoryKind kind) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(WaitMethod method) noexcept {
+  switch (method) {
+    case WaitMethod::kAuto:
+      return "auto";
+    case WaitMethod::kMemOp:
+      return "memop";
+    case WaitMethod::kKernel:
+      return "kernel";
+  }
+  return "unknown";
+}
+
 }  // namespace chorus::gpu

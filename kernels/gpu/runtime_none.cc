@@ -66,6 +66,20 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 }
 DeviceBuffer::~DeviceBuffer() = default;
 
+PinnedHostBuffer::PinnedHostBuffer(size_t bytes, bool) : bytes_(bytes) {
+  if (bytes != 0) no_gpu("PinnedHostBuffer");
+}
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept : bytes_(other.bytes_) {
+  other.bytes_ = 0;
+}
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  bytes_ = other.bytes_;
+  other.bytes_ = 0;
+  return *this;
+}
+PinnedHostBuffer::~PinnedHostBuffer() = default;
+void PinnedHostBuffer::leak() noexcept { bytes_ = 0; }
+
 PointerInfo pointer_info(const void*) { return PointerInfo{}; }
 bool is_device_pointer(const void*) { return false; }
 
@@ -78,6 +92,12 @@ void memcpy_async(void*, const void*, size_t, Stream) { no_gpu("memcpy_async"); 
 void memset_async(void*, int, size_t, Stream) { no_gpu("memset_async"); }
 void stream_synchronize(Stream) { no_gpu("stream_synchronize"); }
 bool stream_query(Stream) { no_gpu("stream_query"); }
+bool stream_is_capturing(Stream) { no_gpu("stream_is_capturing"); }
+void set_relaxed_capture_mode() noexcept {}
+StreamCapture::StreamCapture(Stream stream) : stream_(stream) { no_gpu("StreamCapture"); }
+StreamCapture::~StreamCapture() = default;
+WaitMethod stream_wait_method() { no_gpu("stream_wait_method"); }
+void stream_wait_value(Stream, const void*, uint64_t, WaitMethod) { no_gpu("stream_wait_value"); }
 
 Event::Event(EventOptions) { no_gpu("Event"); }
 Event::Event(Event&&) noexcept {}

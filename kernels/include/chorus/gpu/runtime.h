@@ -36,6 +36,9 @@ class GpuError : public Error {
  public:
   GpuError(ErrorKind kind, std::string message, int code)
       : Error(kind, std::move(message)), code_(code) {}
+  // The same error as raised inside a communicator's operation (its rank, name and number).
+  GpuError(const GpuError& e, int rank, std::string op, int64_t seq)
+      : Error(e.kind(), e.message(), rank, std::move(op), seq), code_(e.code_) {}
   int code() const noexcept { return code_; }
 
  private:
@@ -117,6 +120,36 @@ PointerInfo pointer_info(const void* ptr);
 // True for device and managed memory: what a device buffer argument must be.
 bool is_device_pointer(const void* ptr);
 
+// Page-locked host memory (cudaHostAlloc / hipHostMalloc), usable with every device, freed at
+// destruction; empty (data() null) for 0 bytes. Copies between it and device memory are truly
+// asynchronous. `mapped`: also mapped into the devices' address space, device_pointer() being its
+// address there (a flag the host writes and a stream waits on, stream_wait_value). Freeing pinned
+// memory may make the runtime wait for the device: destroy it where no device work still waits
+// for the destroying thread.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  explicit PinnedHostBuffer(size_t bytes, bool mapped = false);
+  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  ~PinnedHostBuffer();
+
+  void* data() const noexcept { return data_; }
+  size_t bytes() const noexcept { return bytes_; }
+  // The device-side address of mapped memory; null unless constructed with mapped = true.
+  void* device_pointer() const noexcept { return device_; }
+  // Gives the memory up without freeing it (for a flag the device may still read when its owner
+  // goes away); the buffer is empty afterwards.
+  void leak() noexcept;
+
+ private:
+  void* data_ = nullptr;
+  void* device_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // ---- streams ------------------------------------------------------------------------------------
 
 // A non-owning reference to a cudaStream_t / hipStream_t. Stream{} is the default stream; a stream
@@ -149,6 +182,50 @@ void memset_async(void* dst, int value, size_t bytes, Stream stream);
 void stream_synchronize(Stream stream);
 // True when everything queued on the stream has finished.
 bool stream_query(Stream stream);
+// True while the stream is being captured into a graph (CUDA graphs / HIP graphs): work queued on
+// it then is recorded, not run, so nothing may wait for it from the host.
+bool stream_is_capturing(Stream stream);
+// Puts the calling thread in relaxed stream-capture mode, so that its runtime calls (event
+// queries, allocations) neither fail nor invalidate a capture another thread runs in global mode;
+// for threads that serve others, like a communicator's progress thread. A no-op where the
+// runtime has no capture modes (HIP 5) and without GPU support.
+void set_relaxed_capture_mode() noexcept;
+
+// Captures the work queued on a stream into a graph for its lifetime (thread-local capture mode)
+// and throws the graph away at the end: for tests and probes of code that must refuse captured
+// streams (chorus itself runs no graphs). Nothing queued during the capture runs.
+class StreamCapture {
+ public:
+  explicit StreamCapture(Stream stream);
+  StreamCapture(const StreamCapture&) = delete;
+  StreamCapture& operator=(const StreamCapture&) = delete;
+  ~StreamCapture();
+
+ private:
+  Stream stream_;
+};
+
+// How stream_wait_value() makes a stream wait.
+enum class WaitMethod : uint8_t {
+  kAuto,    // kMemOp where the device supports it, else kKernel; CHORUS_GPU_STREAM_WAIT overrides
+  kMemOp,   // a stream memory operation: cuStreamWaitValue64 (or 32), hipStreamWaitValue64
+  kKernel,  // a one-thread kernel polling the word (sleeping between polls where it can)
+};
+std::string_view to_string(WaitMethod method) noexcept;
+// What kAuto means on the current device: kMemOp or kKernel.
+WaitMethod stream_wait_method();
+// Makes `stream` wait, on the device and without blocking the host, until the 64-bit word at
+// `flag` reaches `value`: (int64_t)(*flag - value) >= 0, a cyclic comparison, so values may wrap.
+// Where only 32-bit stream memory operations exist the low 32 bits are compared the same way,
+// so fewer than 2^31 values may separate a wait from the value last written. `flag` is a device
+// address, 8-byte aligned: a mapped PinnedHostBuffer's device_pointer() (the host then stores
+// the value with a release store) or device memory. Work queued on `stream` afterwards runs once
+// the word is reached; the host thread returns at once. The driver's stream memory operations
+// are reached through the runtime (cudaGetDriverEntryPoint), so libcuda is never linked. Throws
+// GpuError when the wait cannot be queued; kMemOp where the device has no stream memory
+// operations throws chorus::Error (kSystem).
+void stream_wait_value(Stream stream, const void* flag, uint64_t value,
+                       WaitMethod method = WaitMethod::kAuto);
 
 // ---- events -------------------------------------------------------------------------------------
 
