@@ -155,11 +155,34 @@ algo::CollArgs make(Collective coll, const void* send, void* recv, size_t count,
   return a;
 }
 
-// Every call: validated on the caller's thread, then run or queued.
-Work issue(const std::shared_ptr<Communicator::Impl>& impl, const algo::CollArgs& a, bool blocking) {
+// Every call: validated on the caller's thread, then run or queued. A call on device buffers, or
+// given a stream, is stream-ordered (on the default stream when none is given).
+Work issue(const std::shared_ptr<Communicator::Impl>& impl, const algo::CollArgs& a, bool blocking,
+           std::optional<gpu::Stream> stream = std::nullopt) {
   CHORUS_ARG_CHECK(impl != nullptr, "use of a moved-from Communicator");
   validate(a, impl->rank, impl->size);
-  return impl->submit(a, blocking);
+  // A captured stream is refused before its pointers are looked at.
+  if (stream) impl->check_stream(a, *stream);
+  const MemoryPlacement where = validate_memory(a, impl->rank, impl->size);
+  if (!where.device && !stream) return impl->submit(a, blocking);
+  if (!stream) impl->check_stream(a, gpu::Stream{});
+  return impl->submit_on_stream(a, where, stream.value_or(gpu::Stream{}));
+}
+
+algo::CollArgs make_p2p(Collective coll, const void* send, void* recv, size_t count,
+                        DataType dtype, int peer) {
+  algo::CollArgs a = make(coll, send, recv, count, dtype);
+  a.peer = peer;
+  return a;
+}
+
+algo::CollArgs make_send_recv(const void* send, size_t send_count, int send_peer, void* recv,
+                              size_t recv_count, int recv_peer, DataType dtype) {
+  algo::CollArgs a = make(Collective::kSendRecv, send, recv, send_count, dtype);
+  a.peer = send_peer;
+  a.recv_count = recv_count;
+  a.recv_peer = recv_peer;
+  return a;
 }
 }  // namespace
 
@@ -198,22 +221,75 @@ Work Communicator::barrier_async() {
   return issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), false);
 }
 Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer) {
-  algo::CollArgs a = make(Collective::kSend, send, nullptr, count, dtype);
-  a.peer = peer;
-  return issue(impl_, a, false);
+  return issue(impl_, make_p2p(Collective::kSend, send, nullptr, count, dtype, peer), false);
 }
 Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer) {
-  algo::CollArgs a = make(Collective::kRecv, nullptr, recv, count, dtype);
-  a.peer = peer;
-  return issue(impl_, a, false);
+  return issue(impl_, make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer), false);
 }
 Work Communicator::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
                                    size_t recv_count, int recv_peer, DataType dtype) {
-  algo::CollArgs a = make(Collective::kSendRecv, send, recv, send_count, dtype);
-  a.peer = send_peer;
-  a.recv_count = recv_count;
-  a.recv_peer = recv_peer;
-  return issue(impl_, a, false);
+  return issue(impl_,
+               make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
+               false);
+}
+
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                    ReduceOp op, gpu::Stream stream) {
+  return issue(impl_, make(Collective::kAllReduce, send, recv, count, dtype, op), false, stream);
+}
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                        DataType dtype, ReduceOp op, gpu::Stream stream) {
+  return issue(impl_, make(Collective::kReduceScatter, send, recv, recv_count, dtype, op), false,
+               stream);
+}
+Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count,
+                                    DataType dtype, gpu::Stream stream) {
+  return issue(impl_, make(Collective::kAllGather, send, recv, send_count, dtype), false, stream);
+}
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
+                                   int root, gpu::Stream stream) {
+  return issue(impl_, make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root),
+               false, stream);
+}
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                ReduceOp op, int root, gpu::Stream stream) {
+  return issue(impl_, make(Collective::kReduce, send, recv, count, dtype, op, root), false, stream);
+}
+Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
+                                int root, gpu::Stream stream) {
+  return issue(impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root),
+               false, stream);
+}
+Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                 int root, gpu::Stream stream) {
+  return issue(impl_,
+               make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root),
+               false, stream);
+}
+Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype,
+                                    gpu::Stream stream) {
+  return issue(impl_, make(Collective::kAllToAll, send, recv, count, dtype), false, stream);
+}
+Work Communicator::barrier_async(gpu::Stream stream) {
+  return issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), false,
+               stream);
+}
+Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer,
+                              gpu::Stream stream) {
+  return issue(impl_, make_p2p(Collective::kSend, send, nullptr, count, dtype, peer), false,
+               stream);
+}
+Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer,
+                              gpu::Stream stream) {
+  return issue(impl_, make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer), false,
+               stream);
+}
+Work Communicator::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
+                                   size_t recv_count, int recv_peer, DataType dtype,
+                                   gpu::Stream stream) {
+  return issue(impl_,
+               make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
+               false, stream);
 }
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype,
@@ -249,22 +325,16 @@ void Communicator::barrier() {
   issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), true).wait();
 }
 void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
-  algo::CollArgs a = make(Collective::kSend, buf, nullptr, count, dtype);
-  a.peer = peer;
-  issue(impl_, a, true).wait();
+  issue(impl_, make_p2p(Collective::kSend, buf, nullptr, count, dtype, peer), true).wait();
 }
 void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
-  algo::CollArgs a = make(Collective::kRecv, nullptr, buf, count, dtype);
-  a.peer = peer;
-  issue(impl_, a, true).wait();
+  issue(impl_, make_p2p(Collective::kRecv, nullptr, buf, count, dtype, peer), true).wait();
 }
 void Communicator::send_recv(const void* send, size_t send_count, int send_peer, void* recv,
                              size_t recv_count, int recv_peer, DataType dtype) {
-  algo::CollArgs a = make(Collective::kSendRecv, send, recv, send_count, dtype);
-  a.peer = send_peer;
-  a.recv_count = recv_count;
-  a.recv_peer = recv_peer;
-  issue(impl_, a, true).wait();
+  issue(impl_, make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
+        true)
+      .wait();
 }
 
 // ---- groups and algorithms -----------------------------------------------------------------------

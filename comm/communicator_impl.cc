@@ -265,14 +265,15 @@ bool is_rooted(Collective c) {
 }
 }  // namespace
 
-Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking) {
+Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking,
+                                std::optional<DeviceOp> device) {
   // Bytes as chorus-bench counts them: the per-rank buffer, or the whole gathered/scattered one.
   size_t bytes = args.bytes();
   if (args.coll == Collective::kReduceScatter || args.coll == Collective::kAllGather)
     bytes *= static_cast<size_t>(size);
   const bool p2p = is_point_to_point(args.coll);
   Op op{args, collectives, choose(args.coll, bytes), nullptr, {},
-        call_timeout.count() > 0 ? call_timeout : timeout, 0};
+        call_timeout.count() > 0 ? call_timeout : timeout, 0, std::move(device)};
   // Collectives are numbered; point-to-point messages are numbered per pair by the Exchange.
   if (!p2p) ++collectives;
   op.stamp.seq = static_cast<uint64_t>(op.seq);
@@ -292,7 +293,7 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking) {
   rec.algorithm = algo::to_string(op.algorithm);
 
   std::unique_lock lock(mu_);
-  if (blocking && queue_.empty() && !running_) {
+  if (blocking && !op.device && queue_.empty() && !running_) {
     // Nothing ahead of it: run on the caller's thread, no handle, errors thrown directly.
     running_ = true;
     lock.unlock();
@@ -331,7 +332,7 @@ void Communicator::Impl::progress_loop() {
     running_ = true;
     lock.unlock();
     recorder->started(op.record);
-    op.state->complete(execute(op));
+    op.state->complete(op.device ? execute_device(op) : execute(op));
     lock.lock();
     running_ = false;
     if (waiters_ > 0) cv_.notify_all();

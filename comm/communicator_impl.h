@@ -25,9 +25,11 @@
 #include "algo/tuner.h"
 #include "chorus/communicator.h"
 #include "chorus/store.h"
+#include "device_ops.h"
 #include "exchange.h"
 #include "flight_recorder.h"
 #include "transport/transport.h"
+#include "validate.h"
 
 namespace chorus {
 
@@ -57,7 +59,18 @@ struct Communicator::Impl {
   ~Impl();
 
   // Issues an operation: validated args, a sequence number, an algorithm; runs or queues it.
-  Work submit(const algo::CollArgs& args, bool blocking);
+  // `device`: its stream side, already queued (DeviceOps::prepare); such an operation always
+  // goes to the progress thread.
+  Work submit(const algo::CollArgs& args, bool blocking,
+              std::optional<DeviceOp> device = std::nullopt);
+  // Refuses (InvalidArgument) a stream that cannot order `args`: one being captured into a
+  // graph, or any stream but the default one in a process without a device.
+  void check_stream(const algo::CollArgs& args, gpu::Stream stream) const;
+  // Issues a stream-ordered operation on buffers placed as `where` (validate_memory): device
+  // buffers, or host buffers with a stream (check_stream passed). Checks the device, queues the
+  // stream side, then submits.
+  Work submit_on_stream(const algo::CollArgs& args, const MemoryPlacement& where,
+                        gpu::Stream stream);
   void synchronize();
   // Fails the running and every later operation here, and tells the peers (they fail too).
   void abort(const std::string& reason);
@@ -100,10 +113,16 @@ struct Communicator::Impl {
     transport::OpStamp stamp;
     std::chrono::milliseconds timeout;
     uint64_t record;  // flight-recorder id
+    std::optional<DeviceOp> device;  // stream-ordered: the stream side (device_ops.h)
   };
   // Both return the operation's error (nullptr on success); they never throw.
   std::exception_ptr fail(Op& op, std::exception_ptr error, const Error& e);
   std::exception_ptr execute(Op& op);
+  // A stream-ordered operation: waits for its stream, runs execute() on its staging block,
+  // releases the stream (also on failure) and waits for the results to be copied out.
+  std::exception_ptr execute_device(Op& op);
+  // The exception being handled, with this rank, the operation and its number, through fail().
+  std::exception_ptr fail_current(Op& op);
   void run_single_rank(const algo::CollArgs& a);
   void progress_loop();
   void finalize_store();
@@ -123,6 +142,8 @@ struct Communicator::Impl {
   int waiters_ = 0;            // threads in synchronize(); guarded by mu_
   bool thread_idle_ = false;   // the progress thread waits for work; guarded by mu_
   std::atomic<bool> aborted_{false};
+  // Stream-ordered operations: made at the first one, which fixes the communicator's device.
+  std::unique_ptr<DeviceOps> device_ops_;
   // Recent selector decisions (the tuner's interpolation is not free; sizes repeat).
   struct Choice {
     size_t bytes = SIZE_MAX;

@@ -3,10 +3,14 @@
 // bad call never breaks the communicator or reaches a peer.
 #include "validate.h"
 
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "chorus/error.h"
+#include "chorus/gpu/runtime.h"
 
 namespace chorus {
 namespace {
@@ -169,6 +173,84 @@ void validate(const CollArgs& a, int rank, int world) {
       break;
     }
   }
+}
+
+namespace {
+
+struct Use {
+  const char* name = "";
+  const void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// The buffers call `a` touches on this rank, as validate() sizes them (unused entries: null).
+// A fixed array: this runs on every call, and small calls must not pay for an allocation.
+using Uses = std::array<Use, 2>;
+Uses buffers_used(const CollArgs& a, int rank, int world) {
+  const size_t n = static_cast<size_t>(world);
+  const size_t b = a.bytes();
+  const bool root = rank == a.root;
+  switch (a.coll) {
+    case Collective::kAllReduce: return {{{"send", a.send, b}, {"recv", a.recv, b}}};
+    case Collective::kReduceScatter: return {{{"send", a.send, n * b}, {"recv", a.recv, b}}};
+    case Collective::kAllGather: return {{{"send", a.send, b}, {"recv", a.recv, n * b}}};
+    case Collective::kBroadcast:
+      return {{{"send", root ? a.send : nullptr, b}, {"recv", a.recv, b}}};
+    case Collective::kReduce:
+      return {{{"send", a.send, b}, {"recv", root ? a.recv : nullptr, b}}};
+    case Collective::kGather:
+      return {{{"send", a.send, b}, {"recv", root ? a.recv : nullptr, n * b}}};
+    case Collective::kScatter:
+      return {{{"send", root ? a.send : nullptr, n * b}, {"recv", a.recv, b}}};
+    case Collective::kAllToAll: return {{{"send", a.send, n * b}, {"recv", a.recv, n * b}}};
+    case Collective::kBarrier: return {};
+    case Collective::kSend: return {{{"send", a.send, b}, {"", nullptr, 0}}};
+    case Collective::kRecv: return {{{"recv", a.recv, b}, {"", nullptr, 0}}};
+    case Collective::kSendRecv:
+      return {{{"send", a.send, b}, {"recv", a.recv, a.recv_count * a.elem()}}};
+  }
+  return {};
+}
+
+std::string describe(const gpu::PointerInfo& info) {
+  if (info.kind == gpu::MemoryKind::kHost || info.kind == gpu::MemoryKind::kPinnedHost)
+    return std::string(gpu::to_string(info.kind)) + " memory";
+  return detail::concat(gpu::to_string(info.kind), " memory of device ", info.device);
+}
+
+bool on_device(const gpu::PointerInfo& info) {
+  return info.kind == gpu::MemoryKind::kDevice || info.kind == gpu::MemoryKind::kManaged;
+}
+
+}  // namespace
+
+MemoryPlacement validate_memory(const CollArgs& a, int rank, int world) {
+  MemoryPlacement placement;
+  if (gpu::backend() == gpu::Backend::kNone) return placement;  // every pointer is host memory
+  const Use* first = nullptr;
+  gpu::PointerInfo first_info;
+  const Uses uses = buffers_used(a, rank, world);
+  for (const Use& u : uses) {
+    if (u.ptr == nullptr || u.bytes == 0) continue;
+    const gpu::PointerInfo info = gpu::pointer_info(u.ptr);
+    if (first == nullptr) {
+      first = &u;
+      first_info = info;
+      placement.device = on_device(info);
+      placement.device_id = placement.device ? info.device : -1;
+      continue;
+    }
+    if (on_device(info) != placement.device)
+      fail(a, rank, detail::concat(first->name, " is ", describe(first_info), " but ", u.name,
+                                   " is ", describe(info),
+                                   "; the buffers of one call must all be host memory or all "
+                                   "device memory"));
+    if (placement.device && info.device != placement.device_id)
+      fail(a, rank, detail::concat(first->name, " is ", describe(first_info), " but ", u.name,
+                                   " is ", describe(info),
+                                   "; the buffers of one call must be on one device"));
+  }
+  return placement;
 }
 
 }  // namespace chorus

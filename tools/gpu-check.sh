@@ -2,12 +2,16 @@
 # tools/gpu-check.sh LOG_DIR — the GPU check, for a machine with an NVIDIA GPU (docs/GPU.md).
 #
 # Builds chorus (Release, CUDA on) in build-gpu-check/, then:
+#   0. chorus-topo on this machine: its GPUs, matched to the runtime's ordinals by PCI bus id,
+#      must agree with nvidia-smi;
 #   1. the GPU kernel and runtime tests (kernels_gpu_test) as 1, 2 and 4 concurrent ranks, each
 #      rank on device CHORUS_LOCAL_RANK % device count (its IPC tests start 2- and 4-process worlds);
-#   2. chorus-gpu-bandwidth: device-to-device copy bandwidth (copy engine and chorus kernels), the
+#   2. the Communicator on device buffers and streams (comm_gpu_test: 1-, 2- and 4-rank worlds);
+#   3. chorus-gpu-bandwidth: device-to-device copy bandwidth (copy engine and chorus kernels), the
 #      reference limit for collectives on one host;
-#   3. chorus-bench all_reduce, reduce_scatter, all_gather and broadcast from 8 B to 1 GiB on 2 and
-#      4 ranks, once chorus-bench has --device (until then: "skipped: ...").
+#   4. chorus-bench --device all_reduce (8 B to 256 MiB), reduce_scatter, all_gather and
+#      broadcast (8 B to 128 MiB) on 2 and 4 ranks (pinned-host staging: far below the copy
+#      bandwidth until a device transport exists).
 # Prints one short table at the end (also LOG_DIR/table.txt); every step's output is in LOG_DIR.
 # Needs no network: cmake, ninja, a C++ compiler, the CUDA toolkit, GoogleTest and hwloc must be
 # installed (the first check names whatever is missing). Sized to finish in under 8 minutes on a
@@ -18,7 +22,7 @@
 set -uo pipefail
 
 if (($# != 1)) || [[ $1 == -h || $1 == --help ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -93,7 +97,7 @@ if ! cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHOR
 fi
 say "building the GPU tests and probe with $JOBS jobs (log: $LOG_DIR/build-gpu.log)"
 t=$SECONDS
-gpu_targets=(kernels_gpu_test gpu_ipc_peer)
+gpu_targets=(kernels_gpu_test gpu_ipc_peer comm_gpu_test)
 [[ $bench_on == ON ]] && gpu_targets+=(chorus-gpu-bandwidth)
 if ! cmake --build "$BUILD_DIR" --parallel "$JOBS" --target "${gpu_targets[@]}" >"$LOG_DIR/build-gpu.log" 2>&1; then
   tail -n 40 "$LOG_DIR/build-gpu.log" >&2
@@ -117,6 +121,38 @@ if readelf -d "$BIN/kernels_gpu_test" | grep -q 'NEEDED.*libcuda\.so'; then
   fail_row "no libcuda link" "kernels_gpu_test links the driver directly"
 else
   row "no libcuda link" ok "cudart static; the driver is loaded at run time"
+fi
+
+# ---- 1b. topology: the GPUs as chorus-topo matches them to the runtime -----------------------------
+# chorus-topo numbers GPUs by the CUDA runtime's ordinals, matched by PCI bus id; nvidia-smi must
+# agree (under CUDA_DEVICE_ORDER=PCI_BUS_ID, which nvidia-smi always uses).
+say "chorus-topo on this machine (log: $LOG_DIR/topo.log)"
+if cmake --build "$BUILD_DIR" --parallel "$JOBS" --target chorus-topo >"$LOG_DIR/build-topo.log" 2>&1 &&
+  CUDA_DEVICE_ORDER=PCI_BUS_ID "$BIN/chorus-topo" >"$LOG_DIR/topo.log" 2>&1 &&
+  CUDA_DEVICE_ORDER=PCI_BUS_ID "$BIN/chorus-topo" --json >"$LOG_DIR/topo.json" 2>>"$LOG_DIR/topo.log"; then
+  if command -v python3 >/dev/null && command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader >"$LOG_DIR/nvidia-smi-bus-ids.txt" 2>&1
+    if detail=$(python3 - "$LOG_DIR/topo.json" "$LOG_DIR/nvidia-smi-bus-ids.txt" <<'PY'
+import json, sys
+topo = json.load(open(sys.argv[1]))
+hosts = topo["hosts"] if "hosts" in topo else [topo.get("host", topo)]
+ours = {n["os_index"]: n["pci_bus_id"].lower() for h in hosts for n in h["nodes"]
+        if n["kind"] == "gpu" and "os_index" in n}
+smi = {}
+for line in open(sys.argv[2]):
+    index, bus = [x.strip() for x in line.split(",")]
+    smi[int(index)] = bus.lower()[-12:]
+bad = [i for i in smi if ours.get(i) != smi[i]]
+print(f"{len(ours)} GPUs, bus ids {'match' if not bad and len(ours) == len(smi) else 'differ'}: "
+      + ", ".join(f"GPU{i} {ours.get(i, '-')}/{smi[i]}" for i in sorted(smi)))
+sys.exit(1 if bad or len(ours) != len(smi) else 0)
+PY
+    ); then row "topology GPUs" ok "$detail"; else fail_row "topology GPUs" "$detail"; fi
+  else
+    row "topology GPUs" skipped "needs python3 and nvidia-smi to compare"
+  fi
+else
+  fail_row "topology" "chorus-topo failed (see topo.log, build-topo.log)"
 fi
 
 # ---- 2. GPU tests on 1, 2 and 4 ranks ------------------------------------------------------------
@@ -146,6 +182,16 @@ for ranks in 1 2 4; do
   if [[ $status == ok ]]; then row "GPU tests np$ranks" ok "$detail"; else fail_row "GPU tests np$ranks" "$detail"; fi
 done
 
+# ---- 2b. the Communicator on device buffers ---------------------------------------------------------
+# comm_gpu_test forks its own ranks (1, 2 and 4 per world, sharing the GPUs).
+say "comm_gpu_test (log: $LOG_DIR/comm-gpu-tests.log)"
+t=$SECONDS
+if timeout $((2 * STEP_TIMEOUT)) "$BIN/comm_gpu_test" >"$LOG_DIR/comm-gpu-tests.log" 2>&1; then
+  row "comm GPU tests" ok "$(summarize "$LOG_DIR/comm-gpu-tests.log") ($((SECONDS - t)) s)"
+else
+  fail_row "comm GPU tests" "$(summarize "$LOG_DIR/comm-gpu-tests.log") ($((SECONDS - t)) s; see comm-gpu-tests.log)"
+fi
+
 # ---- 3. the copy-bandwidth reference -------------------------------------------------------------
 copy_gbs=""
 if [[ $bench_on == ON ]]; then
@@ -165,15 +211,16 @@ fi
 # ---- 4. collectives on device buffers ------------------------------------------------------------
 if ((!have_bench)); then
   row "collectives" skipped "chorus-bench was not built"
-elif ! "$BIN/chorus-bench" --help 2>&1 | grep -q -- --device; then
-  row "collectives" skipped "chorus-bench has no --device option yet"
 else
   for ranks in 2 4; do
     for coll in all_reduce reduce_scatter all_gather broadcast; do
       log=$LOG_DIR/bench-$coll-np$ranks.log
-      say "chorus-bench $coll --device cuda on $ranks ranks, 8 B to 1 GiB (log: $log)"
+      say "chorus-bench $coll --device on $ranks ranks (log: $log)"
+      # all_reduce: 8 B to 256 MiB in steps of 32 (the target sizes); the others 8 B to 128 MiB.
+      sizes=(-b 8 -e 128M -f 8)
+      [[ $coll == all_reduce ]] && sizes=(-b 8 -e 256M -f 32)
       if timeout "$STEP_TIMEOUT" "$BIN/chorus-run" -n "$ranks" "$BIN/chorus-bench" "$coll" \
-        --device cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1 >"$log" 2>&1; then
+        --device "${sizes[@]}" -n 10 -w 3 -c 1 >"$log" 2>&1; then
         # Data lines: size count type redop root time algbw busbw #wrong (out of place), then in place.
         detail=$(awk -v copy="$copy_gbs" '
           !/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ {

@@ -59,7 +59,9 @@ size_t selector_bytes(BenchCollective c, size_t bytes, DataType dtype, int world
 }  // namespace
 
 BenchRunner::BenchRunner(Communicator& comm, const Options& options, std::FILE* out)
-    : comm_(comm), options_(options), out_(out) {}
+    : comm_(comm), options_(options), out_(out) {
+  if (options.device) stream_.emplace();
+}
 
 void BenchRunner::print(const std::string& text) {
   if (comm_.rank() != 0) return;
@@ -86,31 +88,39 @@ Work BenchRunner::issue(const CollectiveCase& c, std::byte* send_base, std::byte
   std::byte* recv = offset(recv_base, c.recv_offset(), dtype);
   const std::byte* send = c.in_place() ? offset(recv_base, c.send_offset(), dtype) : send_base;
   const int n = p.world_size;
+  // --device: the stream-ordered form of the same call.
+#define CHORUS_BENCH_ISSUE(name, ...) \
+  return stream_ ? comm_.name##_async(__VA_ARGS__, stream_->get()) : comm_.name##_async(__VA_ARGS__)
   switch (p.collective) {
     case BenchCollective::kAllReduce:
-      return comm_.all_reduce_async(send, recv, p.count, dtype, p.op);
+      CHORUS_BENCH_ISSUE(all_reduce, send, recv, p.count, dtype, p.op);
     case BenchCollective::kReduceScatter:
-      return comm_.reduce_scatter_async(send, recv, p.count, dtype, p.op);
+      CHORUS_BENCH_ISSUE(reduce_scatter, send, recv, p.count, dtype, p.op);
     case BenchCollective::kAllGather:
-      return comm_.all_gather_async(send, recv, p.count, dtype);
+      CHORUS_BENCH_ISSUE(all_gather, send, recv, p.count, dtype);
     case BenchCollective::kBroadcast:
-      return comm_.broadcast_async(send, recv, p.count, dtype, p.root);
+      CHORUS_BENCH_ISSUE(broadcast, send, recv, p.count, dtype, p.root);
     case BenchCollective::kReduce:
-      return comm_.reduce_async(send, recv, p.count, dtype, p.op, p.root);
+      CHORUS_BENCH_ISSUE(reduce, send, recv, p.count, dtype, p.op, p.root);
     case BenchCollective::kGather:
-      return comm_.gather_async(send, recv, p.count, dtype, p.root);
+      CHORUS_BENCH_ISSUE(gather, send, recv, p.count, dtype, p.root);
     case BenchCollective::kScatter:
-      return comm_.scatter_async(send, recv, p.count, dtype, p.root);
+      CHORUS_BENCH_ISSUE(scatter, send, recv, p.count, dtype, p.root);
     case BenchCollective::kAllToAll:
-      return comm_.all_to_all_async(send, recv, p.count, dtype);
+      CHORUS_BENCH_ISSUE(all_to_all, send, recv, p.count, dtype);
     case BenchCollective::kSendRecv:
-      return comm_.send_recv_async(send, p.count, (p.rank + 1) % n, recv, p.count,
-                                   (p.rank + n - 1) % n, dtype);
+      CHORUS_BENCH_ISSUE(send_recv, send, p.count, (p.rank + 1) % n, recv, p.count,
+                         (p.rank + n - 1) % n, dtype);
   }
+#undef CHORUS_BENCH_ISSUE
   return Work();
 }
 
 void BenchRunner::call(const CollectiveCase& c, std::byte* send_base, std::byte* recv_base) {
+  if (stream_) {
+    issue(c, send_base, recv_base).wait();
+    return;
+  }
   const CaseParams& p = c.params();
   const DataType dtype = p.dtype;
   std::byte* recv = offset(recv_base, c.recv_offset(), dtype);
@@ -161,17 +171,36 @@ std::vector<double> BenchRunner::time_each(const CollectiveCase& c, std::byte* s
   return slowest;
 }
 
-Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, std::byte* send,
-                                 std::byte* recv) {
+void BenchRunner::fill(const CollectiveCase& c, const Buffers& b) {
+  c.fill(b.host_send, b.host_recv);
+  if (!stream_) return;
+  const size_t element = dtype_size(c.params().dtype);
+  gpu::memcpy_async(b.send, b.host_send, c.send_elements() * element, *stream_);
+  gpu::memcpy_async(b.recv, b.host_recv, c.recv_elements() * element, *stream_);
+  gpu::stream_synchronize(*stream_);
+}
+
+size_t BenchRunner::count_wrong(const CollectiveCase& c, const Buffers& b) {
+  if (stream_) {
+    gpu::memcpy_async(b.host_recv, b.recv, c.recv_elements() * dtype_size(c.params().dtype),
+                      *stream_);
+    gpu::stream_synchronize(*stream_);
+  }
+  return c.count_wrong(b.host_recv);
+}
+
+Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, const Buffers& b) {
   using Clock = std::chrono::steady_clock;
-  c.fill(send, recv);
+  std::byte* send = b.send;
+  std::byte* recv = b.recv;
+  fill(c, b);
   std::optional<uint64_t> wrong;
   if (options_.check) {
     if (options_.blocking)
       call(c, send, recv);
     else
       issue(c, send, recv).wait();
-    wrong = sum_over_ranks(c.count_wrong(recv));
+    wrong = sum_over_ranks(count_wrong(c, b));
   }
 
   const CaseParams& p = c.params();
@@ -230,8 +259,7 @@ std::vector<Estimate> BenchRunner::estimates(BenchCollective collective, size_t 
   return out;
 }
 
-Row BenchRunner::measure_row(BenchCollective collective, size_t bytes, std::byte* send,
-                             std::byte* recv) {
+Row BenchRunner::measure_row(BenchCollective collective, size_t bytes, const Buffers& b) {
   const int n = comm_.size();
   const Options& o = options_;
   const auto make_case = [&](Placement placement) {
@@ -245,9 +273,9 @@ Row BenchRunner::measure_row(BenchCollective collective, size_t bytes, std::byte
   row.dtype = o.dtype;
   row.op = reduces(collective) ? std::optional<ReduceOp>(o.op) : std::nullopt;
   row.root = has_root(collective) ? o.root : -1;
-  row.out_of_place = measure(make_case(Placement::kOutOfPlace), bytes, send, recv);
+  row.out_of_place = measure(make_case(Placement::kOutOfPlace), bytes, b);
   if (supports_in_place(collective))
-    row.in_place = measure(make_case(Placement::kInPlace), bytes, send, recv);
+    row.in_place = measure(make_case(Placement::kInPlace), bytes, b);
   if (o.explain) {
     row.estimates = estimates(collective, bytes);
     row.predicted_us = -1;
@@ -262,8 +290,8 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
   const Options& o = options_;
   const std::optional<ReduceOp> op =
       reduces(collective) ? std::optional<ReduceOp>(o.op) : std::nullopt;
-  const TableInfo info{collective,  n,          o.dtype,       op,        o.iters,      o.warmup,
-                       o.algorithm, o.blocking, o.percentiles, o.explain, o.sweep_algos};
+  const TableInfo info{collective,  n,          o.dtype,       op,        o.iters,       o.warmup,
+                       o.algorithm, o.blocking, o.percentiles, o.explain, o.sweep_algos, o.device};
   print(format_table_header(info));
 
   const std::vector<size_t> sizes = size_list(collective, o.sizes, o.dtype, n);
@@ -286,6 +314,14 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
   const size_t element = dtype_size(o.dtype);
   AlignedBytes send = allocate(send_elements * element);
   AlignedBytes recv = allocate(recv_elements * element);
+  gpu::DeviceBuffer device_send, device_recv;
+  Buffers buffers{send.get(), recv.get(), send.get(), recv.get()};
+  if (o.device) {
+    device_send = gpu::DeviceBuffer(std::max<size_t>(send_elements * element, 1));
+    device_recv = gpu::DeviceBuffer(std::max<size_t>(recv_elements * element, 1));
+    buffers.send = static_cast<std::byte*>(device_send.data());
+    buffers.recv = static_cast<std::byte*>(device_recv.data());
+  }
 
   std::vector<Row> rows;
   const auto emit = [&](Row row) {
@@ -294,7 +330,7 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
   };
   for (size_t bytes : sizes) {
     if (!o.sweep_algos) {
-      emit(measure_row(collective, bytes, send.get(), recv.get()));
+      emit(measure_row(collective, bytes, buffers));
       continue;
     }
     // Every rank forces the same algorithms in the same order: the list is the registry's.
@@ -302,14 +338,14 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
     const std::vector<Estimate> all = estimates(collective, bytes);
     for (const Estimate& e : all) {
       comm_.set_algorithm(e.algorithm);
-      Row row = measure_row(collective, bytes, send.get(), recv.get());
+      Row row = measure_row(collective, bytes, buffers);
       row.forced = e.algorithm;
       row.selected = e.chosen;
       if (o.explain) row.predicted_us = e.predicted_us;
       emit(std::move(row));
     }
     comm_.set_algorithm("auto");
-    Row row = measure_row(collective, bytes, send.get(), recv.get());
+    Row row = measure_row(collective, bytes, buffers);
     row.forced = "auto";
     row.selected = true;
     emit(std::move(row));

@@ -1,12 +1,16 @@
 // chorus-bench — runs the measured cases on a Communicator: fill, check, warm up, time; and for
 // --sweep-algos and --explain, asks the communicator which algorithms it has and what it
-// predicts for them.
+// predicts for them. With --device the buffers are device memory on the calling thread's
+// current device: inputs are written to a host mirror and copied up, outputs copied back to be
+// checked, and every call is stream-ordered on the runner's stream and waited for by its Work.
 #pragma once
 
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "chorus/gpu/runtime.h"
 #include "chorus_bench/collective_case.h"
 #include "chorus_bench/options.h"
 #include "chorus_bench/report.h"
@@ -24,9 +28,21 @@ class BenchRunner {
   std::vector<Row> run(BenchCollective collective);
 
  private:
+  // A line's allocations: what the calls use (device memory with --device) and the host memory
+  // where inputs are written and outputs checked (the same pointers without --device).
+  struct Buffers {
+    std::byte* send;
+    std::byte* recv;
+    std::byte* host_send;
+    std::byte* host_recv;
+  };
   // Both placements of one line, with the current algorithm setting.
-  Row measure_row(BenchCollective collective, size_t bytes, std::byte* send, std::byte* recv);
-  Measurement measure(const CollectiveCase& c, size_t bytes, std::byte* send, std::byte* recv);
+  Row measure_row(BenchCollective collective, size_t bytes, const Buffers& b);
+  Measurement measure(const CollectiveCase& c, size_t bytes, const Buffers& b);
+  // Writes the case's inputs (and copies them to the device).
+  void fill(const CollectiveCase& c, const Buffers& b);
+  // This rank's wrong output elements (copied back from the device first).
+  size_t count_wrong(const CollectiveCase& c, const Buffers& b);
   // Times `iters` blocking calls one by one: each iteration's time, max over ranks. `mean_us`
   // (optional) gets the largest over ranks of the average, as the plain timed loop measures it.
   std::vector<double> time_each(const CollectiveCase& c, std::byte* send, std::byte* recv,
@@ -44,6 +60,7 @@ class BenchRunner {
   Communicator& comm_;
   const Options& options_;
   std::FILE* out_;
+  std::optional<gpu::OwnedStream> stream_;  // --device: every call is ordered on it
 };
 
 }  // namespace chorus::bench

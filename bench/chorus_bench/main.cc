@@ -8,6 +8,7 @@
 #include "chorus/communicator.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
+#include "chorus/gpu/runtime.h"
 #include "chorus/launch_env.h"
 #include "chorus_bench/options.h"
 #include "chorus_bench/report.h"
@@ -29,7 +30,27 @@ int launch_rank() {
   }
 }
 
+// --device: this rank's device, CHORUS_LOCAL_RANK % count, made current before the communicator
+// exists. False (with the reason printed by rank 0) when there is none.
+bool use_device() {
+  const chorus::gpu::Devices devices = chorus::gpu::probe_devices();
+  if (devices.count == 0) {
+    if (launch_rank() == 0)
+      std::fprintf(stderr, "chorus-bench: --device: no GPU: %s\n", devices.reason.c_str());
+    return false;
+  }
+  int local_rank = 0;
+  try {
+    local_rank = chorus::detect_launch_env().local_rank;
+  } catch (const chorus::Error&) {
+    // A single process without launcher variables: device 0.
+  }
+  chorus::gpu::set_device(local_rank % devices.count);
+  return true;
+}
+
 int run(const Options& options) {
+  if (options.device && !use_device()) return kExitWrong;
   chorus::Communicator comm = chorus::Communicator::from_env();
   const bool printer = comm.rank() == 0;
   if (options.root >= comm.size()) {

@@ -114,6 +114,7 @@ const std::vector<Flag>& flags() {
        }},
       {0, "sweep-algos", switch_flag(&Options::sweep_algos), false},
       {0, "explain", switch_flag(&Options::explain), false},
+      {0, "device", switch_flag(&Options::device), false},
   };
   return kFlags;
 }
@@ -237,6 +238,11 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
                            the line ran ("-": no estimate); without --sweep-algos each line is
                            followed by "#   predicted (us):" with every algorithm's prediction,
                            * marking the one the selector picks
+      --device             buffers in GPU memory (CUDA or HIP, as chorus was built), each rank
+                           on device CHORUS_LOCAL_RANK % device count; every call is
+                           stream-ordered on one stream and waited for through its Work (-z 1:
+                           each call; -z 0: all of them at the end); with -c 1 the results are
+                           copied back and checked
       --json FILE          rank 0 also writes the parameters and every row to FILE as JSON
       --print-env          list every CHORUS_* environment knob (value, default, meaning)
   -h, --help               this text

@@ -62,6 +62,22 @@ std::string temp_path(const char* name) {
       .string();
 }
 
+// --device: without a GPU a clear error and exit status 1; with one, checked tables (both
+// timing modes), every result exact.
+TEST(BenchRun, DeviceBuffers) {
+  for (const char* z : {"1", "0"}) {
+    const Result r =
+        run_bench(std::string("all_reduce -b 8 -e 1M -f 64 -n 3 -w 1 --device -z ") + z);
+    if (r.out.find("--device: no GPU: ") != std::string::npos) {
+      EXPECT_EQ(r.exit_code, 1) << r.out;
+      return;
+    }
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("device memory (stream-ordered)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+  }
+}
+
 TEST(BenchRun, SweepAlgosExplainAndPercentiles) {
   const std::string json_path = temp_path("bench_run_sweep");
   const Result r = run_bench(

@@ -94,6 +94,15 @@ TEST(Options, BlockingPercentilesSweepExplain) {
   EXPECT_EQ(parse({"all_reduce", "--sweep-algos", "--algo", "auto"}).error, "");
 }
 
+TEST(Options, Device) {
+  EXPECT_FALSE(parse({"all_reduce"}).options.device);
+  ParsedOptions p = parse({"--device", "all_gather", "-z", "0"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_TRUE(p.options.device);
+  EXPECT_FALSE(p.options.blocking);
+  EXPECT_NE(parse({"all_reduce", "--device=1"}).error, "") << "--device is a switch";
+}
+
 TEST(Options, Help) {
   EXPECT_TRUE(parse({"-h"}).help);
   EXPECT_TRUE(parse({"all_reduce", "--help"}).help);
@@ -102,7 +111,7 @@ TEST(Options, Help) {
        {"-b, --minbytes", "-e, --maxbytes", "-f, --stepfactor", "-i, --stepbytes", "-n, --iters",
         "-w, --warmup_iters", "-c, --check", "-z, --blocking 0|1", "-I, --percentiles 0|1",
         "-d, --datatype", "-o, --op", "-r, --root", "--algo NAME", "--sweep-algos", "--explain",
-        "--json FILE", "--print-env", "-h, --help"})
+        "--device", "--json FILE", "--print-env", "-h, --help"})
     EXPECT_NE(usage().find(flag), std::string::npos) << flag;
   // And the default -z with the reason for it.
   EXPECT_NE(usage().find("(default 1, unlike nccl-tests' 0"), std::string::npos);

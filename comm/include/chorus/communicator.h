@@ -15,6 +15,28 @@
 // Threading: one thread at a time may issue calls on a Communicator (like NCCL); Work handles may
 // be waited on from any thread. Each Communicator has one progress thread that runs queued
 // operations; a blocking call issued while nothing is queued runs directly in the caller.
+//
+// Device memory. Every call takes host or device buffers (CUDA or HIP, whichever chorus was built
+// with; managed memory counts as device memory, pinned host memory as host memory). The buffers
+// of one call must all be host memory or all device memory of one device (InvalidArgument
+// naming them otherwise), and a communicator works with one device, fixed by its first device
+// operation. Ranks need not agree: one may pass device buffers and another host buffers to the
+// same collective. Device memory travels through pinned host staging memory and the same
+// algorithms as host memory (docs/GPU.md).
+//
+// Streams. The *_async forms ending in a gpu::Stream are stream-ordered, with NCCL's semantics:
+// the operation starts after all work already queued on `stream`, and work queued on `stream`
+// afterwards waits for it, on the device, without blocking the calling thread. The returned
+// Work's wait() blocks the host until the operation is done (outputs in place). Host buffers with
+// a stream are allowed: the operation runs on them after the stream's earlier work (the stream
+// must belong to the communicator's device). The plain forms with device buffers are ordered on
+// the default stream gpu::Stream{} (the legacy default stream); the blocking ones return once
+// the operation is done. A stream being captured into a graph is rejected (InvalidArgument:
+// chorus operations cannot be part of a graph). Device operations always run on the progress
+// thread, in issue order with the host ones. When one fails, its Work carries the error (a
+// gpu::GpuError, PeerFailure, Timeout ...), its outputs are undefined, the stream is released
+// all the same, and the communicator is broken as after any failure; destroying the communicator
+// releases every stream still waiting for it.
 #pragma once
 
 #include <chrono>
@@ -29,6 +51,7 @@
 #include <string_view>
 
 #include "chorus/error.h"
+#include "chorus/gpu/runtime.h"
 #include "chorus/store.h"
 #include "chorus/types.h"
 
@@ -131,8 +154,33 @@ class Communicator {
   Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
                        size_t recv_count, int recv_peer, DataType dtype);
 
+  // ---- stream-ordered forms (see "Streams" above) ------------------------------------------
+  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                        gpu::Stream stream);
+  Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
+                            ReduceOp op, gpu::Stream stream);
+  Work all_gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
+                        gpu::Stream stream);
+  Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root,
+                       gpu::Stream stream);
+  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                    int root, gpu::Stream stream);
+  Work gather_async(const void* send, void* recv, size_t send_count, DataType dtype, int root,
+                    gpu::Stream stream);
+  Work scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype, int root,
+                     gpu::Stream stream);
+  Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype,
+                        gpu::Stream stream);
+  // Later work on `stream` waits until every rank has reached the barrier.
+  Work barrier_async(gpu::Stream stream);
+  Work send_async(const void* send, size_t count, DataType dtype, int peer, gpu::Stream stream);
+  Work recv_async(void* recv, size_t count, DataType dtype, int peer, gpu::Stream stream);
+  Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
+                       size_t recv_count, int recv_peer, DataType dtype, gpu::Stream stream);
+
   // Blocking forms: the async call plus wait(), except that when nothing is queued the operation
-  // runs directly on the calling thread.
+  // runs directly on the calling thread (host buffers only: device buffers always go through the
+  // progress thread).
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op);
   void all_gather(const void* send, void* recv, size_t send_count, DataType dtype);

@@ -1,5 +1,5 @@
 // chorus-bench — the command line (nccl-tests' flags, including -z, plus --algo, --json, -I,
-// --sweep-algos and --explain).
+// --sweep-algos, --explain and --device).
 #pragma once
 
 #include <span>
@@ -29,6 +29,9 @@ struct Options {
   bool percentiles = false;  // -I 1: also time each iteration on its own, print p50 and p99
   bool sweep_algos = false;  // --sweep-algos: one line per (size, algorithm), then auto
   bool explain = false;      // --explain: the tuner's predicted time beside the measured one
+  // --device: the buffers in GPU memory (device CHORUS_LOCAL_RANK % device count), every call
+  // stream-ordered on one stream and waited for through its Work.
+  bool device = false;
 };
 
 struct ParsedOptions {
