@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -13,6 +14,12 @@
 
 #include "chorus/config.h"
 #include "chorus/log.h"
+#include "transport/futex.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define CHORUS_FR_TSC 1
+#endif
 
 namespace chorus {
 namespace {
@@ -85,8 +92,47 @@ void install_signal_once() {
 
 }  // namespace
 
+void FlightRecorder::SpinLock::lock() {
+  for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
+    if (spins < 64) transport::cpu_relax();
+    else std::this_thread::yield();
+  }
+}
+
+uint64_t FlightRecorder::ticks() {
+#ifdef CHORUS_FR_TSC
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(now_us());
+#endif
+}
+
+FlightRecorder::TickScale FlightRecorder::tick_scale() const {
+#ifdef CHORUS_FR_TSC
+  // The counter's rate from construction to now; a recorder younger than 2 ms waits for a
+  // measurable span (dumps are rare).
+  int64_t now = now_us();
+  uint64_t now_ticks = ticks();
+  while (now - base_us_ < 2000) {
+    std::this_thread::sleep_for(std::chrono::microseconds(2000 - (now - base_us_)));
+    now = now_us();
+    now_ticks = ticks();
+  }
+  return {base_us_, base_ticks_,
+          static_cast<double>(now_ticks - base_ticks_) / static_cast<double>(now - base_us_)};
+#else
+  return {0, 0, 1};
+#endif
+}
+
+int64_t FlightRecorder::TickScale::us(uint64_t t) const {
+  if (t == 0) return 0;
+  const double since = static_cast<double>(static_cast<int64_t>(t - base_ticks));
+  return base_us + static_cast<int64_t>(since / ticks_per_us);
+}
+
 FlightRecorder::FlightRecorder(Identity id, size_t capacity)
-    : id_(std::move(id)),
+    : id_(std::move(id)), base_us_(now_us()), base_ticks_(ticks()),
       ring_(std::max<size_t>(1, capacity ? capacity : static_cast<size_t>(kFrEntries.get()))) {
   install_signal_once();
   std::lock_guard lock(g_mu);
@@ -99,14 +145,14 @@ FlightRecorder::~FlightRecorder() {
 }
 
 uint64_t FlightRecorder::issued(const Record& r, bool started) {
-  const int64_t now = now_us();
+  const uint64_t now = ticks();
   std::lock_guard lock(mu_);
   const uint64_t id = next_++;
   Record& slot = ring_[id % ring_.size()];
   slot = r;
   slot.state = started ? State::kRunning : State::kQueued;
-  slot.issued_us = now;
-  slot.started_us = started ? now : 0;
+  slot.issued = now;
+  slot.started = started ? now : 0;
   return id;
 }
 
@@ -118,16 +164,16 @@ void FlightRecorder::started(uint64_t id) {
   std::lock_guard lock(mu_);
   if (Record* r = find(id)) {
     r->state = State::kRunning;
-    r->started_us = now_us();
+    r->started = ticks();
   }
 }
 
 void FlightRecorder::finished(uint64_t id, const std::string& error) {
-  const int64_t now = now_us();
+  const uint64_t now = ticks();
   std::lock_guard lock(mu_);
   if (Record* r = find(id)) {
     r->state = error.empty() ? State::kDone : State::kFailed;
-    r->ended_us = now;
+    r->ended = now;
     if (!error.empty() || !r->error.empty()) r->error = error;
   }
 }
@@ -142,6 +188,7 @@ std::string FlightRecorder::json(const std::string& reason) {
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
+  const TickScale scale = tick_scale();
   std::lock_guard lock(mu_);
   std::string s = detail::concat("{\"job\": \"", json_escape(id_.job), "\", \"comm\": \"",
                                  json_escape(id_.comm), "\", \"rank\": ", id_.rank, ", \"size\": ",
@@ -155,8 +202,9 @@ std::string FlightRecorder::json(const std::string& reason) {
                         to_string(r.coll), "\", \"count\": ", r.count, ", \"dtype\": \"",
                         to_string(r.dtype), "\", \"op\": \"", to_string(r.op), "\", \"root\": ",
                         r.root, ", \"algorithm\": \"", r.algorithm, "\", \"state\": \"",
-                        state_name(r.state), "\", \"issued_us\": ", r.issued_us,
-                        ", \"started_us\": ", r.started_us, ", \"ended_us\": ", r.ended_us);
+                        state_name(r.state), "\", \"issued_us\": ", scale.us(r.issued),
+                        ", \"started_us\": ", scale.us(r.started), ", \"ended_us\": ",
+                        scale.us(r.ended));
     // Where the newest running or failed operation was blocked.
     if ((r.state == State::kRunning || r.state == State::kFailed) && id + 1 == next_) {
       s += detail::concat(", \"step\": \"", json_escape(step), "\", \"waiting_for\": [");
@@ -171,6 +219,7 @@ std::string FlightRecorder::json(const std::string& reason) {
 }
 
 std::string FlightRecorder::summary(size_t n) {
+  const TickScale scale = tick_scale();
   std::lock_guard lock(mu_);
   std::string s;
   const uint64_t keep = std::min<uint64_t>(n, ring_.size());
@@ -179,8 +228,9 @@ std::string FlightRecorder::summary(size_t n) {
     const Record& r = ring_[id % ring_.size()];
     s += detail::concat("  #", r.seq, " ", to_string(r.coll), " count ", r.count, " ",
                         to_string(r.dtype), " ", r.algorithm, ": ", state_name(r.state),
-                        r.ended_us && r.started_us
-                            ? detail::concat(" in ", r.ended_us - r.started_us, " us")
+                        r.ended && r.started
+                            ? detail::concat(" in ", scale.us(r.ended) - scale.us(r.started),
+                                             " us")
                             : std::string(),
                         "\n");
   }

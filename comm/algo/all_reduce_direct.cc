@@ -20,9 +20,12 @@ void all_reduce_direct(Context& c, const CollArgs& a) {
     c.ex.post_recv(p, inbox + p * bytes, bytes);
   }
   c.ex.wait_all();
-  std::vector<const void*> srcs(n);
+  // On the stack for the usual world sizes: this is the small-message path.
+  const void* small[16];
+  std::vector<const void*> large(n > 16 ? n : 0);
+  const void** srcs = n > 16 ? large.data() : small;
   for (int p = 0; p < n; ++p) srcs[p] = p == r ? a.send : inbox + p * bytes;
-  kernels::reduce_n(a.dtype, travel_op(a.op), a.recv, srcs.data(), n, a.count);
+  kernels::reduce_n(a.dtype, travel_op(a.op), a.recv, srcs, n, a.count);
   finish_avg(a, a.recv, a.count, n);
 }
 

@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "chorus/communicator.h"
 #include "multiproc.h"
@@ -41,6 +43,42 @@ fs::path fresh_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
+}
+
+// The recorder's times are wall-clock microseconds (tools/chorus-fr lines up the ranks by them),
+// though it stamps operations with a cheaper counter: every op's issued <= started <= ended, all
+// inside the wall-clock window around the calls, and a 20 ms sleep shows as at least
+// 20 ms.
+TEST(Reliability, FlightRecorderTimesAreWallClockMicroseconds) {
+  run_ranks(2, [](Communicator& comm) {
+    auto wall_us = [] {
+      return std::chrono::duration_cast<std::chrono::microseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+    float x = 1;
+    const int64_t before = wall_us();
+    comm.all_reduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    comm.all_reduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum);
+    const int64_t after = wall_us();
+    const std::string json = comm.flight_recorder_json();
+    std::vector<int64_t> t;  // issued, started, ended of each op, in order
+    for (const char* key : {"\"issued_us\": ", "\"started_us\": ", "\"ended_us\": "}) {
+      for (size_t at = json.find(key); at != std::string::npos; at = json.find(key, at + 1))
+        t.push_back(std::stoll(json.substr(at + std::strlen(key))));
+    }
+    ASSERT_EQ(t.size(), 6u) << json;
+    // t = {issued0, issued1, started0, started1, ended0, ended1}
+    for (int op = 0; op < 2; ++op) {
+      EXPECT_LE(t[op], t[2 + op]);
+      EXPECT_LE(t[2 + op], t[4 + op]);
+      EXPECT_GE(t[op], before - 1000) << json;
+      EXPECT_LE(t[4 + op], after + 1000) << json;
+    }
+    EXPECT_GE(t[1] - t[4], 19000) << "the 20 ms sleep: " << json;
+    EXPECT_LE(t[1] - t[4], 200000) << "the 20 ms sleep: " << json;
+  });
 }
 
 TEST(Reliability, TimeoutNamesTheRankWaitedForAndBreaksTheCommunicator) {

@@ -11,10 +11,12 @@
 //   [SegmentHeader][FifoCtrl x world_size][pad to 4 KiB][slots of sender 0][slots of sender 1]...
 //   slots of one sender: depth x ([SlotHeader][slot_bytes of payload])
 //
-// A slot is either EAGER (payload inline: `bytes` at `offset` of a `total`-byte message) or
-// RENDEZVOUS (payload stays in the sender's memory at `addr`; the receiver reads it with
-// process_vm_readv and then bumps `rndv_done`, which the sender waits for before its send
-// completes — a single copy for large messages).
+// A slot is INLINE (a whole message of at most 16 bytes, in the header line itself, where
+// `offset` and `addr` would be: the receiver's one poll brings the payload with it), EAGER
+// (payload after the header: `bytes` at `offset` of a `total`-byte message) or RENDEZVOUS
+// (payload stays in the sender's memory at `addr`; the receiver reads it with process_vm_readv
+// and then bumps `rndv_done`, which the sender waits for before its send completes — a single
+// copy for large messages).
 #pragma once
 
 #include <atomic>
@@ -26,7 +28,7 @@
 
 namespace chorus::transport::shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x63686f7275730003ull;  // "chorus", layout v3
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730004ull;  // "chorus", layout v4
 
 // What a rank tells its peers about itself through its own segment (see PeerStatus).
 struct alignas(64) SegmentHeader {
@@ -56,7 +58,7 @@ struct FifoCtrl {
   std::atomic<uint32_t> cma_ok;                 // receiver can read the sender's memory
 };
 
-enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2 };
+enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2, kInline = 3 };
 
 struct alignas(64) SlotHeader {
   std::atomic<uint64_t> seq;  // index of the slot's message in the FIFO + 1, stored last
@@ -68,6 +70,13 @@ struct alignas(64) SlotHeader {
   OpStamp stamp;    // the sender's operation, compared with the receiver's
 };
 static_assert(sizeof(SlotHeader) == 64, "one cache line of header per slot");
+// INLINE slots carry their payload in `offset` and `addr`, which they do not use.
+inline constexpr size_t kInlineBytes = 16;
+static_assert(offsetof(SlotHeader, addr) == offsetof(SlotHeader, offset) + 8);
+inline std::byte* inline_payload(SlotHeader* h) { return reinterpret_cast<std::byte*>(&h->offset); }
+inline const std::byte* inline_payload(const SlotHeader* h) {
+  return reinterpret_cast<const std::byte*>(&h->offset);
+}
 
 struct Layout {
   size_t world_size, slot_bytes, depth;

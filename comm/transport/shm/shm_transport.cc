@@ -128,6 +128,20 @@ class ShmLink : public Link {
       peer_bell_.ring();
       return true;
     }
+    if (r.bytes <= shm::kInlineBytes && r.offset == 0) {
+      if (!slot_free()) return false;
+      auto* h = slot_header(out_slots_, sent_);
+      h->kind = shm::SlotKind::kInline;
+      h->bytes = static_cast<uint32_t>(r.bytes);
+      h->total = r.bytes;
+      h->stamp = r.stamp;
+      if (r.bytes > 0) std::memcpy(shm::inline_payload(h), r.src, r.bytes);
+      publish(h);
+      peer_bell_.ring();
+      r.offset = r.bytes;
+      r.done = true;
+      return true;
+    }
     bool moved = false;
     while (r.offset < r.bytes && slot_free()) {
       const size_t n = std::min(layout_.slot_bytes, r.bytes - r.offset);
@@ -167,6 +181,14 @@ class ShmLink : public Link {
         receive_rendezvous(r, addr);
         in_ctrl_->rndv_done.fetch_add(1, std::memory_order_release);
         peer_bell_.ring();
+        r.done = true;
+        return true;
+      }
+      if (h->kind == shm::SlotKind::kInline) {
+        if (r.bytes > 0) deliver(r, 0, shm::inline_payload(h), r.bytes);
+        consume_slot();
+        peer_bell_.ring();
+        r.offset = r.bytes;
         r.done = true;
         return true;
       }
