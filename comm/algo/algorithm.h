@@ -125,6 +125,10 @@ inline size_t chunk_elems(const Context& c, DataType dtype) {
 inline ReduceOp travel_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
 // Finishes kAvg on a result: divides `count` elements at `buf` by the world size.
 void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size);
+// The reduction step of the direct algorithms: dst = the reduction, in rank order, of this
+// rank's `mine` and every peer p's block at inbox + p * a.bytes() (a.count elements each).
+void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, const std::byte* inbox,
+                  int rank, int world_size);
 // memmove-safe copy of `bytes` when src != dst.
 void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes);
 

@@ -2,10 +2,8 @@
 // receives all of theirs, and reduces all n inputs itself in rank order. One step of latency;
 // (n-1) x bytes sent per rank, so only worth it while messages are latency-bound. Every rank
 // folds the same inputs in the same order, so the bits agree everywhere.
-#include <vector>
 
 #include "algo/algorithm.h"
-#include "chorus/kernels/cpu.h"
 
 namespace chorus::algo {
 
@@ -20,12 +18,7 @@ void all_reduce_direct(Context& c, const CollArgs& a) {
     c.ex.post_recv(p, inbox + p * bytes, bytes);
   }
   c.ex.wait_all();
-  // On the stack for the usual world sizes: this is the small-message path.
-  const void* small[16];
-  std::vector<const void*> large(n > 16 ? n : 0);
-  const void** srcs = n > 16 ? large.data() : small;
-  for (int p = 0; p < n; ++p) srcs[p] = p == r ? a.send : inbox + p * bytes;
-  kernels::reduce_n(a.dtype, travel_op(a.op), a.recv, srcs, n, a.count);
+  reduce_inbox(a, a.recv, a.send, inbox, r, n);
   finish_avg(a, a.recv, a.count, n);
 }
 

@@ -96,7 +96,6 @@ struct RankPlace {
   int package = -1;
   int numa = -1;
   int cpu = -1;
-  friend bool operator==(const RankPlace&, const RankPlace&) = default;
 };
 
 // The ring order (position -> rank) that keeps neighbours close: ranks sorted depth first by

@@ -1,9 +1,7 @@
 // Direct reduce: every rank sends its input to the root, which reduces the n inputs in rank
 // order. One step of latency; the root receives (n-1) x bytes.
-#include <vector>
 
 #include "algo/algorithm.h"
-#include "chorus/kernels/cpu.h"
 
 namespace chorus::algo {
 
@@ -19,9 +17,7 @@ void reduce_direct(Context& c, const CollArgs& a) {
   for (int p = 0; p < n; ++p)
     if (p != r) c.ex.post_recv(p, inbox + p * bytes, bytes);
   c.ex.wait_all();
-  std::vector<const void*> srcs(n);
-  for (int p = 0; p < n; ++p) srcs[p] = p == r ? a.send : inbox + p * bytes;
-  kernels::reduce_n(a.dtype, travel_op(a.op), a.recv, srcs.data(), n, a.count);
+  reduce_inbox(a, a.recv, a.send, inbox, r, n);
   finish_avg(a, a.recv, a.count, n);
 }
 

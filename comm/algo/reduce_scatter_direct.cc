@@ -1,9 +1,7 @@
 // Direct reduce-scatter for small messages: send block p of the input to rank p, receive block r
 // from everyone, reduce the n blocks in rank order. One step of latency.
-#include <vector>
 
 #include "algo/algorithm.h"
-#include "chorus/kernels/cpu.h"
 
 namespace chorus::algo {
 
@@ -18,9 +16,7 @@ void reduce_scatter_direct(Context& c, const CollArgs& a) {
     c.ex.post_recv(p, inbox + p * bytes, bytes);
   }
   c.ex.wait_all();
-  std::vector<const void*> srcs(n);
-  for (int p = 0; p < n; ++p) srcs[p] = p == r ? a.send + r * bytes : inbox + p * bytes;
-  kernels::reduce_n(a.dtype, travel_op(a.op), a.recv, srcs.data(), n, a.count);
+  reduce_inbox(a, a.recv, a.send + r * bytes, inbox, r, n);
   finish_avg(a, a.recv, a.count, n);
 }
 

@@ -117,6 +117,19 @@ void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size)
   if (a.op == ReduceOp::kAvg && count > 0) kernels::divide(a.dtype, buf, buf, count, world_size);
 }
 
+void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, const std::byte* inbox,
+                  int rank, int world_size) {
+  // On the stack for the usual world sizes: direct algorithms are the small-message path, where
+  // an allocation per call shows.
+  constexpr int kOnStack = 16;
+  const void* on_stack[kOnStack];
+  std::vector<const void*> on_heap(world_size > kOnStack ? world_size : 0);
+  const void** srcs = world_size > kOnStack ? on_heap.data() : on_stack;
+  const size_t bytes = a.bytes();
+  for (int p = 0; p < world_size; ++p) srcs[p] = p == rank ? mine : inbox + p * bytes;
+  kernels::reduce_n(a.dtype, travel_op(a.op), dst, srcs, world_size, a.count);
+}
+
 void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "error_helpers.h"
 #include "multiproc.h"
 
 namespace chorus::testing {
@@ -21,22 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
-
-// Runs `call` and returns the chorus::Error it throws (fails the test if it does not).
-template <class F>
-std::optional<Error> error_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a chorus::Error";
-  return std::nullopt;
-}
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 fs::path fresh_dir(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));

@@ -10,27 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "error_helpers.h"
 #include "gpu_world.h"
 
 namespace chorus::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-template <class F>
-std::optional<Error> error_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a chorus::Error";
-  return std::nullopt;
-}
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 constexpr size_t kCount = 4099;
 

@@ -1,0 +1,30 @@
+// Test helpers shared by the multi-process test suites: catching the chorus::Error a call throws,
+// and looking for text in its message.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "chorus/error.h"
+
+namespace chorus::testing {
+
+// Runs `call` and returns the chorus::Error it throws (fails the test if it does not).
+template <class F>
+std::optional<Error> error_of(F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a chorus::Error";
+  return std::nullopt;
+}
+
+inline bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+}  // namespace chorus::testing
