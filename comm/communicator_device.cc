@@ -1,9 +1,10 @@
 // chorus — the Communicator's stream-ordered operations (device_ops.h): issued on the caller's
-// thread, run on the progress thread.
+// thread, run on the progress thread, on the IPC or the staging path (device_memory.h).
 #include <chrono>
 #include <string>
 
 #include "chorus/config.h"
+#include "chorus/log.h"
 #include "communicator_impl.h"
 
 namespace chorus {
@@ -13,6 +14,47 @@ const IntKnob kStagingBytes{"CHORUS_GPU_STAGING_BYTES", int64_t{1} << 30,
                             "pinned host memory the device operations of one communicator may "
                             "hold in flight before a call waits for earlier ones (one operation "
                             "may use more)"};
+const StringKnob kGpuPath{"CHORUS_GPU_PATH", "auto",
+                          "how device buffers reach the peers: auto (IPC when every rank is on "
+                          "this host and sees the same devices, else pinned host staging), ipc "
+                          "(refuse when IPC is impossible) or staging"};
+
+// For one operation on the IPC path: the scratch, the transport and the buffers' memory
+// operations work on device memory, and go back to host memory afterwards (also on failure).
+class DeviceMemoryScope {
+ public:
+  DeviceMemoryScope(algo::Scratch& scratch, transport::Transport& transport, DeviceMemoryOps& mem,
+                    std::chrono::steady_clock::time_point deadline)
+      : scratch_(scratch), transport_(transport), context_{mem.device(), mem.stream(), deadline} {
+    mem.set_deadline(deadline);
+    transport_.set_device_memory(&context_);
+    scratch_.use_memory(&mem);
+  }
+  ~DeviceMemoryScope() {
+    scratch_.use_memory(nullptr);
+    try {
+      transport_.set_device_memory(nullptr);
+    } catch (...) {
+      // Going back to host memory cannot fail.
+    }
+  }
+  DeviceMemoryScope(const DeviceMemoryScope&) = delete;
+  DeviceMemoryScope& operator=(const DeviceMemoryScope&) = delete;
+
+ private:
+  algo::Scratch& scratch_;
+  transport::Transport& transport_;
+  transport::DeviceContext context_;
+};
+
+// An out-of-place broadcast root copies its input into place first and then runs in place, so
+// that the broadcast algorithms need not copy between the caller's buffers themselves.
+void root_copies_first(algo::CollArgs& a, int rank, DeviceMemoryOps& mem) {
+  if (a.coll != Collective::kBroadcast || rank != a.root || a.send == a.recv || a.count == 0)
+    return;
+  mem.copy(a.recv, a.send, a.bytes());
+  a.send = a.recv;
+}
 
 }  // namespace
 
@@ -42,7 +84,15 @@ Work Communicator::Impl::submit_on_stream(const algo::CollArgs& args, const Memo
     const int64_t limit = kStagingBytes.get();
     CHORUS_ARG_CHECK(limit > 0, "CHORUS_GPU_STAGING_BYTES must be positive, got ", limit);
     const int device = where.device ? where.device_id : gpu::current_device();
-    device_ops_ = std::make_unique<DeviceOps>(device, rank, static_cast<size_t>(limit));
+    std::string transport_why;
+    const bool transport_ok = transport && transport->moves_device_memory(&transport_why);
+    std::string why;
+    const GpuPath path =
+        choose_gpu_path(parse_gpu_path(kGpuPath.get()), size, transport_ok, transport_why, &why);
+    CHORUS_INFO(kLogColl, "rank ", rank, ": device buffers move by ",
+                path == GpuPath::kIpc ? std::string("IPC (") + transport->name() + ")"
+                                      : "pinned-host staging (" + why + ")");
+    device_ops_ = std::make_unique<DeviceOps>(device, rank, static_cast<size_t>(limit), path);
   } else if (where.device && where.device_id != device_ops_->device()) {
     throw InvalidArgument(
         detail::concat(name, ": the buffers are on device ", where.device_id,
@@ -71,9 +121,31 @@ std::exception_ptr Communicator::Impl::execute_device(Op& op) {
   } catch (...) {
     error = fail_current(op);
   }
-  op.args = d.args;  // the staging block, or the caller's host buffers
-  if (!error) error = execute(op);
+  op.args = d.args;  // the staging block, the caller's host buffers, or its device buffers
+  if (!error && d.device_memory) {
+    // The IPC path: the algorithm runs on the caller's device buffers.
+    try {
+      DeviceMemoryScope scope(scratch, *transport, *device_ops_->memory(),
+                              Clock::now() + op.timeout);
+      root_copies_first(op.args, rank, *device_ops_->memory());
+      error = execute(op);
+    } catch (...) {
+      error = fail_current(op);
+    }
+  } else if (!error) {
+    error = execute(op);
+  }
   device_ops_->release(d);
+  if (d.device_memory) {
+    // After a failure a link's copy into the caller's buffers may still be queued. It ends here,
+    // after the release: before it, it could sit behind the caller's stream in a hardware queue.
+    try {
+      device_ops_->memory()->set_deadline(Clock::now() + std::chrono::seconds(10));
+      device_ops_->memory()->finish();
+    } catch (...) {
+      // The operation has failed already; its error says more.
+    }
+  }
   if (!error) {
     try {
       device_ops_->wait_done(d, Clock::now() + op.timeout);

@@ -73,13 +73,15 @@ size_t size_class(size_t bytes) {
 
 }  // namespace
 
-DeviceOps::DeviceOps(int device, int rank, size_t staging_limit)
-    : device_(device), rank_(rank), limit_(staging_limit) {
+DeviceOps::DeviceOps(int device, int rank, size_t staging_limit, GpuPath path)
+    : device_(device), rank_(rank), limit_(staging_limit), path_(path) {
   DeviceGuard guard(device_);
   flag_ = gpu::PinnedHostBuffer(64, /*mapped=*/true);  // its own cache line
   store_flag(0);
+  if (path_ == GpuPath::kIpc) memory_ = std::make_unique<DeviceMemoryOps>(device_);
   CHORUS_INFO(kLogColl, "stream-ordered operations on device ", device_, ": streams wait by ",
-              gpu::to_string(gpu::stream_wait_method()), ", staging in flight up to ",
+              gpu::to_string(gpu::stream_wait_method()), ", device buffers move by ",
+              path_ == GpuPath::kIpc ? "IPC" : "pinned-host staging", ", staging in flight up to ",
               staging_limit >> 20, " MiB");
 }
 
@@ -193,13 +195,17 @@ StagingSlot& DeviceOps::acquire(size_t bytes, std::chrono::milliseconds timeout)
 DeviceOp DeviceOps::prepare(const algo::CollArgs& a, bool device_memory, gpu::Stream stream,
                             int rank, int world, std::chrono::milliseconds timeout) {
   DeviceGuard guard(device_);
-  const StagingPlan plan = device_memory ? plan_staging(a, rank, world) : StagingPlan{};
+  const bool ipc = device_memory && path_ == GpuPath::kIpc;
+  const bool staged = device_memory && !ipc;
+  const StagingPlan plan = staged ? plan_staging(a, rank, world) : StagingPlan{};
   StagingSlot& slot = acquire(plan.bytes, timeout);
   auto* base = static_cast<std::byte*>(slot.block.data());
   DeviceOp op;
   op.seq = ++issued_;
   op.slot = &slot;
-  op.args = device_memory ? staged_args(a, plan, base) : a;
+  op.args = staged ? staged_args(a, plan, base) : a;
+  op.device_memory = ipc;
+  if (ipc) op.args.mem = memory_.get();
   bool queued_any = false;
   try {
     if (plan.in) gpu::memcpy_async(base + plan.in->offset, plan.in->src, plan.in->bytes, stream);

@@ -6,12 +6,12 @@
 #      must agree with nvidia-smi;
 #   1. the GPU kernel and runtime tests (kernels_gpu_test) as 1, 2 and 4 concurrent ranks, each
 #      rank on device CHORUS_LOCAL_RANK % device count (its IPC tests start 2- and 4-process worlds);
-#   2. the Communicator on device buffers and streams (comm_gpu_test: 1-, 2- and 4-rank worlds);
+#   2. the Communicator on device buffers and streams (comm_gpu_test: 1-, 2- and 4-rank worlds,
+#      on the IPC path and on pinned-host staging);
 #   3. chorus-gpu-bandwidth: device-to-device copy bandwidth (copy engine and chorus kernels), the
 #      reference limit for collectives on one host;
 #   4. chorus-bench --device all_reduce (8 B to 256 MiB), reduce_scatter, all_gather and
-#      broadcast (8 B to 128 MiB) on 2 and 4 ranks (pinned-host staging: far below the copy
-#      bandwidth until a device transport exists).
+#      broadcast (8 B to 128 MiB) on 2 and 4 ranks over IPC; all_reduce and all_gather over staging.
 # Prints one short table at the end (also LOG_DIR/table.txt); every step's output is in LOG_DIR.
 # Needs no network: cmake, ninja, a C++ compiler, the CUDA toolkit, GoogleTest and hwloc must be
 # installed (the first check names whatever is missing). Sized to finish in under 8 minutes on a
@@ -183,10 +183,11 @@ for ranks in 1 2 4; do
 done
 
 # ---- 2b. the Communicator on device buffers ---------------------------------------------------------
-# comm_gpu_test forks its own ranks (1, 2 and 4 per world, sharing the GPUs).
+# comm_gpu_test forks its own ranks (1, 2 and 4 per world, sharing the GPUs); its collective and
+# stream-order tests run once per path (CHORUS_GPU_PATH=ipc and staging).
 say "comm_gpu_test (log: $LOG_DIR/comm-gpu-tests.log)"
 t=$SECONDS
-if timeout $((2 * STEP_TIMEOUT)) "$BIN/comm_gpu_test" >"$LOG_DIR/comm-gpu-tests.log" 2>&1; then
+if timeout $((3 * STEP_TIMEOUT)) "$BIN/comm_gpu_test" >"$LOG_DIR/comm-gpu-tests.log" 2>&1; then
   row "comm GPU tests" ok "$(summarize "$LOG_DIR/comm-gpu-tests.log") ($((SECONDS - t)) s)"
 else
   fail_row "comm GPU tests" "$(summarize "$LOG_DIR/comm-gpu-tests.log") ($((SECONDS - t)) s; see comm-gpu-tests.log)"
@@ -212,15 +213,20 @@ fi
 if ((!have_bench)); then
   row "collectives" skipped "chorus-bench was not built"
 else
+  for path in ipc staging; do
   for ranks in 2 4; do
-    for coll in all_reduce reduce_scatter all_gather broadcast; do
-      log=$LOG_DIR/bench-$coll-np$ranks.log
-      say "chorus-bench $coll --device on $ranks ranks (log: $log)"
+    # Staging is the known baseline: its all_reduce and all_gather suffice to compare, and keep
+    # the step inside the budget.
+    colls=(all_reduce reduce_scatter all_gather broadcast)
+    [[ $path == staging ]] && colls=(all_reduce all_gather)
+    for coll in "${colls[@]}"; do
+      log=$LOG_DIR/bench-$coll-np$ranks-$path.log
+      say "chorus-bench $coll --device on $ranks ranks, $path path (log: $log)"
       # all_reduce: 8 B to 256 MiB in steps of 32 (the target sizes); the others 8 B to 128 MiB.
       sizes=(-b 8 -e 128M -f 8)
       [[ $coll == all_reduce ]] && sizes=(-b 8 -e 256M -f 32)
-      if timeout "$STEP_TIMEOUT" "$BIN/chorus-run" -n "$ranks" "$BIN/chorus-bench" "$coll" \
-        --device "${sizes[@]}" -n 10 -w 3 -c 1 >"$log" 2>&1; then
+      if CHORUS_GPU_PATH=$path timeout "$STEP_TIMEOUT" "$BIN/chorus-run" -n "$ranks" \
+        "$BIN/chorus-bench" "$coll" --device "${sizes[@]}" -n 10 -w 3 -c 1 >"$log" 2>&1; then
         # Data lines: size count type redop root time algbw busbw #wrong (out of place), then in place.
         detail=$(awk -v copy="$copy_gbs" '
           !/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ {
@@ -233,11 +239,16 @@ else
             if (copy > 0) s = s sprintf(" (%.0f%% of copy)", 100 * bus / copy)
             print s "; wrong " wrong
           }' "$log")
-        if [[ $detail == *"wrong 0" ]]; then row "$coll np$ranks" ok "$detail"; else fail_row "$coll np$ranks" "$detail"; fi
+        if [[ $detail == *"wrong 0" ]]; then
+          row "$coll np$ranks $path" ok "$detail"
+        else
+          fail_row "$coll np$ranks $path" "$detail"
+        fi
       else
-        fail_row "$coll np$ranks" "exit status $? (see $(basename "$log"))"
+        fail_row "$coll np$ranks $path" "exit status $? (see $(basename "$log"))"
       fi
     done
+  done
   done
 fi
 

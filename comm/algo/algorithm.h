@@ -30,6 +30,25 @@ std::string algorithm_names();
 // Whether `a` applies to a communicator spanning `hosts` hosts (hier needs more than one).
 bool runs_on_hosts(Algorithm a, int hosts);
 
+// How an algorithm touches the memory its buffers live in, when that is not host memory: local
+// copies, reductions and the avg division, plus scratch memory of the same kind. Every call has
+// finished when it returns (the data may be read or sent at once). Host memory needs none of
+// this: a null MemoryOps* means host memory, and the helpers below then call the CPU kernels
+// directly (no virtual call on the host path).
+class MemoryOps {
+ public:
+  virtual ~MemoryOps() = default;
+  // dst and src must not overlap.
+  virtual void copy(std::byte* dst, const std::byte* src, size_t bytes) = 0;
+  // dst = srcs[0] op ... op srcs[n-1], folded left to right (dst may be one of the sources).
+  virtual void reduce_n(DataType dtype, ReduceOp op, std::byte* dst, const void* const* srcs, int n,
+                        size_t count) = 0;
+  virtual void divide(DataType dtype, std::byte* dst, const std::byte* src, size_t count,
+                      int64_t divisor) = 0;
+  // Scratch of this memory kind, as Scratch::get.
+  virtual std::byte* scratch(size_t slot, size_t bytes) = 0;
+};
+
 // One operation's arguments, validated. Counts in elements.
 struct CollArgs {
   Collective coll = Collective::kAllReduce;
@@ -42,22 +61,35 @@ struct CollArgs {
   int peer = -1;          // send / recv / send_recv's send peer
   size_t recv_count = 0;  // send_recv
   int recv_peer = -1;     // send_recv
+  // Where send, recv and the scratch live: null = host memory; else device memory, touched
+  // through these operations (a communicator's IPC path, docs/GPU.md).
+  MemoryOps* mem = nullptr;
 
   size_t elem() const { return dtype_size(dtype); }
   size_t bytes() const { return count * elem(); }
 };
 
-// Scratch memory an algorithm may use; grows on demand and is reused across operations.
+// Scratch memory an algorithm may use; grows on demand and is reused across operations. Host
+// memory, or while use_memory() says so, the scratch of that MemoryOps (device memory for an
+// operation on the IPC path).
 class Scratch {
  public:
-  std::byte* get(size_t slot, size_t bytes);
+  std::byte* get(size_t slot, size_t bytes) {
+    if (mem_ != nullptr) [[unlikely]]
+      return mem_->scratch(slot, bytes);
+    return get_host(slot, bytes);
+  }
+  // Hands out `mem`'s scratch until called again with null (host memory).
+  void use_memory(MemoryOps* mem) { mem_ = mem; }
 
  private:
+  std::byte* get_host(size_t slot, size_t bytes);
   struct Buffer {
     std::byte* data = nullptr;
     size_t bytes = 0;
   };
   std::vector<Buffer> buffers_;
+  MemoryOps* mem_ = nullptr;
 
  public:
   Scratch() = default;
@@ -123,13 +155,21 @@ inline size_t chunk_elems(const Context& c, DataType dtype) {
 }
 // The reduction op applied while data travels (kAvg sums; the finish divides).
 inline ReduceOp travel_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+// The helpers below touch the call's buffers in the memory they live in (a.mem: host memory when
+// null). Algorithm files make every local copy and reduction through them, never with
+// std::memcpy or the CPU kernels directly, so that they run unchanged on device buffers.
+//
 // Finishes kAvg on a result: divides `count` elements at `buf` by the world size.
 void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size);
 // The reduction step of the direct algorithms: dst = the reduction, in rank order, of this
 // rank's `mine` and every peer p's block at inbox + p * a.bytes() (a.count elements each).
 void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, const std::byte* inbox,
                   int rank, int world_size);
-// memmove-safe copy of `bytes` when src != dst.
+// dst = the reduction of n inputs (a.dtype, travel_op(a.op)), `count` elements each.
+void reduce_n(const CollArgs& a, std::byte* dst, const void* const* srcs, int n, size_t count);
+// Copy of `bytes` when src != dst (the ranges do not overlap otherwise).
+void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes);
+// The same for host memory only (kept for callers that have no CollArgs at hand).
 void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes);
 
 // Algorithm entry points (one file each: <collective>_<algorithm>.cc).

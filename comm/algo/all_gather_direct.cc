@@ -14,7 +14,7 @@ void all_gather_direct(Context& c, const CollArgs& a) {
     c.ex.post_recv(p, a.recv + p * bytes, bytes);
   }
   c.ex.poke();  // peers read our block while we copy it into place
-  copy_if_distinct(a.recv + r * bytes, a.send, bytes);
+  copy_if_distinct(a, a.recv + r * bytes, a.send, bytes);
   c.ex.wait_all();
 }
 

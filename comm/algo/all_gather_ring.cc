@@ -29,7 +29,7 @@ void all_gather_ring(Context& c, const CollArgs& a) {
       c.ex.post_recv(prev, a.recv + (recv_blk * block + lo) * es, len * es);
       if (s == 0 && own != a.send) {
         c.ex.poke();
-        std::memcpy(own + lo * es, a.send + lo * es, len * es);
+        copy_if_distinct(a, own + lo * es, a.send + lo * es, len * es);
       }
       c.ex.wait_all();
     }

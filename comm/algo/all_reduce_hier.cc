@@ -21,7 +21,6 @@
 
 #include "algo/algorithm.h"
 #include "algo/patterns.h"
-#include "chorus/kernels/cpu.h"
 
 namespace chorus::algo {
 namespace {
@@ -114,9 +113,9 @@ void all_reduce_hier(Context& c, const CollArgs& a) {
       for (int k = 0; k < local_n; ++k)
         srcs[k] = k == h.local ? a.send + my_off * es : inbox + k * my_cnt * es;
       if (local_n == 1)
-        copy_if_distinct(a.recv + my_off * es, a.send + my_off * es, my_cnt * es);
+        copy_if_distinct(a, a.recv + my_off * es, a.send + my_off * es, my_cnt * es);
       else if (my_cnt > 0)
-        kernels::reduce_n(a.dtype, op, a.recv + my_off * es, srcs.data(), local_n, my_cnt);
+        reduce_n(a, a.recv + my_off * es, srcs.data(), local_n, my_cnt);
     }
 
     c.ex.step("inter-host all-reduce");

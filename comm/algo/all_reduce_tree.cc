@@ -45,7 +45,7 @@ void all_reduce_tree(Context& c, const CollArgs& a) {
       if (node[t].parent >= 0) {
         c.ex.post_send(node[t].parent, partial, len * es);  // completes while we go on
       } else {
-        copy_if_distinct(a.recv + o * es, partial, len * es);
+        copy_if_distinct(a, a.recv + o * es, partial, len * es);
       }
     }
   }

@@ -14,7 +14,7 @@ void all_to_all_direct(Context& c, const CollArgs& a) {
     c.ex.post_send(to, a.send + to * bytes, bytes);
     c.ex.post_recv(from, a.recv + from * bytes, bytes);
   }
-  copy_if_distinct(a.recv + c.rank * bytes, a.send + c.rank * bytes, bytes);
+  copy_if_distinct(a, a.recv + c.rank * bytes, a.send + c.rank * bytes, bytes);
   c.ex.wait_all();
 }
 

@@ -10,7 +10,7 @@ void broadcast_direct(Context& c, const CollArgs& a) {
     for (int p = 0; p < c.size; ++p)
       if (p != a.root) c.ex.post_send(p, a.send, a.bytes());
     c.ex.poke();  // the peers read while the root copies its own
-    copy_if_distinct(a.recv, a.send, a.bytes());
+    copy_if_distinct(a, a.recv, a.send, a.bytes());
     c.ex.wait_all();
   } else {
     c.ex.wait(c.ex.post_recv(a.root, a.recv, a.bytes()));

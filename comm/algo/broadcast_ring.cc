@@ -24,7 +24,7 @@ void broadcast_ring(Context& c, const CollArgs& a) {
     if (pos == 0 && a.send != a.recv) {
       // The root's own copy, a chunk at a time while the next rank reads the chunks posted.
       c.ex.poke();
-      copy_if_distinct(a.recv + lo * es, a.send + lo * es, len * es);
+      copy_if_distinct(a, a.recv + lo * es, a.send + lo * es, len * es);
     }
   }
   c.ex.wait_all();

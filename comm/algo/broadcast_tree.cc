@@ -20,7 +20,7 @@ void broadcast_tree(Context& c, const CollArgs& a) {
       if (child >= 0) c.ex.post_send(child, src + lo * es, len * es);
   }
   c.ex.wait_all();
-  if (root) copy_if_distinct(a.recv, a.send, a.bytes());
+  if (root) copy_if_distinct(a, a.recv, a.send, a.bytes());
 }
 
 }  // namespace chorus::algo

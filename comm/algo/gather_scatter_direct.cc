@@ -13,7 +13,7 @@ void gather_direct(Context& c, const CollArgs& a) {
   }
   for (int p = 0; p < c.size; ++p)
     if (p != c.rank) c.ex.post_recv(p, a.recv + p * bytes, bytes);
-  copy_if_distinct(a.recv + c.rank * bytes, a.send, bytes);
+  copy_if_distinct(a, a.recv + c.rank * bytes, a.send, bytes);
   c.ex.wait_all();
 }
 
@@ -26,7 +26,7 @@ void scatter_direct(Context& c, const CollArgs& a) {
   }
   for (int p = 0; p < c.size; ++p)
     if (p != c.rank) c.ex.post_send(p, a.send + p * bytes, bytes);
-  copy_if_distinct(a.recv, a.send + c.rank * bytes, bytes);
+  copy_if_distinct(a, a.recv, a.send + c.rank * bytes, bytes);
   c.ex.wait_all();
 }
 

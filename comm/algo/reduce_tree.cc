@@ -37,7 +37,7 @@ void reduce_tree(Context& c, const CollArgs& a) {
       in_flight[k % 2] = c.ex.post_send(node.parent, out, len * es);
       busy[k % 2] = true;
     } else {
-      copy_if_distinct(a.recv + lo * es, out, len * es);
+      copy_if_distinct(a, a.recv + lo * es, out, len * es);
     }
   }
   c.ex.wait_all();

@@ -114,7 +114,16 @@ Algorithm select_default(Collective coll, size_t bytes, int world_size,
 }
 
 void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size) {
-  if (a.op == ReduceOp::kAvg && count > 0) kernels::divide(a.dtype, buf, buf, count, world_size);
+  if (a.op != ReduceOp::kAvg || count == 0) return;
+  if (a.mem != nullptr) [[unlikely]]
+    return a.mem->divide(a.dtype, buf, buf, count, world_size);
+  kernels::divide(a.dtype, buf, buf, count, world_size);
+}
+
+void reduce_n(const CollArgs& a, std::byte* dst, const void* const* srcs, int n, size_t count) {
+  if (a.mem != nullptr) [[unlikely]]
+    return a.mem->reduce_n(a.dtype, travel_op(a.op), dst, srcs, n, count);
+  kernels::reduce_n(a.dtype, travel_op(a.op), dst, srcs, n, count);
 }
 
 void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, const std::byte* inbox,
@@ -127,14 +136,21 @@ void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, cons
   const void** srcs = world_size > kOnStack ? on_heap.data() : on_stack;
   const size_t bytes = a.bytes();
   for (int p = 0; p < world_size; ++p) srcs[p] = p == rank ? mine : inbox + p * bytes;
-  kernels::reduce_n(a.dtype, travel_op(a.op), dst, srcs, world_size, a.count);
+  reduce_n(a, dst, srcs, world_size, a.count);
+}
+
+void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  if (a.mem != nullptr) [[unlikely]]
+    return a.mem->copy(dst, src, bytes);
+  std::memcpy(dst, src, bytes);
 }
 
 void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
 }
 
-std::byte* Scratch::get(size_t slot, size_t bytes) {
+std::byte* Scratch::get_host(size_t slot, size_t bytes) {
   if (buffers_.size() <= slot) buffers_.resize(slot + 1);
   Buffer& b = buffers_[slot];
   if (b.bytes < bytes) {

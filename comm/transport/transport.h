@@ -7,6 +7,7 @@
 // Algorithms never see a Transport: they post requests to an Exchange.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chorus/gpu/runtime.h"
 #include "chorus/types.h"
 #include "transport/futex.h"
 
@@ -52,6 +54,26 @@ enum class PeerStatus : uint32_t {
   kFailed = 2,  // an operation failed there, or it aborted; its error text is published
 };
 
+// Where a request's buffers (src, or dst and local) live.
+enum class Memory : uint8_t {
+  kHost,    // host memory: every transport
+  kDevice,  // device memory: links that move device memory (shm on one host, through IPC)
+};
+
+// The device side of operations on device memory: the device the buffers are on, and the stream
+// on which links queue their copies and reductions (the communicator's own stream, never a stream
+// of the application).
+struct DeviceContext {
+  int device = -1;
+  gpu::Stream stream;
+  std::chrono::steady_clock::time_point deadline;  // of the operation: device waits end there
+};
+
+// Waits until the work queued on `context.stream` so far has run: records `done` there and polls
+// it with back-off (ranks share cores). Throws chorus::Timeout at context.deadline (a device
+// copy can be stuck behind a stream that waits for this very operation, docs/GPU.md).
+void finish_device_work(const DeviceContext& context, gpu::Event& done);
+
 struct Request {
   enum class Kind : uint8_t {
     kSend,        // send `bytes` from src
@@ -71,6 +93,9 @@ struct Request {
   size_t offset = 0;
   uint64_t token = 0;
   uint8_t phase = 0;
+  // Set by the link from the transport's device context (set_device_memory) when it first
+  // touches the request.
+  Memory memory = Memory::kHost;
   bool done = false;
 };
 
@@ -102,6 +127,18 @@ class Transport {
   virtual void wake_self() = 0;
 
   virtual std::string name() const = 0;
+
+  // Device memory. Whether every link of this transport can move device memory (buffers of one
+  // host's devices, through IPC); when not, `why` says why (the communicator then stages device
+  // buffers through pinned host memory). The default: host memory only.
+  virtual bool moves_device_memory(std::string* why) const {
+    *why = "the " + name() + " transport moves host memory only";
+    return false;
+  }
+  // The memory of the operation about to run: `device` (kept by the caller until it is set back)
+  // for device buffers, null for host memory (the default). Requests posted meanwhile are device
+  // memory. Transports that cannot move device memory refuse a non-null context (chorus::Error).
+  virtual void set_device_memory(const DeviceContext* device);
 
   // Throws chorus::PeerFailure naming the first peer that published a failure (with its error
   // text), and StampMismatch when a peer in `waiting_for` is in a different collective of the

@@ -14,6 +14,10 @@
 #include "error_text.h"
 #include "portability.h"
 
+#if !defined(CHORUS_GPU_HIP)
+#include <cuda.h>  // driver types and constants only: nothing here links libcuda
+#endif
+
 namespace chorus::gpu {
 namespace detail {
 
@@ -382,6 +386,66 @@ IpcMemHandle ipc_mem_handle(const void* device_ptr) {
   std::memcpy(handle.bytes.data(), &native_handle, sizeof(native_handle));
   return handle;
 }
+
+#if defined(CHORUS_GPU_HIP)
+
+AllocationRange allocation_range(const void* device_ptr) {
+  hipDeviceptr_t base = nullptr;
+  size_t bytes = 0;
+  check(hipMemGetAddressRange(&base, &bytes, const_cast<void*>(device_ptr)),
+        "hipMemGetAddressRange");
+  return {static_cast<const void*>(base), bytes};
+}
+
+#else  // CUDA
+
+namespace {
+
+// cuMemGetAddressRange (the CUDA 12 ABI: 64-bit CUdeviceptr), resolved once through the runtime.
+using GetAddressRange = CUresult(CUDAAPI*)(CUdeviceptr*, size_t*, CUdeviceptr);
+
+GetAddressRange driver_get_address_range() {
+  static const GetAddressRange fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault,
+                                         &status);
+#else
+    const cudaError_t err =
+        cudaGetDriverEntryPoint("cuMemGetAddressRange", &p, cudaEnableDefault, &status);
+#endif
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return GetAddressRange{nullptr};
+    }
+    return reinterpret_cast<GetAddressRange>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+AllocationRange allocation_range(const void* device_ptr) {
+  const GetAddressRange fn = driver_get_address_range();
+  if (fn == nullptr)
+    throw GpuError(ErrorKind::kSystem,
+                   "allocation_range: the driver has no cuMemGetAddressRange entry point",
+                   static_cast<int>(cudaErrorNotSupported));
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  const CUresult r = fn(&base, &bytes, reinterpret_cast<CUdeviceptr>(device_ptr));
+  if (r != CUDA_SUCCESS)
+    throw GpuError(r == CUDA_ERROR_INVALID_VALUE ? ErrorKind::kInvalidArgument : ErrorKind::kSystem,
+                   chorus::detail::concat("cuMemGetAddressRange: driver error ",
+                                          static_cast<int>(r),
+                                          " (is the pointer device memory from cudaMalloc?)"),
+                   static_cast<int>(r));
+  return {reinterpret_cast<const void*>(base), bytes};
+}
+
+#endif
 
 IpcMapping::IpcMapping(const IpcMemHandle& handle) {
   cudaIpcMemHandle_t native_handle;

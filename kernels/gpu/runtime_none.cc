@@ -110,6 +110,7 @@ void stream_wait(Stream, const Event&) { no_gpu("stream_wait"); }
 float elapsed_ms(const Event&, const Event&) { no_gpu("elapsed_ms"); }
 
 IpcMemHandle ipc_mem_handle(const void*) { no_gpu("ipc_mem_handle"); }
+AllocationRange allocation_range(const void*) { no_gpu("allocation_range"); }
 IpcMapping::IpcMapping(const IpcMemHandle&) { no_gpu("IpcMapping"); }
 IpcMapping::IpcMapping(IpcMapping&&) noexcept {}
 IpcMapping& IpcMapping::operator=(IpcMapping&&) noexcept { return *this; }

@@ -59,6 +59,22 @@ void GpuWorld::SetUp() {
   if (d.count == 0) GTEST_SKIP() << "no GPU: " << d.reason;
 }
 
+void GpuPathWorld::SetUp() {
+  GpuWorld::SetUp();
+  if (IsSkipped()) return;
+  ::setenv("CHORUS_GPU_PATH", path().c_str(), 1);
+}
+
+void GpuPathWorld::TearDown() { ::unsetenv("CHORUS_GPU_PATH"); }
+
+std::string path_world_name(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
+  return "np" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+}
+
+std::vector<std::tuple<int, std::string>> worlds_and_paths() {
+  return {{1, "staging"}, {2, "ipc"}, {2, "staging"}, {4, "ipc"}, {4, "staging"}};
+}
+
 int use_rank_device() {
   const int count = gpu::probe_devices().count;
   if (count == 0)

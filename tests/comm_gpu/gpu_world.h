@@ -11,6 +11,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "chorus/communicator.h"
 #include "chorus/gpu/runtime.h"
@@ -26,6 +29,22 @@ class GpuWorld : public ::testing::Test {
  protected:
   void SetUp() override;
 };
+
+// The same, for tests that run on both ways device buffers move (CHORUS_GPU_PATH, docs/GPU.md):
+// the parameter is (world size, "ipc" or "staging"), and the ranks (forked from the test process)
+// inherit the setting.
+class GpuPathWorld : public GpuWorld,
+                     public ::testing::WithParamInterface<std::tuple<int, std::string>> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  int world() const { return std::get<0>(GetParam()); }
+  const std::string& path() const { return std::get<1>(GetParam()); }
+};
+// "np2_ipc": the instantiation's test name suffix.
+std::string path_world_name(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info);
+// 1 rank (staging only: one rank moves nothing), 2 and 4 ranks on both paths.
+std::vector<std::tuple<int, std::string>> worlds_and_paths();
 
 // In a rank: makes device CHORUS_LOCAL_RANK % count current and returns it.
 int use_rank_device();

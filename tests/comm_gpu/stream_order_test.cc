@@ -3,6 +3,7 @@
 // with no host synchronisation in between and without blocking the calling thread; operations
 // on two streams still complete in issue order; Work::wait() and test(); host buffers given with
 // a stream; and a communicator destroyed with operations outstanding leaves no stream waiting.
+// Each on the IPC path and on pinned-host staging.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -30,13 +31,13 @@ bool all_equal(const gpu::PinnedHostBuffer& host, size_t count, int32_t value) {
   return true;
 }
 
-class GpuStreamOrder : public GpuWorld, public ::testing::WithParamInterface<int> {};
+class GpuStreamOrder : public GpuPathWorld {};
 
 // [held] [memset inputs] [all_reduce] [copy result to host] on one stream: the call returns at
 // once, nothing runs while the stream is held, and once released the copy sees the sum of the
 // memset inputs.
 TEST_P(GpuStreamOrder, EarlierWorkIsSeenAndLaterWorkWaits) {
-  const int n = GetParam();
+  const int n = world();
   run_ranks(n, [n](Communicator& comm) {
     use_rank_device();
     gpu::DeviceBuffer send(kCount * 4), recv(kCount * 4);
@@ -69,7 +70,7 @@ TEST_P(GpuStreamOrder, EarlierWorkIsSeenAndLaterWorkWaits) {
 // the rank issues three dependent collectives and a copy back to back, then checks only at the
 // end (each all_reduce doubles the n-fold sum).
 TEST_P(GpuStreamOrder, BackToBackWithoutHostSynchronisation) {
-  const int n = GetParam();
+  const int n = world();
   run_ranks(n, [n](Communicator& comm) {
     use_rank_device();
     gpu::DeviceBuffer buf(kCount * 4);
@@ -90,7 +91,7 @@ TEST_P(GpuStreamOrder, BackToBackWithoutHostSynchronisation) {
 // Operation 1 on stream A (held), operation 2 on stream B: operations complete in issue order,
 // so B's collective and the copy after it wait for A's to finish.
 TEST_P(GpuStreamOrder, TwoStreamsCompleteInIssueOrder) {
-  const int n = GetParam();
+  const int n = world();
   run_ranks(n, [n](Communicator& comm) {
     use_rank_device();
     gpu::DeviceBuffer x(kCount * 4), y(kCount * 4);
@@ -121,7 +122,7 @@ TEST_P(GpuStreamOrder, TwoStreamsCompleteInIssueOrder) {
 
 // Host buffers given with a stream: the operation waits for the stream's earlier work.
 TEST_P(GpuStreamOrder, HostBuffersFollowTheStream) {
-  const int n = GetParam();
+  const int n = world();
   run_ranks(n, [n](Communicator& comm) {
     use_rank_device();
     std::vector<double> v(4099, 1.0);
@@ -142,7 +143,7 @@ TEST_P(GpuStreamOrder, HostBuffersFollowTheStream) {
 // Plain blocking calls on device buffers return once the results are in place, interleaved with
 // host-buffer calls on the same communicator.
 TEST_P(GpuStreamOrder, PlainCallsMixWithHostCalls) {
-  const int n = GetParam();
+  const int n = world();
   run_ranks(n, [n](Communicator& comm) {
     use_rank_device();
     gpu::DeviceBuffer d(kCount * 4);
@@ -163,7 +164,7 @@ TEST_P(GpuStreamOrder, PlainCallsMixWithHostCalls) {
 // Every rank destroys its communicator right after issuing device operations: the destruction
 // runs them (as for host operations), and no stream is left waiting.
 TEST_P(GpuStreamOrder, DestroyingWithOperationsOutstandingReleasesTheStream) {
-  run_processes(GetParam(), [](int) {
+  run_processes(world(), [](int) {
     use_rank_device();
     gpu::DeviceBuffer buf(kCount * 4);
     gpu::PinnedHostBuffer out(kCount * 4);
@@ -181,8 +182,13 @@ TEST_P(GpuStreamOrder, DestroyingWithOperationsOutstandingReleasesTheStream) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(World, GpuStreamOrder, ::testing::Values(2, 4),
-                         [](const auto& info) { return "np" + std::to_string(info.param); });
+// 2 and 4 ranks, on the IPC path and on pinned-host staging.
+INSTANTIATE_TEST_SUITE_P(World, GpuStreamOrder,
+                         ::testing::Values(std::tuple<int, std::string>{2, "ipc"},
+                                           std::tuple<int, std::string>{2, "staging"},
+                                           std::tuple<int, std::string>{4, "ipc"},
+                                           std::tuple<int, std::string>{4, "staging"}),
+                         path_world_name);
 
 }  // namespace
 }  // namespace chorus::testing

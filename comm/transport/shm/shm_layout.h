@@ -16,7 +16,9 @@
 // (payload after the header: `bytes` at `offset` of a `total`-byte message) or RENDEZVOUS
 // (payload stays in the sender's memory at `addr`; the receiver reads it with process_vm_readv
 // and then bumps `rndv_done`, which the sender waits for before its send completes — a single
-// copy for large messages).
+// copy for large messages) or DEVICE RENDEZVOUS (payload in the sender's device memory: the slot
+// carries the IPC handle of its allocation, shm_device.h; the receiver maps it, copies or reduces
+// on its device and then bumps `rndv_done` like a rendezvous).
 #pragma once
 
 #include <atomic>
@@ -28,7 +30,7 @@
 
 namespace chorus::transport::shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x63686f7275730004ull;  // "chorus", layout v4
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730005ull;  // "chorus", layout v5
 
 // What a rank tells its peers about itself through its own segment (see PeerStatus).
 struct alignas(64) SegmentHeader {
@@ -39,6 +41,9 @@ struct alignas(64) SegmentHeader {
   uint32_t slot_bytes;
   uint32_t depth;
   uint64_t probe;  // a known value peers read with process_vm_readv to test single-copy access
+  // shm::device_ipc_signature(): ranks that all publish the same non-empty one exchange device
+  // memory through IPC. Written before the segment is announced, never changed.
+  char gpu_signature[128];
   alignas(64) Doorbell bell;
   alignas(64) std::atomic<uint32_t> status;  // PeerStatus; written once when it leaves or fails
   int32_t cause_rank;                        // failed: the rank whose failure caused ours (or us)
@@ -58,7 +63,7 @@ struct FifoCtrl {
   std::atomic<uint32_t> cma_ok;                 // receiver can read the sender's memory
 };
 
-enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2, kInline = 3 };
+enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2, kInline = 3, kDeviceRendezvous = 4 };
 
 struct alignas(64) SlotHeader {
   std::atomic<uint64_t> seq;  // index of the slot's message in the FIFO + 1, stored last

@@ -11,11 +11,13 @@
 #include <fstream>
 #include <optional>
 
+#include "chorus/communicator.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
+#include "chorus/kernels/gpu.h"
 #include "chorus/log.h"
-#include "chorus/communicator.h"
+#include "transport/shm/shm_device.h"
 
 namespace chorus::transport {
 namespace {
@@ -32,7 +34,34 @@ const StringKnob kHostId{"CHORUS_HOST_ID", "",
                          "identity of this host (default hostname + boot id); ranks with equal "
                          "ids share memory"};
 
+const IntKnob kIpcMappings{"CHORUS_GPU_IPC_MAPPINGS", 64,
+                           "peer device allocations kept mapped (IPC) per peer; the least "
+                           "recently used is unmapped beyond it"};
+
 constexpr size_t kStagingBytes = 256 << 10;
+constexpr auto kHostCopyTimeout = std::chrono::minutes(5);
+
+// Makes `device` current on this thread for a scope (a host-memory receive of device memory
+// may run on any thread), then restores the previous one.
+class DeviceSwitch {
+ public:
+  explicit DeviceSwitch(int device) : device_(device), previous_(gpu::current_device()) {
+    if (previous_ != device_) gpu::set_device(device_);
+  }
+  ~DeviceSwitch() {
+    if (previous_ == device_) return;
+    try {
+      gpu::set_device(previous_);
+    } catch (...) {
+    }
+  }
+  DeviceSwitch(const DeviceSwitch&) = delete;
+  DeviceSwitch& operator=(const DeviceSwitch&) = delete;
+
+ private:
+  int device_;
+  int previous_;
+};
 
 // Reads `bytes` at `remote` in process `pid` into `local`; returns errno or 0.
 int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
@@ -93,21 +122,43 @@ std::string local_host_id() {
 // in ours.
 class ShmLink : public Link {
  public:
-  ShmLink(int peer, pid_t peer_pid, const shm::Layout& layout, std::byte* own_base,
-          std::byte* peer_base, int rank, std::vector<std::byte>& staging,
-          size_t cma_threshold)
-      : peer_(peer), peer_pid_(peer_pid), layout_(layout),
+  ShmLink(ShmTransport& owner, int peer, pid_t peer_pid, const shm::Layout& layout,
+          std::byte* own_base, std::byte* peer_base, int rank, std::vector<std::byte>& staging,
+          size_t cma_threshold, size_t ipc_mappings)
+      : owner_(owner),
+        peer_(peer),
+        peer_pid_(peer_pid),
+        layout_(layout),
         in_ctrl_(reinterpret_cast<shm::FifoCtrl*>(own_base + shm::Layout::kCtrlOffset) + peer),
         out_ctrl_(reinterpret_cast<shm::FifoCtrl*>(peer_base + shm::Layout::kCtrlOffset) + rank),
         in_slots_(own_base + layout.fifo_offset(peer)),
         out_slots_(peer_base + layout.fifo_offset(rank)),
         peer_header_(*reinterpret_cast<const shm::SegmentHeader*>(peer_base)),
         peer_bell_(reinterpret_cast<shm::SegmentHeader*>(peer_base)->bell),
-        staging_(staging), cma_threshold_(cma_threshold) {}
+        staging_(staging),
+        cma_threshold_(cma_threshold),
+        own_pid_(::getpid()),
+        mappings_(ipc_mappings) {}
+
+  // The device context of the operation being run (null: host memory); see Transport.
+  void set_device(const DeviceContext* device) { device_ = device; }
 
   bool single_copy() const { return out_ctrl_->cma_ok.load(std::memory_order_acquire) != 0; }
 
   bool progress_send(Request& r) override {
+    if (device_ != nullptr) [[unlikely]]
+      return send_device(r);
+    return send_host(r);
+  }
+
+  bool progress_recv(Request& r) override {
+    if (device_ != nullptr) [[unlikely]]
+      return recv_device(r);
+    return recv_host(r);
+  }
+
+ private:
+  bool send_host(Request& r) {
     if (r.phase == kAwaitingAck) {
       if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < r.token) return false;
       r.done = true;
@@ -163,25 +214,25 @@ class ShmLink : public Link {
     return moved;
   }
 
-  bool progress_recv(Request& r) override {
+  bool recv_host(Request& r) {
     bool moved = false;
     for (;;) {
       if (r.done) break;
       const auto* h = slot_header(in_slots_, received_);
       if (h->seq.load(std::memory_order_acquire) != received_ + 1) break;
-      if (!(h->stamp == r.stamp)) throw StampMismatch{peer_, h->stamp, r.stamp};
-      if (h->total != r.bytes)
-        throw Error(ErrorKind::kMismatch,
-                    detail::concat("rank ", peer_, " sent a ", h->total, "-byte message where this "
-                                   "rank expected ", r.bytes, " bytes (the ranks called different "
-                                   "collectives, counts or types)"));
+      check_slot(h, r);
       if (h->kind == shm::SlotKind::kRendezvous) {
         const uint64_t addr = h->addr;
         consume_slot();
         receive_rendezvous(r, addr);
-        in_ctrl_->rndv_done.fetch_add(1, std::memory_order_release);
-        peer_bell_.ring();
-        r.done = true;
+        acknowledge(r);
+        return true;
+      }
+      if (h->kind == shm::SlotKind::kDeviceRendezvous) [[unlikely]] {
+        const shm::DeviceRendezvous d = shm::decode(h, payload(h));
+        consume_slot();
+        receive_device_into_host(r, d);
+        acknowledge(r);
         return true;
       }
       if (h->kind == shm::SlotKind::kInline) {
@@ -204,8 +255,195 @@ class ShmLink : public Link {
     return moved;
   }
 
- private:
   static constexpr uint8_t kAwaitingAck = 1;
+  static constexpr uint8_t kAwaitingCopy = 2;  // receive: the device copy / reduce is queued
+  static constexpr uint8_t kThroughFifo = 3;   // send: device memory that cannot be exported
+
+  void check_slot(const shm::SlotHeader* h, const Request& r) const {
+    if (!(h->stamp == r.stamp)) throw StampMismatch{peer_, h->stamp, r.stamp};
+    if (h->total != r.bytes)
+      throw Error(ErrorKind::kMismatch, detail::concat("rank ", peer_, " sent a ", h->total,
+                                                       "-byte message where this "
+                                                       "rank expected ",
+                                                       r.bytes,
+                                                       " bytes (the ranks called different "
+                                                       "collectives, counts or types)"));
+  }
+
+  // A rendezvous read is finished: the sender's send completes.
+  void acknowledge(Request& r) {
+    in_ctrl_->rndv_done.fetch_add(1, std::memory_order_release);
+    peer_bell_.ring();
+    r.done = true;
+  }
+
+  // ---- device memory (shm_device.h) ------------------------------------------------------------
+
+  // Sends from device memory: every non-empty message is a device rendezvous, or, from memory
+  // the runtime cannot export (managed memory, memory pools), eager slots copied out of the
+  // device.
+  bool send_device(Request& r) {
+    r.memory = Memory::kDevice;
+    if (r.phase == kAwaitingAck || r.bytes == 0) return send_host(r);
+    if (r.phase == kThroughFifo) return send_device_through_fifo(r);
+    if (!slot_free()) return false;
+    shm::DeviceRendezvous d;
+    d.addr = reinterpret_cast<uint64_t>(r.src);
+    d.device = device_->device;
+    if (peer_pid_ != own_pid_) {
+      try {
+        const gpu::AllocationRange range = gpu::allocation_range(r.src);
+        d.handle = gpu::ipc_mem_handle(range.base);
+        d.offset = static_cast<uint64_t>(r.src - static_cast<const std::byte*>(range.base));
+      } catch (const Error& e) {
+        CHORUS_INFO(kLogShm, "to rank ", peer_,
+                    " through the FIFO (unshareable device memory: ", e.message(), ")");
+        r.phase = kThroughFifo;
+        return send_device_through_fifo(r);
+      }
+    }
+    auto* h = slot_header(out_slots_, sent_);
+    h->kind = shm::SlotKind::kDeviceRendezvous;
+    h->total = r.bytes;
+    h->stamp = r.stamp;
+    shm::encode(d, h, payload(h));
+    r.token = ++rndv_sent_;
+    r.phase = kAwaitingAck;
+    publish(h);
+    peer_bell_.ring();
+    return true;
+  }
+
+  bool send_device_through_fifo(Request& r) {
+    bool moved = false;
+    while (r.offset < r.bytes && slot_free()) {
+      const size_t n = std::min(layout_.slot_bytes, r.bytes - r.offset);
+      auto* h = slot_header(out_slots_, sent_);
+      h->kind = shm::SlotKind::kEager;
+      h->bytes = static_cast<uint32_t>(n);
+      h->total = r.bytes;
+      h->offset = r.offset;
+      h->stamp = r.stamp;
+      gpu::memcpy_async(payload(h), r.src + r.offset, n, device_->stream);
+      finish_device_work(*device_, sync_event());
+      r.offset += n;
+      publish(h);
+      moved = true;
+    }
+    if (moved) {
+      peer_bell_.ring();
+      r.done = r.offset == r.bytes;
+    }
+    return moved;
+  }
+
+  // The peer's message as this process addresses it on `device`: its own address between ranks
+  // of one process, else through the peer's allocation mapped on `device` (cached).
+  const std::byte* map_peer(const shm::DeviceRendezvous& d, int device) {
+    if (peer_pid_ == own_pid_) return reinterpret_cast<const std::byte*>(d.addr);
+    shm::MappingKey key{d.handle.bytes, device};
+    gpu::IpcMapping* m = mappings_.find(key);
+    if (m == nullptr) {
+      try {
+        m = &mappings_.insert(key, gpu::IpcMapping(d.handle));
+      } catch (const Error& e) {
+        throw Error(ErrorKind::kTransport,
+                    detail::concat("cannot map rank ", peer_, "'s device memory (device ", d.device,
+                                   ") on device ", device, ": ", e.message(),
+                                   "; set CHORUS_GPU_PATH=staging to send device buffers through "
+                                   "pinned host memory"),
+                    -1, {}, -1, peer_);
+      }
+    }
+    return static_cast<const std::byte*>(m->data()) + d.offset;
+  }
+
+  // Receives into device memory, from any kind of slot.
+  bool recv_device(Request& r) {
+    r.memory = Memory::kDevice;
+    if (r.phase == kAwaitingCopy) {
+      if (!copy_done_->query()) return false;
+      --owner_.device_copies_;
+      acknowledge(r);
+      return true;
+    }
+    bool moved = false;
+    while (!r.done) {
+      const auto* h = slot_header(in_slots_, received_);
+      if (h->seq.load(std::memory_order_acquire) != received_ + 1) break;
+      check_slot(h, r);
+      if (h->kind == shm::SlotKind::kDeviceRendezvous) {
+        const shm::DeviceRendezvous d = shm::decode(h, payload(h));
+        consume_slot();
+        const std::byte* src = map_peer(d, device_->device);
+        if (r.kind == Request::Kind::kRecv)
+          gpu::memcpy_async(r.dst, src, r.bytes, device_->stream);
+        else
+          kernels::gpu::reduce(r.dtype, r.op, r.dst, r.local, src, r.bytes / dtype_size(r.dtype),
+                               device_->stream);
+        if (!copy_done_) copy_done_.emplace();
+        copy_done_->record(device_->stream);
+        r.phase = kAwaitingCopy;
+        ++owner_.device_copies_;
+        return true;
+      }
+      // A rank with host buffers sent it: through host memory, then onto the device.
+      if (h->kind == shm::SlotKind::kRendezvous) {
+        const uint64_t addr = h->addr;
+        consume_slot();
+        if (staging_.size() < kStagingBytes) staging_.resize(kStagingBytes);
+        const size_t piece = kStagingBytes / 64 * 64;
+        for (size_t off = 0; off < r.bytes; off += piece) {
+          const size_t n = std::min(piece, r.bytes - off);
+          if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_read_error(err);
+          deliver_to_device(r, off, staging_.data(), n);
+        }
+        acknowledge(r);
+        return true;
+      }
+      if (h->kind == shm::SlotKind::kInline) {
+        if (r.bytes > 0) deliver_to_device(r, 0, shm::inline_payload(h), r.bytes);
+        consume_slot();
+        peer_bell_.ring();
+        r.offset = r.bytes;
+        r.done = true;
+        return true;
+      }
+      CHORUS_CHECK_EQ(h->offset, r.offset, "eager slot out of order from rank ", peer_);
+      deliver_to_device(r, r.offset, payload(h), h->bytes);
+      r.offset += h->bytes;
+      consume_slot();
+      moved = true;
+      r.done = r.offset == r.bytes;
+    }
+    if (moved) peer_bell_.ring();
+    return moved;
+  }
+
+  // Host bytes into device memory (copy or reduce), finished before returning: `data` may be a
+  // FIFO slot that is handed back right after.
+  void deliver_to_device(Request& r, size_t offset, const std::byte* data, size_t n) {
+    const gpu::Stream stream = device_->stream;
+    if (r.kind == Request::Kind::kRecv) {
+      gpu::memcpy_async(r.dst + offset, data, n, stream);
+    } else {
+      if (bounce_.bytes() < n) bounce_ = gpu::DeviceBuffer(std::max(n, kStagingBytes));
+      gpu::memcpy_async(bounce_.data(), data, n, stream);
+      kernels::gpu::reduce(r.dtype, r.op, r.dst + offset, r.local + offset, bounce_.data(),
+                           n / dtype_size(r.dtype), stream);
+    }
+    finish_device_work(*device_, sync_event());
+  }
+
+  // Marks the end of this link's synchronous device work on the operation's stream.
+  gpu::Event& sync_event() {
+    if (!sync_done_) sync_done_.emplace();
+    return *sync_done_;
+  }
+
+  // A device rendezvous received into host memory (this rank passed host buffers): copied out on
+  // the sender's device, reduced on the CPU.
+  void receive_device_into_host(Request& r, const shm::DeviceRendezvous& d);
 
   shm::SlotHeader* slot_header(std::byte* fifo, uint64_t index) const {
     return reinterpret_cast<shm::SlotHeader*>(fifo + (index % layout_.depth) * layout_.slot_stride());
@@ -269,6 +507,7 @@ class ShmLink : public Link {
     }
   }
 
+  ShmTransport& owner_;
   int peer_;
   pid_t peer_pid_;
   shm::Layout layout_;
@@ -284,7 +523,37 @@ class ShmLink : public Link {
   uint64_t tail_seen_ = 0;  // the receiver's tail as last read
   uint64_t received_ = 0;   // slots this rank consumed from the peer
   uint64_t rndv_sent_ = 0;  // rendezvous messages this rank sent to the peer
+  // Device memory: the operation's context (null: host), the event that ends a queued device
+  // copy, the peer's allocations mapped here, and device memory for reducing host messages.
+  const DeviceContext* device_ = nullptr;
+  pid_t own_pid_;
+  std::optional<gpu::Event> copy_done_;  // made at the first device copy (needs a device)
+  std::optional<gpu::Event> sync_done_;
+  shm::LruCache<shm::MappingKey, gpu::IpcMapping> mappings_;
+  gpu::DeviceBuffer bounce_;
 };
+
+void ShmLink::receive_device_into_host(Request& r, const shm::DeviceRendezvous& d) {
+  DeviceSwitch on(d.device);
+  // Bounded like any wait, though the operation's own deadline is not known here.
+  const DeviceContext context{d.device, owner_.host_copy_stream(d.device),
+                              std::chrono::steady_clock::now() + kHostCopyTimeout};
+  gpu::Event done;
+  const std::byte* src = map_peer(d, d.device);
+  if (r.kind == Request::Kind::kRecv) {
+    gpu::memcpy_async(r.dst, src, r.bytes, context.stream);
+    finish_device_work(context, done);
+    return;
+  }
+  if (staging_.size() < kStagingBytes) staging_.resize(kStagingBytes);
+  const size_t piece = kStagingBytes / 64 * 64;
+  for (size_t off = 0; off < r.bytes; off += piece) {
+    const size_t n = std::min(piece, r.bytes - off);
+    gpu::memcpy_async(staging_.data(), src + off, n, context.stream);
+    finish_device_work(context, done);
+    deliver(r, off, staging_.data(), n);
+  }
+}
 
 ShmTransport::ShmTransport(int rank, int world_size, Store& store,
                            const std::string& segment_prefix, std::chrono::milliseconds timeout,
@@ -304,6 +573,8 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   hdr->slot_bytes = static_cast<uint32_t>(options.slot_bytes);
   hdr->depth = static_cast<uint32_t>(options.depth);
   hdr->probe = shm::kSegmentMagic ^ static_cast<uint64_t>(rank);
+  const std::string signature = shm::device_ipc_signature();
+  std::memcpy(hdr->gpu_signature, signature.c_str(), signature.size() + 1);
 
   const std::string host = local_host_id();
   store.set("shm/" + std::to_string(rank),
@@ -351,6 +622,24 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
                 " above ", options.cma_threshold, " bytes");
   }
 
+  // Device memory through IPC: when every rank of the communicator is here and all publish the
+  // same GPU signature (shm_device.h).
+  if (members_.size() == static_cast<size_t>(world_size)) {
+    std::vector<std::string> signatures(world_size);
+    for (int p = 0; p < world_size; ++p) {
+      const auto& h = p == rank ? *hdr : peer_header(p);
+      signatures[p] =
+          std::string(h.gpu_signature, strnlen(h.gpu_signature, sizeof h.gpu_signature));
+    }
+    device_ipc_ = shm::signatures_allow_ipc(signatures, &no_device_ipc_);
+  } else {
+    no_device_ipc_ = "the ranks span hosts";
+  }
+  CHORUS_INFO(
+      kLogShm, "rank ", rank, ": device memory ",
+      device_ipc_ ? "can move through IPC" : "moves through host memory (" + no_device_ipc_ + ")");
+  const size_t ipc_mappings = static_cast<size_t>(std::max<int64_t>(1, kIpcMappings.get()));
+
   // Everyone has mapped everything: the names can go.
   store.set("shm_mapped/" + std::to_string(rank), "1");
   std::vector<std::string> keys;
@@ -366,9 +655,9 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   links_.resize(world_size);
   for (int p : members_) {
     if (p == rank) continue;
-    links_[p] = std::make_unique<ShmLink>(p, pids[p], layout, own_base,
-                                          static_cast<std::byte*>(peers_[p].data()), rank,
-                                          staging_, options.cma_threshold);
+    links_[p] = std::make_unique<ShmLink>(*this, p, pids[p], layout, own_base,
+                                          static_cast<std::byte*>(peers_[p].data()), rank, staging_,
+                                          options.cma_threshold, ipc_mappings);
   }
 }
 
@@ -476,6 +765,28 @@ void ShmTransport::count_completed() { header()->ops_done.fetch_add(1, std::memo
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);
   return *links_[peer];
+}
+
+bool ShmTransport::moves_device_memory(std::string* why) const {
+  if (!device_ipc_) *why = no_device_ipc_;
+  return device_ipc_;
+}
+
+void ShmTransport::set_device_memory(const DeviceContext* device) {
+  if (device != nullptr && !device_ipc_)
+    throw Error(ErrorKind::kTransport,
+                "the shm transport cannot move device memory here: " + no_device_ipc_, rank_);
+  if (device != nullptr) device_ = *device;
+  device_copies_ = 0;  // a failed operation may have left one unaccounted for
+  for (auto& l : links_)
+    if (l) l->set_device(device != nullptr ? &device_ : nullptr);
+}
+
+gpu::Stream ShmTransport::host_copy_stream(int device) {
+  for (auto& [d, s] : host_copy_streams_)
+    if (d == device) return s.get();
+  host_copy_streams_.emplace_back(device, gpu::OwnedStream());
+  return host_copy_streams_.back().second.get();
 }
 
 size_t ShmTransport::preferred_chunk_bytes() const {

@@ -7,9 +7,11 @@
 // short window before that.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chorus/store.h"
@@ -45,7 +47,12 @@ class ShmTransport : public Transport {
   size_t preferred_chunk_bytes() const override;
   uint32_t arm_sleep() override { return header()->bell.arm(); }
   void disarm_sleep() override { header()->bell.disarm(); }
-  void sleep(uint32_t token, long max_ns) override { header()->bell.sleep(token, max_ns); }
+  void sleep(uint32_t token, long max_ns) override {
+    // A device copy in flight ends without a peer ringing: look again soon.
+    if (device_copies_ > 0) [[unlikely]]
+      max_ns = std::min(max_ns, kDeviceCopyPollNs);
+    header()->bell.sleep(token, max_ns);
+  }
   void wake_self() override { header()->bell.wake(); }
 
   std::string name() const override { return "shm"; }
@@ -61,7 +68,17 @@ class ShmTransport : public Transport {
   // Whether sends to `peer` may use the single-copy path (for tests and logs).
   bool single_copy_to(int peer) const;
 
+  // Device memory through IPC (shm_device.h): possible when every rank of the communicator is on
+  // this host and all publish the same GPU signature.
+  bool moves_device_memory(std::string* why) const override;
+  void set_device_memory(const DeviceContext* device) override;
+
  private:
+  friend class ShmLink;
+  // A stream on `device` for copying a peer's device memory into host buffers (made on first use,
+  // with `device` current).
+  gpu::Stream host_copy_stream(int device);
+
   shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
   const shm::SegmentHeader& peer_header(int peer) const;
   void announce(PeerStatus status);
@@ -75,6 +92,12 @@ class ShmTransport : public Transport {
   std::vector<std::unique_ptr<ShmLink>> links_;
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
   std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
+  bool device_ipc_ = false;
+  std::string no_device_ipc_;  // why not, when !device_ipc_
+  DeviceContext device_;       // of the operation running on device memory
+  int device_copies_ = 0;      // device copies / reductions the links have queued and not seen end
+  static constexpr long kDeviceCopyPollNs = 20'000;
+  std::vector<std::pair<int, gpu::OwnedStream>> host_copy_streams_;
 };
 
 // The host identity ranks compare to decide whether they share memory: CHORUS_HOST_ID, else

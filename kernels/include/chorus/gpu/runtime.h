@@ -279,6 +279,17 @@ struct IpcEventHandle {
 // allocations; a peer adds its own offsets).
 IpcMemHandle ipc_mem_handle(const void* device_ptr);
 
+// The device allocation that contains `device_ptr`: its first byte and size (cuMemGetAddressRange,
+// reached through the runtime's driver entry point so libcuda is never linked;
+// hipMemGetAddressRange on HIP). What a process exports through IPC is the allocation, so a pointer
+// inside it travels as (handle of `base`, ptr - base). Throws GpuError for memory the runtime did
+// not allocate.
+struct AllocationRange {
+  const void* base = nullptr;
+  size_t bytes = 0;
+};
+AllocationRange allocation_range(const void* device_ptr);
+
 // A peer's allocation mapped into this process (on the current device); unmapped at destruction.
 class IpcMapping {
  public:
