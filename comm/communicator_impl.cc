@@ -292,29 +292,35 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking,
   rec.root = is_rooted(args.coll) ? args.root : p2p ? args.peer : -1;
   rec.algorithm = algo::to_string(op.algorithm);
 
-  std::unique_lock lock(mu_);
-  if (blocking && !op.device && queue_.empty() && !running_) {
-    // Nothing ahead of it: run on the caller's thread, no handle, errors thrown directly.
-    running_ = true;
-    lock.unlock();
+  // Nothing ahead of it: run on the caller's thread, no handle, errors thrown directly. No lock:
+  // only this thread adds to the queue (one issuing thread), and the progress thread claims
+  // running_ before it takes an operation off the queue, so an empty queue here and a won claim
+  // mean nothing issued earlier is still to run.
+  if (blocking && !op.device && queued_.load(std::memory_order_seq_cst) == 0 &&
+      !running_.exchange(true, std::memory_order_seq_cst)) {
     op.record = recorder->issued(rec, true);
     std::exception_ptr error = execute(op);
-    lock.lock();
-    running_ = false;
-    // synchronize() callers, or the progress thread when async calls queued up meanwhile.
-    const bool notify = waiters_ > 0 || (thread_idle_ && !queue_.empty());
-    lock.unlock();
-    if (notify) cv_.notify_all();
+    running_.store(false, std::memory_order_seq_cst);
+    // synchronize() callers may wait for this one. (The queue stayed empty, as only this thread
+    // adds to it; the second test is a safety net.)
+    if (waiters_.load(std::memory_order_seq_cst) > 0 ||
+        (thread_idle_.load(std::memory_order_seq_cst) &&
+         queued_.load(std::memory_order_seq_cst) > 0)) {
+      { std::lock_guard lock(mu_); }
+      cv_.notify_all();
+    }
     if (error) std::rethrow_exception(error);
     return Work();
   }
+  std::unique_lock lock(mu_);
   op.state = std::make_shared<Work::State>();
   op.state->algorithm = std::string(rec.algorithm);
   op.record = recorder->issued(rec);
   Work work(op.state);
   queue_.push_back(std::move(op));
+  queued_.store(queue_.size(), std::memory_order_seq_cst);
   if (!thread_.joinable()) thread_ = std::thread([this] { progress_loop(); });
-  const bool notify = thread_idle_;
+  const bool notify = thread_idle_.load(std::memory_order_seq_cst);
   lock.unlock();
   if (notify) cv_.notify_all();
   return work;
@@ -323,27 +329,36 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking,
 void Communicator::Impl::progress_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    thread_idle_ = true;
-    cv_.wait(lock, [&] { return (!queue_.empty() && !running_) || (stopping_ && queue_.empty()); });
-    thread_idle_ = false;
-    if (queue_.empty()) return;  // stopping
+    thread_idle_.store(true, std::memory_order_seq_cst);
+    cv_.wait(lock, [&] {
+      return (!queue_.empty() && !running_.load(std::memory_order_seq_cst)) ||
+             (stopping_ && queue_.empty());
+    });
+    if (queue_.empty()) {  // stopping
+      thread_idle_.store(false, std::memory_order_seq_cst);
+      return;
+    }
+    // Claim before taking the operation off the queue (see submit()); a blocking call on the
+    // issuing thread may have claimed first: it wakes this thread when it is done.
+    if (running_.exchange(true, std::memory_order_seq_cst)) continue;
+    thread_idle_.store(false, std::memory_order_seq_cst);
     Op op = std::move(queue_.front());
     queue_.pop_front();
-    running_ = true;
+    queued_.store(queue_.size(), std::memory_order_seq_cst);
     lock.unlock();
     recorder->started(op.record);
     op.state->complete(op.device ? execute_device(op) : execute(op));
     lock.lock();
-    running_ = false;
-    if (waiters_ > 0) cv_.notify_all();
+    running_.store(false, std::memory_order_seq_cst);
+    if (waiters_.load(std::memory_order_seq_cst) > 0) cv_.notify_all();
   }
 }
 
 void Communicator::Impl::synchronize() {
   std::unique_lock lock(mu_);
-  ++waiters_;
-  cv_.wait(lock, [&] { return queue_.empty() && !running_; });
-  --waiters_;
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  cv_.wait(lock, [&] { return queue_.empty() && !running_.load(std::memory_order_seq_cst); });
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 std::exception_ptr Communicator::Impl::execute(Op& op) {

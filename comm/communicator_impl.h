@@ -134,13 +134,16 @@ struct Communicator::Impl {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;
-  bool running_ = false;
+  // Blocking calls that find nothing queued or running skip mu_ (submit()): these three are
+  // atomics for that path; queue_ and stopping_ stay under mu_.
+  std::atomic<size_t> queued_{0};       // queue_.size(), readable without the lock
+  std::atomic<bool> running_{false};    // an operation runs (claimed by exchange)
   bool stopping_ = false;
   std::thread thread_;
   std::exception_ptr broken_;  // guarded by mu_
   std::atomic<bool> broken_flag_{false};  // broken_ is set (checked without the lock)
-  int waiters_ = 0;            // threads in synchronize(); guarded by mu_
-  bool thread_idle_ = false;   // the progress thread waits for work; guarded by mu_
+  std::atomic<int> waiters_{0};            // threads in synchronize()
+  std::atomic<bool> thread_idle_{false};   // the progress thread waits for work
   std::atomic<bool> aborted_{false};
   // Stream-ordered operations: made at the first one, which fixes the communicator's device.
   std::unique_ptr<DeviceOps> device_ops_;

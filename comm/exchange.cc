@@ -54,8 +54,7 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   deadline_ = kNoDeadline;
   stamp_ = stamp;
   if (static_cast<Collective>(stamp.coll) != Collective::kSend) {
-    history_.push_back(stamp);
-    if (history_.size() > 64) history_.pop_front();
+    history_[history_count_++ % history_.size()] = stamp;
   }
   transport_.check_alarm();
   transport_.publish_current(stamp);
@@ -77,7 +76,13 @@ Exchange::RequestId Exchange::post(transport::Request r) {
     return id;
   }
   CHORUS_CHECK(req.peer != rank_, "request to self");
-  auto& q = req.kind == transport::Request::Kind::kSend ? send_q_[req.peer] : recv_q_[req.peer];
+  const bool send = req.kind == transport::Request::Kind::kSend;
+  // A small send with nothing ahead of it goes out now: the peer may be waiting for it, and the
+  // rest of the posting (and the first pass of the wait) is then off its critical path.
+  if (send && req.bytes <= kEagerPostBytes && send_q_[req.peer].empty() &&
+      link(req.peer).progress_send(req) && req.done)
+    return id;
+  auto& q = send ? send_q_[req.peer] : recv_q_[req.peer];
   if (send_q_[req.peer].empty() && recv_q_[req.peer].empty()) active_.push_back(req.peer);
   q.push_back(&req);
   ++pending_;
@@ -119,7 +124,7 @@ bool Exchange::progress() {
   bool moved = false;
   for (size_t i = 0; i < active_.size();) {
     const int peer = active_[i];
-    auto& link = transport_.link(peer);
+    auto& link = this->link(peer);
     for (auto* q : {&send_q_[peer], &recv_q_[peer]}) {
       while (!q->empty()) {
         transport::Request& r = *q->front();
@@ -187,8 +192,9 @@ void Exchange::throw_mismatch(const transport::StampMismatch& m) const {
   const bool p2p = static_cast<Collective>(m.mine.coll) == Collective::kSend;
   const transport::OpStamp* earlier = nullptr;
   if (!p2p && m.theirs.seq < m.mine.seq)
-    for (const auto& s : history_)
-      if (s.seq == m.theirs.seq) earlier = &s;
+    for (uint64_t k = history_count_ > history_.size() ? history_count_ - history_.size() : 0;
+         k < history_count_; ++k)
+      if (history_[k % history_.size()].seq == m.theirs.seq) earlier = &history_[k % history_.size()];
   if (earlier != nullptr)
     text += detail::concat(" where this rank called ", describe(*earlier),
                            " (this rank is now in ", describe(m.mine), ")");

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -37,8 +38,8 @@ class Exchange {
   using RequestId = size_t;
 
   Exchange(transport::Transport& transport, int rank, int world_size, const WaitPolicy& policy)
-      : transport_(transport), rank_(rank), send_q_(world_size), recv_q_(world_size),
-        policy_(policy), p2p_sent_(world_size), p2p_received_(world_size) {}
+      : transport_(transport), rank_(rank), links_(world_size, nullptr), send_q_(world_size),
+        recv_q_(world_size), policy_(policy), p2p_sent_(world_size), p2p_received_(world_size) {}
 
   // Starts a new operation: forgets finished requests, sets the deadline, the names used in
   // error messages and the stamp every message of the operation carries.
@@ -46,6 +47,10 @@ class Exchange {
              std::chrono::milliseconds timeout, const transport::OpStamp& stamp);
   // Labels the current step for timeout messages (a static string).
   void step(const char* label) { step_ = label; }
+
+  // Sends of at most this many bytes start inside post_send when nothing is queued ahead of them
+  // for that peer.
+  static constexpr size_t kEagerPostBytes = 4096;
 
   RequestId post_send(int peer, const void* src, size_t bytes);
   RequestId post_recv(int peer, void* dst, size_t bytes);
@@ -74,6 +79,10 @@ class Exchange {
 
  private:
   RequestId post(transport::Request r);
+  transport::Link& link(int peer) {
+    transport::Link* l = links_[static_cast<size_t>(peer)];
+    return l != nullptr ? *l : *(links_[static_cast<size_t>(peer)] = &transport_.link(peer));
+  }
   // One pass over every link with pending requests. Returns whether anything moved.
   bool progress();
   // Peer checks, abort, published waiting state; returns whether its extra progress pass moved.
@@ -84,6 +93,7 @@ class Exchange {
 
   transport::Transport& transport_;
   int rank_;
+  std::vector<transport::Link*> links_;               // transport_.link(p), looked up once
   std::deque<transport::Request> requests_;           // stable addresses
   std::vector<std::deque<transport::Request*>> send_q_;  // per peer, oldest first
   std::vector<std::deque<transport::Request*>> recv_q_;
@@ -93,7 +103,9 @@ class Exchange {
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
   transport::OpStamp stamp_;
-  std::deque<transport::OpStamp> history_;  // this rank's recent collectives, newest last
+  // This rank's recent collectives (a ring: history_[k % size] is the k-th begun).
+  std::array<transport::OpStamp, 64> history_{};
+  uint64_t history_count_ = 0;
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // per peer: send/recv message numbers
   std::chrono::steady_clock::time_point last_check_{};
   Waiting* waiting_ = nullptr;

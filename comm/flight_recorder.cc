@@ -16,11 +16,6 @@
 #include "chorus/log.h"
 #include "transport/futex.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#define CHORUS_FR_TSC 1
-#endif
-
 namespace chorus {
 namespace {
 
@@ -92,20 +87,14 @@ void install_signal_once() {
 
 }  // namespace
 
-void FlightRecorder::SpinLock::lock() {
+void FlightRecorder::SpinLock::lock_contended() {
   for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
     if (spins < 64) transport::cpu_relax();
     else std::this_thread::yield();
   }
 }
 
-uint64_t FlightRecorder::ticks() {
-#ifdef CHORUS_FR_TSC
-  return __rdtsc();
-#else
-  return static_cast<uint64_t>(now_us());
-#endif
-}
+uint64_t FlightRecorder::clock_ticks() { return static_cast<uint64_t>(now_us()); }
 
 FlightRecorder::TickScale FlightRecorder::tick_scale() const {
 #ifdef CHORUS_FR_TSC
@@ -149,7 +138,16 @@ uint64_t FlightRecorder::issued(const Record& r, bool started) {
   std::lock_guard lock(mu_);
   const uint64_t id = next_++;
   Record& slot = ring_[id % ring_.size()];
-  slot = r;
+  // Field by field: the error string keeps its storage (and is usually empty already).
+  slot.seq = r.seq;
+  slot.coll = r.coll;
+  slot.count = r.count;
+  slot.dtype = r.dtype;
+  slot.op = r.op;
+  slot.root = r.root;
+  slot.algorithm = r.algorithm;
+  slot.ended = 0;
+  if (!slot.error.empty()) slot.error.clear();
   slot.state = started ? State::kRunning : State::kQueued;
   slot.issued = now;
   slot.started = started ? now : 0;
@@ -168,7 +166,7 @@ void FlightRecorder::started(uint64_t id) {
   }
 }
 
-void FlightRecorder::finished(uint64_t id, const std::string& error) {
+void FlightRecorder::finished(uint64_t id, std::string_view error) {
   const uint64_t now = ticks();
   std::lock_guard lock(mu_);
   if (Record* r = find(id)) {

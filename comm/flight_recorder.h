@@ -16,6 +16,11 @@
 #include "chorus/communicator.h"
 #include "exchange.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define CHORUS_FR_TSC 1
+#endif
+
 namespace chorus {
 
 class FlightRecorder {
@@ -48,7 +53,7 @@ class FlightRecorder {
   // Returns an id for the other calls. `started`: it runs right away (one call instead of two).
   uint64_t issued(const Record& r, bool started = false);
   void started(uint64_t id);
-  void finished(uint64_t id, const std::string& error);  // empty error = success
+  void finished(uint64_t id, std::string_view error);  // empty error = success
 
   // The exchange publishes where it is blocked here.
   Exchange::Waiting* waiting() { return &waiting_; }
@@ -73,13 +78,24 @@ class FlightRecorder {
   // there is one (a few ns against ~20 for clock_gettime), converted when a dump is made.
   class SpinLock {
    public:
-    void lock();
+    void lock() {
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+      lock_contended();
+    }
     void unlock() { locked_.store(false, std::memory_order_release); }
 
    private:
+    void lock_contended();
     std::atomic<bool> locked_{false};
   };
-  static uint64_t ticks();
+  static uint64_t ticks() {
+#ifdef CHORUS_FR_TSC
+    return __rdtsc();
+#else
+    return clock_ticks();
+#endif
+  }
+  static uint64_t clock_ticks();  // CLOCK_REALTIME microseconds
   // How ticks() values become CLOCK_REALTIME microseconds: measured when a dump is made.
   struct TickScale {
     int64_t base_us = 0;

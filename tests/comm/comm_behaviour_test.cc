@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -81,6 +82,34 @@ TEST(CommBehaviour, ThousandMixedAsyncOperationsCompleteInOrder) {
         ASSERT_EQ(bufs[k][i], want) << "op " << k << " element " << i;
       }
     }
+  });
+}
+
+// A blocking call runs on the caller's thread only when nothing issued before it is queued or
+// running; otherwise it waits its turn. Each round queues 0-3 in-place sums of `buf` and then
+// reads `buf` with a blocking call: running early would read a stale value. A second thread
+// calls synchronize() all along (it must neither hang nor let a call jump the queue).
+TEST(CommBehaviour, BlockingCallsWaitForEarlierAsyncOnes) {
+  run_ranks(3, [](Communicator& comm) {
+    const int64_t n = comm.size();
+    std::atomic<bool> stop{false};
+    std::thread syncer([&] {
+      while (!stop.load()) comm.synchronize();
+    });
+    for (int round = 0; round < 3000; ++round) {
+      const int queued = round % 4;
+      int64_t buf = 1, out = 0;
+      std::vector<Work> works;
+      for (int k = 0; k < queued; ++k)
+        works.push_back(comm.all_reduce_async(&buf, &buf, 1, DataType::kI64, ReduceOp::kSum));
+      comm.all_reduce(&buf, &out, 1, DataType::kI64, ReduceOp::kSum);
+      int64_t want = n;
+      for (int k = 0; k < queued; ++k) want *= n;
+      for (auto& w : works) EXPECT_TRUE(w.test()) << "round " << round;
+      ASSERT_EQ(out, want) << "round " << round << " with " << queued << " queued before it";
+    }
+    stop.store(true);
+    syncer.join();
   });
 }
 

@@ -760,7 +760,11 @@ bool ShmTransport::process_alive(int peer) {
   return ::poll(&fd, 1, 0) == 0;
 }
 
-void ShmTransport::count_completed() { header()->ops_done.fetch_add(1, std::memory_order_relaxed); }
+// Only this rank writes its count: a plain store, not a locked read-modify-write per operation.
+void ShmTransport::count_completed() {
+  auto& done = header()->ops_done;
+  done.store(done.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);
