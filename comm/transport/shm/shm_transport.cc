@@ -25,7 +25,9 @@ namespace {
 const IntKnob kSlotBytes{"CHORUS_SHM_SLOT_BYTES", 64 << 10,
                          "payload bytes per shm FIFO slot (multiple of 64)"};
 const IntKnob kDepth{"CHORUS_SHM_DEPTH", 8, "slots per shm FIFO (per ordered pair of ranks)"};
-const IntKnob kCmaThreshold{"CHORUS_SHM_CMA_THRESHOLD", 128 << 10,
+// 32 KiB: from there the single copy beats the FIFO's two for every collective at np=2
+// (docs/PERFORMANCE.md, "The single-copy threshold"); below it the system call costs more.
+const IntKnob kCmaThreshold{"CHORUS_SHM_CMA_THRESHOLD", 32 << 10,
                             "messages of at least this many bytes move single-copy (CMA)"};
 const IntKnob kCma{"CHORUS_SHM_CMA", 1, "1 = allow single-copy process_vm_readv between ranks"};
 const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
