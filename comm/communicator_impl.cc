@@ -101,7 +101,8 @@ Communicator::Impl::Impl(Setup s)
     hosts = wiring.hosts;
     set_ring(wiring.places);
     exchange =
-        std::make_unique<Exchange>(*transport, rank, size, WaitPolicy::for_ranks(local_ranks));
+        std::make_unique<Exchange>(*transport, rank, size,
+                                   WaitPolicy::for_ranks(local_ranks, wiring.host_cpus));
     agree_on_choices();
   }
   if (chunk_bytes == 0) chunk_bytes = transport::Transport::kDefaultChunkBytes;

@@ -26,9 +26,11 @@ int usable_cpus() {
 
 constexpr std::chrono::steady_clock::time_point kNoDeadline = std::chrono::steady_clock::time_point::min();
 
-WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
+WaitPolicy WaitPolicy::for_ranks(int local_ranks, int host_cpus) {
   WaitPolicy p;
-  const bool oversubscribed = local_ranks > usable_cpus();
+  // A rank bound to one core is not oversubscribed when its peers are bound to the others: the
+  // union of the host's masks counts, not this process's own.
+  const bool oversubscribed = local_ranks > std::max(usable_cpus(), host_cpus);
   p.spin_passes = oversubscribed ? 0 : 4000;
   // Oversubscribed, a waiter gives its core to a peer for a few passes before it sleeps: a
   // futex wake-up costs a scheduler round trip (tens of us), and 2 passes were measured to leave

@@ -28,9 +28,11 @@ struct WaitPolicy {
   int spin_passes = 0;   // progress passes before yielding
   int yield_passes = 0;  // sched_yield()s before sleeping
   long sleep_ns = 0;     // longest single futex sleep (wake-ups come from peers sooner)
-  // Chooses from the number of ranks on this host and the CPUs this process may run on
-  // (CHORUS_WAIT_SPIN / CHORUS_WAIT_YIELD override).
-  static WaitPolicy for_ranks(int local_ranks);
+  // Chooses from the number of ranks on this host and the CPUs they may run on together
+  // (`host_cpus`: the union of their affinity masks; 0 = this process's own mask), so that ranks
+  // bound one per core spin, and ranks sharing cores yield (CHORUS_WAIT_SPIN / CHORUS_WAIT_YIELD
+  // override).
+  static WaitPolicy for_ranks(int local_ranks, int host_cpus = 0);
 };
 
 class Exchange {

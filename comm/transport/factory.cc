@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "chorus/build_config.h"
@@ -54,35 +55,85 @@ int cpu_numa(int cpu) {
 }
 
 // "<host id>\n<package> <numa> <cpu>": the value of "host/<rank>".
-std::string place_record(const std::string& host_id, const algo::RankPlace& p) {
-  return detail::concat(host_id, "\n", p.package, " ", p.numa, " ", p.cpu);
+// This process's CPU affinity mask as a list ("0-3,8"), or "-" when it may run on every online
+// CPU (not bound) or the mask cannot be read.
+std::string affinity_list() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0 || online <= 0 || CPU_COUNT(&mask) >= online)
+    return "-";
+  std::string list;
+  for (int cpu = 0; cpu < CPU_SETSIZE;) {
+    if (!CPU_ISSET(cpu, &mask)) {
+      ++cpu;
+      continue;
+    }
+    int last = cpu;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &mask)) ++last;
+    list += detail::concat(list.empty() ? "" : ",", cpu);
+    if (last > cpu) list += detail::concat("-", last);
+    cpu = last + 1;
+  }
+  return list.empty() ? "-" : list;
 }
 
-void parse_place(const std::string& record, std::string* host_id, algo::RankPlace* place) {
+// The CPUs of a list written by affinity_list() into `cpus`; false for "-" (every CPU).
+bool parse_affinity(const std::string& list, std::set<int>* cpus) {
+  if (list.empty() || list == "-") return false;
+  std::istringstream in(list);
+  std::string range;
+  while (std::getline(in, range, ',')) {
+    const size_t dash = range.find('-');
+    try {
+      const int lo = std::stoi(range.substr(0, dash));
+      const int hi = dash == std::string::npos ? lo : std::stoi(range.substr(dash + 1));
+      for (int c = lo; c <= hi && c < CPU_SETSIZE; ++c) cpus->insert(c);
+    } catch (const std::exception&) {
+      return false;  // unreadable: count it as every CPU
+    }
+  }
+  return !cpus->empty();
+}
+
+// "<host id>\n<package> <numa> <cpu> <affinity list>": the transports that publish the host id
+// on its own (UCX) read up to the newline.
+std::string place_record(const std::string& host_id, const algo::RankPlace& p) {
+  return detail::concat(host_id, "\n", p.package, " ", p.numa, " ", p.cpu, " ", affinity_list());
+}
+
+void parse_place(const std::string& record, std::string* host_id, algo::RankPlace* place,
+                 std::string* affinity) {
   const size_t nl = record.find('\n');
   *host_id = record.substr(0, nl);
   *place = {};
+  affinity->clear();
   if (nl == std::string::npos) return;
   std::istringstream in(record.substr(nl + 1));
   int package = -1, numa = -1, cpu = -1;
   if (in >> package >> numa >> cpu) *place = {0, package, numa, cpu};
+  in >> *affinity;
 }
 
 // Host index per rank, numbered in order of each host's lowest rank, and every rank's place.
 std::vector<int> gather_hosts(int rank, int world_size, Store& store,
                               std::chrono::milliseconds timeout, int* hosts,
-                              std::vector<algo::RankPlace>* places) {
+                              std::vector<algo::RankPlace>* places, int* host_cpus) {
   const std::string me = local_host_id();
   const algo::RankPlace here = local_place();
+  const std::string my_affinity = affinity_list();
   store.set("host/" + std::to_string(rank), place_record(me, here));
+  // The CPUs this host's ranks may run on together (the union of their masks).
+  std::set<int> cpus;
+  bool every_cpu = false;
   std::map<std::string, int> index;
   std::vector<int> host_of(world_size);
   places->assign(world_size, {});
   for (int p = 0; p < world_size; ++p) {
-    std::string id = me;
+    std::string id = me, affinity = my_affinity;
     algo::RankPlace place = here;
     if (p != rank) try {
-        parse_place(store.get("host/" + std::to_string(p), timeout), &id, &place);
+        parse_place(store.get("host/" + std::to_string(p), timeout), &id, &place, &affinity);
       } catch (const Timeout&) {
         throw Timeout(detail::concat("rank ", p, " did not join within ", timeout.count() / 1000.0,
                                      " s (is it running, with the same world size and master "
@@ -92,8 +143,12 @@ std::vector<int> gather_hosts(int rank, int world_size, Store& store,
     host_of[p] = index.emplace(id, static_cast<int>(index.size())).first->second;
     place.host = host_of[p];
     (*places)[p] = place;
+    if (id == me && !every_cpu && !parse_affinity(affinity, &cpus)) every_cpu = true;
   }
   *hosts = static_cast<int>(index.size());
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  *host_cpus = every_cpu || cpus.empty() ? static_cast<int>(std::max(1L, online))
+                                         : static_cast<int>(cpus.size());
   return host_of;
 }
 
@@ -136,7 +191,7 @@ algo::RankPlace local_place() {
 Wiring connect(int rank, int world_size, Store& store, const std::string& segment_prefix,
                std::chrono::milliseconds timeout) {
   Wiring w;
-  w.host_of = gather_hosts(rank, world_size, store, timeout, &w.hosts, &w.places);
+  w.host_of = gather_hosts(rank, world_size, store, timeout, &w.hosts, &w.places, &w.host_cpus);
   const std::string choice = kTransport.get();
   CHORUS_ARG_CHECK(choice == "auto" || choice == "shm" || choice == "ucx", "CHORUS_TRANSPORT='",
                    choice, "' (use auto, shm or ucx)");

@@ -25,6 +25,9 @@ struct Wiring {
   int hosts = 1;
   // places[r]: rank r's host index and where on it it is bound (algo::ring_by_locality).
   std::vector<algo::RankPlace> places;
+  // The CPUs the ranks of this rank's host (in this communicator) may run on together: the size
+  // of the union of their affinity masks (the online CPUs when one of them is not bound).
+  int host_cpus = 1;
 };
 
 // Where this process is bound: the package, NUMA node and lowest CPU of its CPU affinity mask
