@@ -222,12 +222,12 @@ else
     for coll in "${colls[@]}"; do
       log=$LOG_DIR/bench-$coll-np$ranks-$path.log
       say "chorus-bench $coll --device on $ranks ranks, $path path (log: $log)"
-      # IPC path: 8 B to 1 GiB (all_reduce in steps of 4, through the 256 MiB target size;
-      # the others in steps of 8). Staging, far slower: all_reduce 8 B to 256 MiB in steps of 32,
-      # all_gather 8 B to 128 MiB.
+      # IPC path: 8 B to 1 GiB (all_reduce doubling, through the 256 MiB target size; the others
+      # in steps of 8). Staging, far slower: all_reduce 8 B to 256 MiB in steps of 32, all_gather
+      # 8 B to 128 MiB.
       if [[ $path == ipc ]]; then
         sizes=(-b 8 -e 1G -f 8)
-        [[ $coll == all_reduce ]] && sizes=(-b 8 -e 1G -f 4)
+        [[ $coll == all_reduce ]] && sizes=(-b 8 -e 1G -f 2)
       else
         sizes=(-b 8 -e 128M -f 8)
         [[ $coll == all_reduce ]] && sizes=(-b 8 -e 256M -f 32)
