@@ -17,28 +17,6 @@ using Clock = std::chrono::steady_clock;
 // How long a communicator being destroyed waits for the streams that still use its memory.
 constexpr auto kTeardownWait = std::chrono::seconds(10);
 
-// Makes `device` current on this thread for a scope, then restores the previous one.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device), previous_(gpu::current_device()) {
-    if (previous_ != device_) gpu::set_device(device_);
-  }
-  ~DeviceGuard() {
-    if (previous_ == device_) return;
-    try {
-      gpu::set_device(previous_);
-    } catch (...) {
-      // Destructors do not throw; the caller's device is what it was unless the runtime broke.
-    }
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int previous_;
-};
-
 enum class Polled { kReady, kStopped, kTimedOut };
 
 // Polls `ready` until it says true: a few quick polls, a few yields, then sleeps growing to 1 ms.
@@ -75,7 +53,7 @@ size_t size_class(size_t bytes) {
 
 DeviceOps::DeviceOps(int device, int rank, size_t staging_limit, GpuPath path)
     : device_(device), rank_(rank), limit_(staging_limit), path_(path) {
-  DeviceGuard guard(device_);
+  gpu::DeviceGuard guard(device_);
   flag_ = gpu::PinnedHostBuffer(64, /*mapped=*/true);  // its own cache line
   store_flag(0);
   if (path_ == GpuPath::kIpc) memory_ = std::make_unique<DeviceMemoryOps>(device_);
@@ -87,7 +65,7 @@ DeviceOps::DeviceOps(int device, int rank, size_t staging_limit, GpuPath path)
 
 DeviceOps::~DeviceOps() {
   try {
-    DeviceGuard guard(device_);
+    gpu::DeviceGuard guard(device_);
     std::lock_guard lock(mu_);
     // Operations prepared but never run (their call failed after preparing) wait no longer.
     released_ = std::max(released_, issued_);
@@ -194,7 +172,7 @@ StagingSlot& DeviceOps::acquire(size_t bytes, std::chrono::milliseconds timeout)
 
 DeviceOp DeviceOps::prepare(const algo::CollArgs& a, bool device_memory, gpu::Stream stream,
                             int rank, int world, std::chrono::milliseconds timeout) {
-  DeviceGuard guard(device_);
+  gpu::DeviceGuard guard(device_);
   const bool ipc = device_memory && path_ == GpuPath::kIpc;
   const bool staged = device_memory && !ipc;
   const StagingPlan plan = staged ? plan_staging(a, rank, world) : StagingPlan{};

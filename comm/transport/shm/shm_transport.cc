@@ -43,28 +43,6 @@ const IntKnob kIpcMappings{"CHORUS_GPU_IPC_MAPPINGS", 64,
 constexpr size_t kStagingBytes = 256 << 10;
 constexpr auto kHostCopyTimeout = std::chrono::minutes(5);
 
-// Makes `device` current on this thread for a scope (a host-memory receive of device memory
-// may run on any thread), then restores the previous one.
-class DeviceSwitch {
- public:
-  explicit DeviceSwitch(int device) : device_(device), previous_(gpu::current_device()) {
-    if (previous_ != device_) gpu::set_device(device_);
-  }
-  ~DeviceSwitch() {
-    if (previous_ == device_) return;
-    try {
-      gpu::set_device(previous_);
-    } catch (...) {
-    }
-  }
-  DeviceSwitch(const DeviceSwitch&) = delete;
-  DeviceSwitch& operator=(const DeviceSwitch&) = delete;
-
- private:
-  int device_;
-  int previous_;
-};
-
 // Reads `bytes` at `remote` in process `pid` into `local`; returns errno or 0.
 int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
   size_t done = 0;
@@ -536,7 +514,8 @@ class ShmLink : public Link {
 };
 
 void ShmLink::receive_device_into_host(Request& r, const shm::DeviceRendezvous& d) {
-  DeviceSwitch on(d.device);
+  // A host-memory receive of device memory may run on any thread.
+  gpu::DeviceGuard on(d.device);
   // Bounded like any wait, though the operation's own deadline is not known here.
   const DeviceContext context{d.device, owner_.host_copy_stream(d.device),
                               std::chrono::steady_clock::now() + kHostCopyTimeout};

@@ -63,6 +63,28 @@ std::string version_string();
 int current_device();
 void set_device(int device);
 
+// Makes `device` current on this thread for a scope, then restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device), previous_(current_device()) {
+    if (previous_ != device_) set_device(device_);
+  }
+  ~DeviceGuard() {
+    if (previous_ == device_) return;
+    try {
+      set_device(previous_);
+    } catch (...) {
+      // Destructors do not throw; the caller's device is what it was unless the runtime broke.
+    }
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_;
+};
+
 struct DeviceProperties {
   std::string name;
   std::string pci_bus_id;   // "0000:3b:00.0", to match the device with the topology
