@@ -346,7 +346,7 @@ void Communicator::set_algorithm(std::string_view name) {
     impl_->forced.reset();
     return;
   }
-  auto a = algo::parse_algorithm(name);
+  auto a = algo::parse_variant(name);
   CHORUS_ARG_CHECK(a.has_value(), "set_algorithm: unknown algorithm '", name,
                    "' (", algo::algorithm_names(), " or auto)");
   // Operations already queued keep the algorithm chosen when they were issued.

@@ -5,6 +5,7 @@
 #include <exception>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <unistd.h>
 #include <vector>
 
@@ -22,7 +23,9 @@ const DoubleKnob kTimeout{"CHORUS_TIMEOUT", 300.0,
                           "with chorus::Timeout"};
 const StringKnob kAlgo{"CHORUS_ALGO", "",
                        "force an algorithm for every collective that has it: ring, tree, "
-                       "direct, twoshot or hier (default: the tuner's choice)"};
+                       "direct, twoshot or hier, each also as <name>/fifo (large messages copy "
+                       "through shared memory instead of single copy) (default: the tuner's "
+                       "choice)"};
 const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 0,
                           "pipelining unit of the ring, tree and chain algorithms (0 = the "
                           "transport's preference: larger where peers read each other's memory "
@@ -48,10 +51,10 @@ std::chrono::milliseconds resolve_timeout(const CommOptions& o) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
 
-std::optional<algo::Algorithm> resolve_algorithm(const CommOptions& o) {
+std::optional<algo::Variant> resolve_algorithm(const CommOptions& o) {
   const std::string name = o.algorithm.empty() ? kAlgo.get() : o.algorithm;
   if (name.empty() || name == "auto") return std::nullopt;
-  auto a = algo::parse_algorithm(name);
+  auto a = algo::parse_variant(name);
   CHORUS_ARG_CHECK(a.has_value(), "unknown algorithm '", name,
                    "' (CHORUS_ALGO / CommOptions::algorithm take ", algo::algorithm_names(),
                    " or auto)");
@@ -106,6 +109,7 @@ Communicator::Impl::Impl(Setup s)
     agree_on_choices();
   }
   if (chunk_bytes == 0) chunk_bytes = transport::Transport::kDefaultChunkBytes;
+  if (size == 1) fifo_chunk_bytes = chunk_bytes;
   recorder = std::make_unique<FlightRecorder>(FlightRecorder::Identity{job_id, comm_id, rank, size}, 0);
   if (exchange) {
     exchange->publish_waiting_to(recorder->waiting());
@@ -137,15 +141,25 @@ void Communicator::Impl::set_ring(const std::vector<algo::RankPlace>& places) {
 
 void Communicator::Impl::agree_on_choices() {
   if (rank == 0) {
+    // The FIFO path pipelines in the transport's default unit (as when nothing is single copy).
+    const size_t fifo_chunk = chunk_bytes != 0 ? chunk_bytes : transport::Transport::kDefaultChunkBytes;
     if (chunk_bytes == 0) chunk_bytes = transport->preferred_chunk_bytes();
     algo::TuneTable t = tune ? *tune : algo::load_tune_table();
-    store->set("choices", detail::concat(chunk_bytes, "\n", t.origin, "\n", t.format()));
+    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ",
+                                         transport->single_copy_anywhere() ? 1 : 0, "\n",
+                                         t.origin, "\n", t.format()));
   }
   const std::string text = store->get("choices", timeout);
   const size_t a = text.find('\n');
   const size_t b = text.find('\n', a + 1);
   CHORUS_CHECK(a != std::string::npos && b != std::string::npos, "malformed choices from rank 0");
-  chunk_bytes = std::stoull(text.substr(0, a));
+  {
+    std::istringstream first(text.substr(0, a));
+    int variants = 0;
+    first >> chunk_bytes >> fifo_chunk_bytes >> variants;
+    CHORUS_CHECK(!first.fail(), "malformed choices from rank 0");
+    fifo_variants = variants != 0;
+  }
   if (!tune)
     tune = std::make_shared<const algo::TuneTable>(algo::TuneTable::parse(
         std::string_view(text).substr(b + 1), std::string_view(text).substr(a + 1, b - a - 1)));
@@ -226,11 +240,11 @@ void Communicator::Impl::finalize_store() {
   }
 }
 
-algo::Algorithm Communicator::Impl::choose(Collective coll, size_t bytes) const {
-  if (forced && algo::find_algorithm(coll, *forced) != nullptr) return *forced;
+algo::Variant Communicator::Impl::choose(Collective coll, size_t bytes) const {
+  if (forced && algo::find_algorithm(coll, forced->algo) != nullptr) return *forced;
   Choice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
   if (c.bytes == bytes && c.coll == coll) return c.algo;
-  std::optional<algo::Algorithm> a;
+  std::optional<algo::Variant> a;
   // The tune table is measured on one host; across hosts the hierarchical rules apply.
   const algo::Algorithm fixed = algo::select_default(coll, bytes, size, host_of);
   if (hosts == 1 && tune) a = tune->fastest(size, coll, bytes, fixed);
@@ -240,15 +254,21 @@ algo::Algorithm Communicator::Impl::choose(Collective coll, size_t bytes) const 
 
 std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size_t bytes) const {
   std::vector<AlgorithmEstimate> out;
-  const algo::Algorithm chosen = choose(coll, bytes);
+  const algo::Variant chosen = choose(coll, bytes);
   for (const algo::AlgoEntry& e : algo::all_algorithms()) {
     if (e.coll != coll || !algo::runs_on_hosts(e.algo, hosts)) continue;
-    AlgorithmEstimate est;
-    est.algorithm = std::string(algo::to_string(e.algo));
-    est.chosen = e.algo == chosen;
-    if (tune && hosts == 1)
-      if (auto us = tune->predict_us(size, coll, e.algo, bytes)) est.predicted_us = *us;
-    out.push_back(std::move(est));
+    for (algo::Path path : {algo::Path::kSingleCopy, algo::Path::kFifo}) {
+      const algo::Variant v{e.algo, path};
+      // The FIFO variants only where they differ: some peer is read single-copy. A forced or
+      // tuned one is listed anyway, since it is what runs.
+      if (path == algo::Path::kFifo && !fifo_variants && !(v == chosen)) continue;
+      AlgorithmEstimate est;
+      est.algorithm = std::string(algo::to_string(v));
+      est.chosen = v == chosen;
+      if (tune && hosts == 1)
+        if (auto us = tune->predict_us(size, coll, v, bytes)) est.predicted_us = *us;
+      out.push_back(std::move(est));
+    }
   }
   return out;
 }
@@ -283,7 +303,7 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking,
   op.stamp.dtype = static_cast<uint8_t>(args.dtype);
   op.stamp.op = is_reducing(args.coll) ? static_cast<uint8_t>(args.op) : 0;
   op.stamp.root = is_rooted(args.coll) ? args.root : 0;
-  op.stamp.algo = p2p ? 0 : static_cast<uint8_t>(static_cast<int>(op.algorithm) + 1);
+  op.stamp.algo = p2p ? 0 : static_cast<uint8_t>(static_cast<int>(op.algorithm.algo) + 1);
   FlightRecorder::Record rec;
   rec.seq = op.seq;
   rec.coll = args.coll;
@@ -386,10 +406,12 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
     if (size == 1) {
       run_single_rank(op.args);
     } else {
-      const algo::AlgoEntry* entry = algo::find_algorithm(op.args.coll, op.algorithm);
+      const algo::AlgoEntry* entry = algo::find_algorithm(op.args.coll, op.algorithm.algo);
       CHORUS_CHECK(entry != nullptr, "no algorithm ", algo::to_string(op.algorithm), " for ", name);
-      exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp);
-      algo::Context ctx{rank, size, *exchange, scratch, chunk_bytes, host_of, ring, ring_pos};
+      const bool fifo = op.algorithm.path == algo::Path::kFifo;
+      exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp, fifo);
+      algo::Context ctx{rank,     size, *exchange, scratch, fifo ? fifo_chunk_bytes : chunk_bytes,
+                        host_of,  ring, ring_pos};
       entry->run(ctx, op.args);
       transport->count_completed();
     }

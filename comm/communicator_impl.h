@@ -75,7 +75,7 @@ struct Communicator::Impl {
   // Fails the running and every later operation here, and tells the peers (they fail too).
   void abort(const std::string& reason);
   std::optional<Communicator> split(int color, int key);
-  algo::Algorithm choose(Collective coll, size_t bytes) const;
+  algo::Variant choose(Collective coll, size_t bytes) const;
   std::vector<AlgorithmEstimate> explain(Collective coll, size_t bytes) const;
 
   int rank;
@@ -86,9 +86,13 @@ struct Communicator::Impl {
   std::string job_id;
   std::string comm_id;
   std::chrono::milliseconds timeout;
-  std::optional<algo::Algorithm> forced;
+  std::optional<algo::Variant> forced;
   std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
-  size_t chunk_bytes;
+  size_t chunk_bytes;       // pipelining unit of single-copy operations (rank 0's choice)
+  size_t fifo_chunk_bytes;  // the same for operations on the FIFO path (algo::Path::kFifo)
+  // Whether the transport reads some peer single-copy, so that the "/fifo" variants differ from
+  // the plain ones (rank 0's view, so that every rank lists the same variants).
+  bool fifo_variants = false;
   std::unique_ptr<TcpStoreServer> server;  // from_env's rank 0 hosts the store
   bool owns_bootstrap = false;             // made by from_env: says goodbye to the store
   std::unique_ptr<transport::Transport> transport;
@@ -108,7 +112,7 @@ struct Communicator::Impl {
   struct Op {
     algo::CollArgs args;
     int64_t seq;
-    algo::Algorithm algorithm;
+    algo::Variant algorithm;
     std::shared_ptr<Work::State> state;  // null when run inline by a blocking call
     transport::OpStamp stamp;
     std::chrono::milliseconds timeout;
@@ -151,7 +155,7 @@ struct Communicator::Impl {
   struct Choice {
     size_t bytes = SIZE_MAX;
     Collective coll{};
-    algo::Algorithm algo{};
+    algo::Variant algo{};
   };
   mutable std::array<Choice, 16> choices_{};
 };

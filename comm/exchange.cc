@@ -45,7 +45,8 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks, int host_cpus) {
 }
 
 void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
-                     std::chrono::milliseconds timeout, const transport::OpStamp& stamp) {
+                     std::chrono::milliseconds timeout, const transport::OpStamp& stamp,
+                     bool fifo_only) {
   CHORUS_CHECK_EQ(pending_, 0u, "requests left over from the previous operation");
   requests_.clear();
   op_name_ = op_name;
@@ -55,6 +56,7 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   timeout_ = timeout;
   deadline_ = kNoDeadline;
   stamp_ = stamp;
+  fifo_only_ = fifo_only;
   if (static_cast<Collective>(stamp.coll) != Collective::kSend) {
     history_[history_count_++ % history_.size()] = stamp;
   }
@@ -94,6 +96,7 @@ Exchange::RequestId Exchange::post(transport::Request r) {
 Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes) {
   transport::Request r;
   r.kind = transport::Request::Kind::kSend;
+  r.fifo_only = fifo_only_;
   r.peer = peer;
   r.src = static_cast<const std::byte*>(src);
   r.bytes = bytes;

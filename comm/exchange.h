@@ -44,9 +44,11 @@ class Exchange {
         recv_q_(world_size), policy_(policy), p2p_sent_(world_size), p2p_received_(world_size) {}
 
   // Starts a new operation: forgets finished requests, sets the deadline, the names used in
-  // error messages and the stamp every message of the operation carries.
+  // error messages and the stamp every message of the operation carries. `fifo_only`: its sends
+  // copy through the transport's buffers, never single copy (algo::Path::kFifo).
   void begin(const char* op_name, int64_t seq, const char* algorithm,
-             std::chrono::milliseconds timeout, const transport::OpStamp& stamp);
+             std::chrono::milliseconds timeout, const transport::OpStamp& stamp,
+             bool fifo_only = false);
   // Labels the current step for timeout messages (a static string).
   void step(const char* label) { step_ = label; }
 
@@ -105,6 +107,7 @@ class Exchange {
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
   transport::OpStamp stamp_;
+  bool fifo_only_ = false;  // begin(): sends of this operation never go single copy
   // This rank's recent collectives (a ring: history_[k % size] is the k-th begun).
   std::array<transport::OpStamp, 64> history_{};
   uint64_t history_count_ = 0;

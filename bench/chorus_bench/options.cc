@@ -230,9 +230,11 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
   -o, --op OP              sum, prod, min, max, avg (default sum)
   -r, --root N             root of broadcast, reduce, gather and scatter (default 0)
       --algo NAME          force an algorithm (ring, tree, direct, ...: --sweep-algos lists those
-                           of each collective), or auto
-      --sweep-algos        for each size, one line per algorithm registered for the collective,
-                           each forced in turn, then one line under auto; * marks the algorithm
+                           of each collective), or auto; NAME/fifo (ring/fifo) also copies large
+                           messages through shared memory instead of reading them single-copy
+      --sweep-algos        for each size, one line per algorithm registered for the collective
+                           (and per path: ring and ring/fifo where ranks read each other single-
+                           copy), each forced in turn, then one line under auto; * marks the one
                            the selector picks for the size (not with --algo)
       --explain            add a pred column, the tuner's predicted time (us) for the algorithm
                            the line ran ("-": no estimate); without --sweep-algos each line is

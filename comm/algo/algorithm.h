@@ -30,6 +30,30 @@ std::string algorithm_names();
 // Whether `a` applies to a communicator spanning `hosts` hosts (hier needs more than one).
 bool runs_on_hosts(Algorithm a, int hosts);
 
+// How the messages of an operation travel between ranks of one host, above the transport's
+// single-copy threshold: kSingleCopy lets the receiver read the sender's buffer in one copy
+// (shm: process_vm_readv); kFifo copies through the shared-memory FIFO instead: the sender
+// copies in, the receiver copies (or reduces) out, pipelined in slots. Single copy moves fewer
+// bytes, but the receiver's core does all the work and the kernel pins every page per call;
+// through the FIFO the sender's core takes half of it and a reducing receiver reads its input
+// from cache. Which wins depends on the collective, the size and the machine, so the tuner
+// measures both (docs/PERFORMANCE.md). Transports without single copy ignore it.
+enum class Path : uint8_t { kSingleCopy, kFifo };
+
+// An algorithm and its path: what the selector picks and the tune table keys its curves by.
+// Named "<algorithm>" (single copy) or "<algorithm>/fifo".
+struct Variant {
+  Algorithm algo = Algorithm::kRing;
+  Path path = Path::kSingleCopy;
+  constexpr Variant() = default;
+  constexpr Variant(Algorithm a, Path p = Path::kSingleCopy) : algo(a), path(p) {}  // NOLINT
+  friend bool operator==(const Variant&, const Variant&) = default;
+  friend auto operator<=>(const Variant&, const Variant&) = default;
+};
+// Static storage: "ring", "ring/fifo", ...
+std::string_view to_string(Variant v);
+std::optional<Variant> parse_variant(std::string_view name);
+
 // How an algorithm touches the memory its buffers live in, when that is not host memory: local
 // copies, reductions and the avg division, plus scratch memory of the same kind. Every call has
 // finished when it returns (the data may be read or sent at once). Host memory needs none of

@@ -69,10 +69,34 @@ std::string algorithm_names() {
   std::string names;
   for (Algorithm a : kEveryAlgorithm)
     names += (names.empty() ? "" : ", ") + std::string(to_string(a));
-  return names;
+  return names + " (each also as <name>/fifo)";
 }
 
 bool runs_on_hosts(Algorithm a, int hosts) { return a != Algorithm::kHier || hosts > 1; }
+
+std::string_view to_string(Variant v) {
+  if (v.path == Path::kSingleCopy) return to_string(v.algo);
+  switch (v.algo) {
+    case Algorithm::kRing: return "ring/fifo";
+    case Algorithm::kTree: return "tree/fifo";
+    case Algorithm::kDirect: return "direct/fifo";
+    case Algorithm::kHier: return "hier/fifo";
+    case Algorithm::kTwoShot: return "twoshot/fifo";
+  }
+  return "?";
+}
+
+std::optional<Variant> parse_variant(std::string_view name) {
+  constexpr std::string_view kFifoSuffix = "/fifo";
+  Path path = Path::kSingleCopy;
+  if (name.size() > kFifoSuffix.size() && name.ends_with(kFifoSuffix)) {
+    name.remove_suffix(kFifoSuffix.size());
+    path = Path::kFifo;
+  }
+  auto a = parse_algorithm(name);
+  if (!a) return std::nullopt;
+  return Variant{*a, path};
+}
 
 std::span<const AlgoEntry> all_algorithms() { return kAlgorithms; }
 

@@ -49,7 +49,7 @@ TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
     if (!(fields >> np_text)) continue;  // blank
     const auto bad = [&](const std::string& why) {
       return InvalidArgument(detail::concat("tune table ", origin, " line ", number, ": ", why,
-                                            " (expected '<world size> <collective> <algorithm> "
+                                            " (expected '<world size> <collective> <algorithm>[/fifo] "
                                             "<bytes>:<us> ...')"));
     };
     int np = 0;
@@ -57,8 +57,8 @@ TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
     if (!(fields >> coll_text >> algo_text)) throw bad("missing collective or algorithm");
     const auto coll = parse_collective(coll_text);
     if (!coll) throw bad("unknown collective '" + coll_text + "'");
-    const auto algo = parse_algorithm(algo_text);
-    if (!algo || find_algorithm(*coll, *algo) == nullptr)
+    const auto algo = parse_variant(algo_text);
+    if (!algo || find_algorithm(*coll, algo->algo) == nullptr)
       throw bad("no algorithm '" + algo_text + "' for " + coll_text);
     std::vector<Point> curve;
     std::string point;
@@ -95,19 +95,19 @@ std::string TuneTable::format() const {
   return s;
 }
 
-void TuneTable::set(int world_size, Collective coll, Algorithm algo, std::vector<Point> curve) {
+void TuneTable::set(int world_size, Collective coll, Variant algo, std::vector<Point> curve) {
   std::sort(curve.begin(), curve.end(),
             [](const Point& a, const Point& b) { return a.bytes < b.bytes; });
   curves_[{world_size, coll, algo}] = std::move(curve);
 }
 
 bool TuneTable::covers(int world_size, Collective coll) const {
-  auto it = curves_.lower_bound({world_size, coll, Algorithm{}});
+  auto it = curves_.lower_bound({world_size, coll, Variant{}});
   return it != curves_.end() && std::get<0>(it->first) == world_size &&
          std::get<1>(it->first) == coll;
 }
 
-std::optional<double> TuneTable::predict_us(int world_size, Collective coll, Algorithm algo,
+std::optional<double> TuneTable::predict_us(int world_size, Collective coll, Variant algo,
                                             size_t bytes) const {
   auto it = curves_.find({world_size, coll, algo});
   if (it == curves_.end()) return std::nullopt;
@@ -125,7 +125,7 @@ std::optional<double> TuneTable::predict_us(int world_size, Collective coll, Alg
 }
 
 std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, Collective coll,
-                                                               Algorithm algo) const {
+                                                               Variant algo) const {
   auto it = curves_.find({world_size, coll, algo});
   if (it == curves_.end()) return std::nullopt;
   const std::vector<Point>& c = it->second;
@@ -138,18 +138,29 @@ std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, C
   return std::pair{c.front().us, beta};
 }
 
-std::optional<Algorithm> TuneTable::fastest(int world_size, Collective coll, size_t bytes,
-                                            std::optional<Algorithm> preferred) const {
-  std::optional<Algorithm> best;
+std::optional<Variant> TuneTable::fastest(int world_size, Collective coll, size_t bytes,
+                                          std::optional<Variant> preferred) const {
+  std::optional<Variant> best;
   double best_us = 0;
   for (const AlgoEntry& e : all_algorithms()) {
     if (e.coll != coll || !runs_on_hosts(e.algo, 1)) continue;  // the table is of one host
-    auto us = predict_us(world_size, coll, e.algo, bytes);
-    if (us && (!best || *us < best_us)) {
-      best = e.algo;
-      best_us = *us;
+    for (Path path : {Path::kSingleCopy, Path::kFifo}) {
+      const Variant v{e.algo, path};
+      auto us = predict_us(world_size, coll, v, bytes);
+      if (us && (!best || *us < best_us)) {
+        best = v;
+        best_us = *us;
+      }
     }
   }
+  // The FIFO path only where it is clearly faster: below the single-copy threshold the two
+  // variants are the same code, and their curves differ by noise alone.
+  if (best && best->path == Path::kFifo)
+    if (auto us = predict_us(world_size, coll, Variant{best->algo}, bytes);
+        us && *us <= best_us * (1 + kTieMargin)) {
+      best = Variant{best->algo};
+      best_us = *us;
+    }
   if (best && preferred && *preferred != *best)
     if (auto us = predict_us(world_size, coll, *preferred, bytes);
         us && *us <= best_us * (1 + kTieMargin))

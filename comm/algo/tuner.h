@@ -1,7 +1,7 @@
 // chorus — the tuner: which algorithm is fastest for a collective of a given size, from times
 // measured on this machine.
 //
-// A tune table holds, per (world size, collective, algorithm), the median time of a call at a
+// A tune table holds, per (world size, collective, algorithm variant), the median time of a call at a
 // series of sizes, measured by `chorus-tune` (tools/chorus_tune) on the machine it runs on. The
 // model predicts a time for any size by interpolating between the two nearest measured sizes
 // (linear in bytes, which is the alpha + bytes x beta model fitted piecewise) and by the last
@@ -15,7 +15,8 @@
 // CHORUS_TUNE=off ignores every table and uses fixed size thresholds.
 //
 // Text format, one curve per line ('#' starts a comment):
-//   <world size> <collective> <algorithm> <bytes>:<us> <bytes>:<us> ...
+//   <world size> <collective> <variant> <bytes>:<us> <bytes>:<us> ...
+// where <variant> is an algorithm name, alone (single copy) or with "/fifo" (algorithm.h, Path).
 #pragma once
 
 #include <cstddef>
@@ -41,28 +42,29 @@ class TuneTable {
   static TuneTable parse(std::string_view text, std::string_view origin);
   std::string format() const;
 
-  void set(int world_size, Collective coll, Algorithm algo, std::vector<Point> curve);
+  void set(int world_size, Collective coll, Variant v, std::vector<Point> curve);
   bool empty() const { return curves_.empty(); }
   // Whether any curve exists for this collective at this world size.
   bool covers(int world_size, Collective coll) const;
   // Predicted time of one call, or nullopt when the table has no curve for it.
-  std::optional<double> predict_us(int world_size, Collective coll, Algorithm algo,
+  std::optional<double> predict_us(int world_size, Collective coll, Variant v,
                                    size_t bytes) const;
   // Latency (us) and inverse bandwidth (us per MiB) of a curve, for explanations.
   std::optional<std::pair<double, double>> alpha_beta(int world_size, Collective coll,
-                                                      Algorithm algo) const;
-  // The fastest algorithm by prediction among those registered for `coll`, if covered. A
-  // `preferred` algorithm predicted within kTieMargin of the fastest is kept: curves measured
+                                                      Variant v) const;
+  // The fastest variant by prediction among those registered for `coll` (each algorithm on
+  // either path), if covered. A FIFO variant within kTieMargin of its algorithm's single-copy
+  // one yields to it. A `preferred` variant predicted within kTieMargin of the fastest is kept: curves measured
   // on a busy machine differ by that much from run to run, and a flip between near-equal
   // predictions can pick an algorithm with more steps.
   static constexpr double kTieMargin = 0.10;
-  std::optional<Algorithm> fastest(int world_size, Collective coll, size_t bytes,
-                                   std::optional<Algorithm> preferred = std::nullopt) const;
+  std::optional<Variant> fastest(int world_size, Collective coll, size_t bytes,
+                                 std::optional<Variant> preferred = std::nullopt) const;
 
   std::string origin;  // where it was loaded from (for logs and chorus-tune --show)
 
  private:
-  using Key = std::tuple<int, Collective, Algorithm>;
+  using Key = std::tuple<int, Collective, Variant>;
   std::map<Key, std::vector<Point>> curves_;
 };
 

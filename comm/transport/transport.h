@@ -89,6 +89,9 @@ struct Request {
   DataType dtype = DataType::kU8;
   ReduceOp op = ReduceOp::kSum;  // never kAvg here: the algorithm divides at the end
   OpStamp stamp;                 // the operation this message belongs to
+  // A send that must not go single copy (algo::Path::kFifo): it copies through the transport's
+  // buffers whatever its size. The receiver accepts either way.
+  bool fifo_only = false;
   // Progress state, owned by the transport.
   size_t offset = 0;
   uint64_t token = 0;
@@ -115,6 +118,9 @@ class Transport {
   // The pipelining unit algorithms should use over this transport (CHORUS_CHUNK_BYTES overrides).
   static constexpr size_t kDefaultChunkBytes = 256 << 10;
   virtual size_t preferred_chunk_bytes() const { return kDefaultChunkBytes; }
+  // Whether some peer's large messages are read single-copy, so that Request::fifo_only changes
+  // how they travel.
+  virtual bool single_copy_anywhere() const { return false; }
 
   // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
   // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it

@@ -33,7 +33,8 @@ enum class Coverage {
 };
 
 // All cases for one collective on an n-rank communicator.
-std::vector<Case> matrix(Collective coll, int n, Coverage coverage) {
+// `suffix` is appended to every algorithm name ("/fifo": the FIFO path of each).
+std::vector<Case> matrix(Collective coll, int n, Coverage coverage, const std::string& suffix = "") {
   std::vector<Case> cases;
   const std::vector<ReduceOp> ops =
       reduces(coll) ? std::vector<ReduceOp>(std::begin(kAllReduceOps), std::end(kAllReduceOps))
@@ -49,7 +50,8 @@ std::vector<Case> matrix(Collective coll, int n, Coverage coverage) {
   if (rooted(coll))
     for (int r = 1; r < n; ++r) roots.push_back(r);
   int salt = 0;
-  for (const std::string& algo : algorithms_of(coll)) {
+  for (const std::string& name : algorithms_of(coll)) {
+    const std::string algo = name + suffix;
     for (int root : roots) {
       for (bool in_place : {false, true}) {
         if (in_place && !has_in_place(coll)) continue;
@@ -67,7 +69,7 @@ std::vector<Case> matrix(Collective coll, int n, Coverage coverage) {
       }
     }
   }
-  if (coverage == Coverage::kFull) {
+  if (coverage == Coverage::kFull && suffix.empty()) {
     // Large messages with the algorithm chosen for them: every dtype with the first op, every
     // op with float, roots 0 and n-1. (kTransport covers every algorithm's multi-chunk path.)
     for (int root : {0, n - 1}) {
@@ -88,9 +90,9 @@ std::vector<Case> matrix(Collective coll, int n, Coverage coverage) {
 class Collectives : public ::testing::TestWithParam<int> {
  protected:
   void run_matrix(Collective coll, Coverage coverage = Coverage::kFull,
-                  const RunOptions& options = {}) {
+                  const RunOptions& options = {}, const std::string& suffix = "") {
     const int n = GetParam();
-    const std::vector<Case> cases = matrix(coll, n, coverage);
+    const std::vector<Case> cases = matrix(coll, n, coverage, suffix);
     run_ranks(n, [&](Communicator& comm) {
       for (const Case& k : cases) {
         run_and_check(comm, k);
@@ -127,6 +129,18 @@ TEST_P(Collectives, BroadcastSmallSlots) { run_matrix(Collective::kBroadcast, Co
 TEST_P(Collectives, ReduceSmallSlots) { run_matrix(Collective::kReduce, Coverage::kTransport, kSmallSlots); }
 TEST_P(Collectives, AllReduceNoSingleCopy) { run_matrix(Collective::kAllReduce, Coverage::kTransport, kNoSingleCopy); }
 TEST_P(Collectives, AllGatherNoSingleCopy) { run_matrix(Collective::kAllGather, Coverage::kTransport, kNoSingleCopy); }
+
+// Every algorithm on the FIFO path ("ring/fifo", ...) where single copy would otherwise start at
+// 4 KiB and messages span several slots: the sends copy through the FIFO whatever their size.
+const RunOptions kFifoPath{std::chrono::milliseconds(240000),
+                           {{"CHORUS_SHM_SLOT_BYTES", "4096"}, {"CHORUS_SHM_CMA_THRESHOLD", "4096"}},
+                           ""};
+TEST_P(Collectives, AllReduceFifoPath) { run_matrix(Collective::kAllReduce, Coverage::kTransport, kFifoPath, "/fifo"); }
+TEST_P(Collectives, ReduceScatterFifoPath) { run_matrix(Collective::kReduceScatter, Coverage::kTransport, kFifoPath, "/fifo"); }
+TEST_P(Collectives, AllGatherFifoPath) { run_matrix(Collective::kAllGather, Coverage::kTransport, kFifoPath, "/fifo"); }
+TEST_P(Collectives, BroadcastFifoPath) { run_matrix(Collective::kBroadcast, Coverage::kTransport, kFifoPath, "/fifo"); }
+TEST_P(Collectives, ReduceFifoPath) { run_matrix(Collective::kReduce, Coverage::kTransport, kFifoPath, "/fifo"); }
+TEST_P(Collectives, GatherFifoPath) { run_matrix(Collective::kGather, Coverage::kTransport, kFifoPath, "/fifo"); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 8),
                          [](const auto& info) { return "np" + std::to_string(info.param); });

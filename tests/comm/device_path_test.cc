@@ -16,8 +16,6 @@
 
 #include "algo/algorithm.h"
 #include "chorus/kernels/cpu.h"
-#include "chorus/launch_env.h"
-#include "chorus/store.h"
 #include "device_memory.h"
 #include "exchange.h"
 #include "multiproc.h"
@@ -146,28 +144,6 @@ TEST(IpcMappingCache, KeysAreHandleAndDevice) {
 
 // ---- ranks wired by hand: a transport and an Exchange per rank
 // --------------------------------------
-
-// Runs body(rank, transport, exchange) in n processes connected like a communicator's.
-void run_wired(int n, const std::function<void(int, transport::Transport&, Exchange&)>& body) {
-  run_processes(n, [&](int rank) {
-    const LaunchEnv env = detect_launch_env();
-    std::unique_ptr<TcpStoreServer> server;
-    if (rank == 0) server = TcpStoreServer::adopt(*env.store_fd);
-    auto base = std::make_shared<TcpStore>(env.master_addr, env.master_port);
-    PrefixStore store(base, "wired/");
-    const auto timeout = std::chrono::milliseconds(30000);
-    transport::Wiring w =
-        transport::connect(rank, n, store, "/chorus-" + env.job_id + "-wired", timeout);
-    Exchange ex(*w.transport, rank, n, WaitPolicy::for_ranks(n));
-    body(rank, *w.transport, ex);
-    // Rank 0 serves the store: it goes last.
-    store.set("done/" + std::to_string(rank), "1");
-    std::vector<std::string> keys;
-    for (int p = 0; p < n; ++p) keys.push_back("done/" + std::to_string(p));
-    store.wait(keys, timeout);
-    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  });
-}
 
 TEST(ShmDeviceMemory, RefusedWhereIpcIsImpossible) {
   if (!transport::shm::device_ipc_signature().empty())

@@ -16,6 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/launch_env.h"
+#include "chorus/store.h"
+#include "exchange.h"
+#include "transport/factory.h"
+
 namespace chorus::testing {
 namespace {
 
@@ -163,6 +168,27 @@ std::string run_ranks(int world_size, const std::function<void(Communicator&)>& 
         body(comm);
       },
       options);
+}
+
+void run_wired(int n, const std::function<void(int, transport::Transport&, Exchange&)>& body,
+               const RunOptions& options) {
+  run_processes(n, [&](int rank) {
+    const LaunchEnv env = detect_launch_env();
+    std::unique_ptr<TcpStoreServer> server;
+    if (rank == 0) server = TcpStoreServer::adopt(*env.store_fd);
+    auto base = std::make_shared<TcpStore>(env.master_addr, env.master_port);
+    PrefixStore store(base, "wired/");
+    const auto timeout = std::chrono::milliseconds(30000);
+    transport::Wiring w =
+        transport::connect(rank, n, store, "/chorus-" + env.job_id + "-wired", timeout);
+    Exchange ex(*w.transport, rank, n, WaitPolicy::for_ranks(n));
+    body(rank, *w.transport, ex);
+    store.set("done/" + std::to_string(rank), "1");
+    std::vector<std::string> keys;
+    for (int p = 0; p < n; ++p) keys.push_back("done/" + std::to_string(p));
+    store.wait(keys, timeout);
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }, options);
 }
 
 }  // namespace chorus::testing

@@ -16,6 +16,13 @@
 
 #include "chorus/communicator.h"
 
+namespace chorus {
+class Exchange;
+namespace transport {
+class Transport;
+}
+}  // namespace chorus
+
 namespace chorus::testing {
 
 struct RunOptions {
@@ -35,5 +42,11 @@ std::string run_ranks(int world_size, const std::function<void(Communicator&)>& 
 // Communicator made (for tests of set-up failures).
 std::string run_processes(int world_size, const std::function<void(int rank)>& body,
                           const RunOptions& options = {});
+
+// Below the Communicator: runs body(rank, transport, exchange) in n processes whose transports
+// are connected as a communicator's are (the real bootstrap and shm transport), for tests that
+// drive the Exchange or the algorithms directly. Rank 0 serves the store and leaves last.
+void run_wired(int n, const std::function<void(int, transport::Transport&, Exchange&)>& body,
+               const RunOptions& options = {});
 
 }  // namespace chorus::testing

@@ -70,6 +70,36 @@ TEST(Tuner, NearTiesKeepThePreferredAlgorithm) {
   EXPECT_EQ(far.fastest(2, Collective::kAllReduce, 8, Algorithm::kDirect), Algorithm::kRing);
 }
 
+// "<algorithm>/fifo" curves (algo::Path::kFifo) compete with the plain ones: the selector picks
+// an algorithm and its path together.
+TEST(Tuner, FifoVariantsRoundTripAndCompeteWithSingleCopy) {
+  const TuneTable t = TuneTable::parse("2 all_reduce ring 8:1 1000000:10\n"
+                                       "2 all_reduce ring/fifo 8:2 1000000:5\n"
+                                       "2 all_reduce direct 8:3 1000000:30\n",
+                                       "t");
+  const algo::Variant fifo{Algorithm::kRing, algo::Path::kFifo};
+  EXPECT_EQ(TuneTable::parse(t.format(), "again").format(), t.format());
+  EXPECT_NE(t.format().find("ring/fifo"), std::string::npos);
+  EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kAllReduce, fifo, 8), 2);
+  EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kAllReduce, Algorithm::kRing, 8), 1);
+  EXPECT_FALSE(t.predict_us(2, Collective::kAllReduce, algo::Variant{Algorithm::kDirect,
+                                                                     algo::Path::kFifo}, 8));
+  EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 8), Algorithm::kRing);
+  EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 1000000), fifo);
+  // Within 10% of its single-copy twin, a FIFO variant yields to it (below the single-copy
+  // threshold the two are the same code), even when another algorithm is preferred.
+  const TuneTable tie = TuneTable::parse("2 all_reduce ring 8:1.05\n2 all_reduce ring/fifo 8:1\n"
+                                         "2 all_reduce direct 8:3\n", "t");
+  EXPECT_EQ(tie.fastest(2, Collective::kAllReduce, 8), Algorithm::kRing);
+  EXPECT_EQ(tie.fastest(2, Collective::kAllReduce, 8, Algorithm::kDirect), Algorithm::kRing);
+  EXPECT_EQ(algo::to_string(fifo), "ring/fifo");
+  EXPECT_EQ(algo::parse_variant("twoshot/fifo"),
+            (algo::Variant{Algorithm::kTwoShot, algo::Path::kFifo}));
+  EXPECT_EQ(algo::parse_variant("tree"), algo::Variant{Algorithm::kTree});
+  EXPECT_FALSE(algo::parse_variant("/fifo"));
+  EXPECT_FALSE(algo::parse_variant("ring/fast"));
+}
+
 TEST(Tuner, MalformedTablesNameTheLine) {
   const auto error_of = [](const char* text) -> std::string {
     try {
@@ -82,6 +112,8 @@ TEST(Tuner, MalformedTablesNameTheLine) {
   EXPECT_NE(error_of("2 all_reduce ring 8:1\n1 all_reduce ring 8:1").find("bad.txt line 2"),
             std::string::npos);
   EXPECT_NE(error_of("2 all_reduce warp 8:1").find("no algorithm 'warp'"), std::string::npos);
+  EXPECT_NE(error_of("2 all_reduce ring/fast 8:1").find("no algorithm 'ring/fast'"),
+            std::string::npos);
   EXPECT_NE(error_of("2 gather ring 8:1").find("no algorithm 'ring' for gather"), std::string::npos);
   EXPECT_NE(error_of("2 all_reduce ring 8-1").find("bad point"), std::string::npos);
   EXPECT_NE(error_of("2 all_reduce ring 8:-1").find("bad time"), std::string::npos);
@@ -129,6 +161,37 @@ TEST(Tuner, SelectorAndExplainFollowTheTable) {
     comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
     EXPECT_EQ(out.front(), 3);
     EXPECT_EQ(out.back(), 3);
+  }, options);
+}
+
+// A table whose "/fifo" curve is fastest makes the selector pick that variant; it runs exactly,
+// and explain() lists both paths of each algorithm where some peer is read single copy.
+TEST(Tuner, SelectorPicksTheFifoPathWhereTheTableSaysSo) {
+  const std::string path = write_table("tune_fifo.txt",
+                                       "2 all_reduce ring 8:1 1000000:10\n"
+                                       "2 all_reduce ring/fifo 8:2 1000000:5\n");
+  testing::RunOptions options;
+  options.env["CHORUS_TUNE_FILE"] = path;
+  run_ranks(2, [](Communicator& comm) {
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "ring");
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1000000), "ring/fifo");
+    bool saw_fifo = false;
+    for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 1000000))
+      if (e.algorithm == "ring/fifo") {
+        saw_fifo = true;
+        EXPECT_TRUE(e.chosen);
+        EXPECT_NEAR(e.predicted_us, 5, 1e-3);
+      }
+    EXPECT_TRUE(saw_fifo);
+    std::vector<int32_t> v(300000, comm.rank() + 1), out(300000);
+    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
+    EXPECT_EQ(out.front(), 3);
+    EXPECT_EQ(out.back(), 3);
+    // Forced by name, like any algorithm.
+    comm.set_algorithm("twoshot/fifo");
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "twoshot/fifo");
+    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
+    EXPECT_EQ(out[12345], 3);
   }, options);
 }
 

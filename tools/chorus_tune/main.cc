@@ -29,8 +29,10 @@ constexpr const char* kUsage = R"(usage: chorus-run -n N chorus-tune [options]
 Measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast and reduce on this
 machine with N ranks (blocking calls, float32 sum, median of 5 timed blocks per size, the slowest
 rank's time), at sizes 8 B, 32 B, ... x4 up to --max-bytes, and writes one curve per
-(N, collective, algorithm) to the tune table. Lines for other world sizes already in the file are
-kept, so run it once per world size you use. Sizes are counted as chorus-bench counts them.
+(N, collective, algorithm) to the tune table. Where some peer is read single-copy, each algorithm
+is also measured on the FIFO path ("ring/fifo": large messages copy through shared memory), and
+the selector picks the path with the algorithm. Lines for other world sizes already in the file
+are kept, so run it once per world size you use. Sizes are counted as chorus-bench counts them.
 
 The selector (rank 0's table, shared with every rank) then picks, for each call, the algorithm
 whose curve predicts the shortest time; chorus-bench --explain prints predicted beside measured.
@@ -125,7 +127,7 @@ int show(const Options& o) {
     std::printf("(no curves: every world size uses fixed thresholds)\n");
     return 0;
   }
-  std::printf("%4s  %-15s %-8s %12s %16s %7s\n", "np", "collective", "algo", "alpha (us)",
+  std::printf("%4s  %-15s %-13s %12s %16s %7s\n", "np", "collective", "algo", "alpha (us)",
               "beta (us/MiB)", "points");
   std::istringstream lines(t.format());
   std::string line;
@@ -139,8 +141,8 @@ int show(const Options& o) {
     while (f >> p) ++points;
     for (int c = 0; c <= static_cast<int>(Collective::kSendRecv); ++c) {
       if (to_string(static_cast<Collective>(c)) != coll) continue;
-      auto ab = t.alpha_beta(np, static_cast<Collective>(c), *algo::parse_algorithm(algo));
-      std::printf("%4d  %-15s %-8s %12.2f %16.1f %7d\n", np, coll.c_str(), algo.c_str(),
+      auto ab = t.alpha_beta(np, static_cast<Collective>(c), *algo::parse_variant(algo));
+      std::printf("%4d  %-15s %-13s %12.2f %16.1f %7d\n", np, coll.c_str(), algo.c_str(),
                   ab->first, ab->second, points);
     }
   }
@@ -251,7 +253,7 @@ int tune(const Options& o) {
         curves[i].push_back({bytes, measure(c, algos[i].algorithm, count_for(c, bytes, n))});
     for (size_t i = 0; i < algos.size(); ++i) {
       make_non_decreasing(curves[i]);
-      measured.set(n, c, *algo::parse_algorithm(algos[i].algorithm), std::move(curves[i]));
+      measured.set(n, c, *algo::parse_variant(algos[i].algorithm), std::move(curves[i]));
     }
     if (comm.rank() == 0)
       std::fprintf(stderr, "chorus-tune: np=%d %s measured\n", n, std::string(to_string(c)).c_str());

@@ -106,7 +106,7 @@ struct CommOptions {
 // One algorithm a communicator could run for a collective of a given size, with the time the
 // tuner's cost model predicts for it on this communicator (docs/PERFORMANCE.md, "Tuner").
 struct AlgorithmEstimate {
-  std::string algorithm;      // "ring", "tree", "direct", ...
+  std::string algorithm;      // "ring", "tree", "direct", ..., "ring/fifo", ...
   double predicted_us = -1;   // model time per call in microseconds; < 0: no estimate
   bool chosen = false;        // what the selector uses (after set_algorithm / CHORUS_ALGO)
 };
@@ -227,8 +227,10 @@ class Communicator {
   std::optional<Communicator> split(int color, int key);
 
   // ---- algorithms ----------------------------------------------------------------------------
-  // Forces an algorithm ("ring", "tree", "direct") for later calls, or "auto". Every rank must
-  // make the same call at the same point. Throws InvalidArgument for an unknown name.
+  // Forces an algorithm ("ring", "tree", "direct", ...) for later calls, or "auto". A "/fifo"
+  // suffix ("ring/fifo") also makes its messages between ranks of one host copy through the
+  // shared-memory FIFO instead of being read single-copy (docs/PERFORMANCE.md, "Tuner"). Every
+  // rank must make the same call at the same point. Throws InvalidArgument for an unknown name.
   void set_algorithm(std::string_view name);
   // The algorithm the selector picks for a collective of `bytes` per rank buffer.
   std::string algorithm_for(Collective c, size_t bytes) const;

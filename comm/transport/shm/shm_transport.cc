@@ -144,7 +144,7 @@ class ShmLink : public Link {
       r.done = true;
       return true;
     }
-    if (r.bytes >= cma_threshold_ && single_copy()) {
+    if (r.bytes >= cma_threshold_ && !r.fifo_only && single_copy()) {
       if (!slot_free()) return false;
       auto* h = slot_header(out_slots_, sent_);
       h->kind = shm::SlotKind::kRendezvous;
@@ -778,6 +778,12 @@ size_t ShmTransport::preferred_chunk_bytes() const {
   for (int p = 0; p < world_size_; ++p)
     if (p != rank_ && links_[p] && !links_[p]->single_copy()) return kDefaultChunkBytes;
   return static_cast<size_t>(kCmaChunkBytes.get());
+}
+
+bool ShmTransport::single_copy_anywhere() const {
+  for (int p = 0; p < world_size_; ++p)
+    if (p != rank_ && links_[p] && links_[p]->single_copy()) return true;
+  return false;
 }
 
 bool ShmTransport::single_copy_to(int peer) const {

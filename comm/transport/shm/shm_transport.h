@@ -45,6 +45,7 @@ class ShmTransport : public Transport {
   // Larger when every peer is read single-copy: no FIFO to keep in cache, and each chunk costs a
   // hand-shake.
   size_t preferred_chunk_bytes() const override;
+  bool single_copy_anywhere() const override;
   uint32_t arm_sleep() override { return header()->bell.arm(); }
   void disarm_sleep() override { header()->bell.disarm(); }
   void sleep(uint32_t token, long max_ns) override {
