@@ -145,8 +145,9 @@ void Communicator::Impl::agree_on_choices() {
     const size_t fifo_chunk = chunk_bytes != 0 ? chunk_bytes : transport::Transport::kDefaultChunkBytes;
     if (chunk_bytes == 0) chunk_bytes = transport->preferred_chunk_bytes();
     algo::TuneTable t = tune ? *tune : algo::load_tune_table();
-    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ",
-                                         transport->single_copy_anywhere() ? 1 : 0, "\n",
+    const size_t fifo_from =
+        transport->single_copy_anywhere() ? std::max<size_t>(1, transport->single_copy_threshold()) : 0;
+    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, "\n",
                                          t.origin, "\n", t.format()));
   }
   const std::string text = store->get("choices", timeout);
@@ -155,10 +156,8 @@ void Communicator::Impl::agree_on_choices() {
   CHORUS_CHECK(a != std::string::npos && b != std::string::npos, "malformed choices from rank 0");
   {
     std::istringstream first(text.substr(0, a));
-    int variants = 0;
-    first >> chunk_bytes >> fifo_chunk_bytes >> variants;
+    first >> chunk_bytes >> fifo_chunk_bytes >> fifo_from_bytes;
     CHORUS_CHECK(!first.fail(), "malformed choices from rank 0");
-    fifo_variants = variants != 0;
   }
   if (!tune)
     tune = std::make_shared<const algo::TuneTable>(algo::TuneTable::parse(
@@ -248,6 +247,10 @@ algo::Variant Communicator::Impl::choose(Collective coll, size_t bytes) const {
   // The tune table is measured on one host; across hosts the hierarchical rules apply.
   const algo::Algorithm fixed = algo::select_default(coll, bytes, size, host_of);
   if (hosts == 1 && tune) a = tune->fastest(size, coll, bytes, fixed);
+  // Below the single-copy threshold no message can go single copy: the "/fifo" variant is the
+  // same code as the plain one, and only noise in the table could have picked it.
+  if (a && a->path == algo::Path::kFifo && (fifo_from_bytes == 0 || bytes < fifo_from_bytes))
+    a = algo::Variant{a->algo};
   c = {bytes, coll, a ? *a : fixed};
   return c.algo;
 }
@@ -261,7 +264,7 @@ std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size
       const algo::Variant v{e.algo, path};
       // The FIFO variants only where they differ: some peer is read single-copy. A forced or
       // tuned one is listed anyway, since it is what runs.
-      if (path == algo::Path::kFifo && !fifo_variants && !(v == chosen)) continue;
+      if (path == algo::Path::kFifo && fifo_from_bytes == 0 && !(v == chosen)) continue;
       AlgorithmEstimate est;
       est.algorithm = std::string(algo::to_string(v));
       est.chosen = v == chosen;

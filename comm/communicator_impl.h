@@ -90,9 +90,10 @@ struct Communicator::Impl {
   std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
   size_t chunk_bytes;       // pipelining unit of single-copy operations (rank 0's choice)
   size_t fifo_chunk_bytes;  // the same for operations on the FIFO path (algo::Path::kFifo)
-  // Whether the transport reads some peer single-copy, so that the "/fifo" variants differ from
-  // the plain ones (rank 0's view, so that every rank lists the same variants).
-  bool fifo_variants = false;
+  // The size from which the "/fifo" variants differ from the plain ones: rank 0's single-copy
+  // threshold when it reads some peer single-copy, else 0 (no "/fifo" variants listed). Rank 0's
+  // view, so that every rank lists and chooses the same variants.
+  size_t fifo_from_bytes = 0;
   std::unique_ptr<TcpStoreServer> server;  // from_env's rank 0 hosts the store
   bool owns_bootstrap = false;             // made by from_env: says goodbye to the store
   std::unique_ptr<transport::Transport> transport;

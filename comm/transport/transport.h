@@ -119,8 +119,9 @@ class Transport {
   static constexpr size_t kDefaultChunkBytes = 256 << 10;
   virtual size_t preferred_chunk_bytes() const { return kDefaultChunkBytes; }
   // Whether some peer's large messages are read single-copy, so that Request::fifo_only changes
-  // how they travel.
+  // how they travel, and from what size on they are.
   virtual bool single_copy_anywhere() const { return false; }
+  virtual size_t single_copy_threshold() const { return SIZE_MAX; }
 
   // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
   // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it

@@ -46,6 +46,7 @@ class ShmTransport : public Transport {
   // hand-shake.
   size_t preferred_chunk_bytes() const override;
   bool single_copy_anywhere() const override;
+  size_t single_copy_threshold() const override { return options_.cma_threshold; }
   uint32_t arm_sleep() override { return header()->bell.arm(); }
   void disarm_sleep() override { header()->bell.disarm(); }
   void sleep(uint32_t token, long max_ns) override {
