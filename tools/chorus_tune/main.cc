@@ -1,5 +1,5 @@
-// chorus-tune: measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast and
-// reduce at sizes from 8 B up, on this machine with this many ranks, and writes the curves to
+// chorus-tune: measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast,
+// reduce, gather and scatter at sizes from 8 B up, on this machine with this many ranks, and writes the curves to
 // the tune table the selector reads (comm/algo/tuner.h). Run it under a launcher:
 //
 //   chorus-run -n 2 chorus-tune            # writes ~/.cache/chorus/tune-<host>.txt
@@ -26,8 +26,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: chorus-run -n N chorus-tune [options]
        chorus-tune --show [--file FILE]
 
-Measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast and reduce on this
-machine with N ranks (blocking calls, float32 sum, median of 5 timed blocks per size, the slowest
+Measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather and
+scatter on this machine with N ranks (blocking calls, float32 sum, median of 5 timed blocks per size, the slowest
 rank's time), at sizes 8 B, 32 B, ... x4 up to --max-bytes, and writes one curve per
 (N, collective, algorithm) to the tune table. Where some peer is read single-copy, each algorithm
 is also measured on the FIFO path ("ring/fifo": large messages copy through shared memory), and
@@ -55,7 +55,8 @@ struct Options {
   size_t max_bytes = 64 << 20;
   std::vector<Collective> colls = {Collective::kAllReduce, Collective::kReduceScatter,
                                    Collective::kAllGather, Collective::kBroadcast,
-                                   Collective::kReduce};
+                                   Collective::kReduce,    Collective::kGather,
+                                   Collective::kScatter};
   bool show = false;
   bool print = false;
 };
@@ -91,8 +92,7 @@ Options parse(int argc, char** argv) {
       std::string name;
       while (std::getline(list, name, ',')) {
         bool found = false;
-        for (Collective c : {Collective::kAllReduce, Collective::kReduceScatter,
-                             Collective::kAllGather, Collective::kBroadcast, Collective::kReduce})
+        for (Collective c : Options{}.colls)
           if (to_string(c) == name) {
             o.colls.push_back(c);
             found = true;
@@ -164,6 +164,8 @@ void call(Communicator& comm, Collective c, const float* send, float* recv, size
     case Collective::kAllGather: comm.all_gather(send, recv, count, DataType::kF32); break;
     case Collective::kBroadcast: comm.broadcast(send, recv, count, DataType::kF32, 0); break;
     case Collective::kReduce: comm.reduce(send, recv, count, DataType::kF32, ReduceOp::kSum, 0); break;
+    case Collective::kGather: comm.gather(send, recv, count, DataType::kF32, 0); break;
+    case Collective::kScatter: comm.scatter(send, recv, count, DataType::kF32, 0); break;
     default: break;
   }
 }
