@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <optional>
 
 #include "algo/tuner.h"
 #include "chorus/communicator.h"
@@ -198,6 +199,10 @@ TEST(Tuner, SelectorPicksTheFifoPathWhereTheTableSaysSo) {
     EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "twoshot/fifo");
     comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
     EXPECT_EQ(out[12345], 3);
+    // A communicator split off inherits the forced variant.
+    std::optional<Communicator> child = comm.split(0, comm.rank());
+    ASSERT_TRUE(child.has_value());
+    EXPECT_EQ(child->algorithm_for(Collective::kAllReduce, 8), "twoshot/fifo");
   }, options);
 }
 
