@@ -3,7 +3,8 @@
 
 Builds chorus-bench, chorus-run and chorus-startup-probe (cmake --build), and the peers' anchor
 programs from ../shared/anchors (mpi_coll.cpp with Open MPI's mpicxx.openmpi and with MPICH's
-mpicxx.mpich, gloo_coll.cpp against libgloo-dev). Then, for each world size, runs them in
+mpicxx.mpich, gloo_coll.cpp against libgloo-dev), plus mpi_reduce.cpp from this folder for the
+rooted reduce, which the anchors lack (timed by their bench_common.h; no Gloo column). Then, for each world size, runs them in
 alternating order for several rounds on the same sizes (Gloo first in every round, then the others
 rotated: round r starts with the r-th of them, so each follows Gloo equally often), and
 prints one markdown table per world size: the median over rounds of each library, chorus / best
@@ -19,8 +20,8 @@ launches.csv (one row per library, round, world size, collective and size), star
 per start-up launch), raw/ (the anchors' own CSV files), summary.md (what is printed) and
 summary.json (the medians and the targets).
 
-Conventions, both sides: float32, sum, out of place, nccl-tests sizes and busbw (all-reduce and
-broadcast: the per-rank buffer; reduce-scatter and all-gather: the whole buffer). chorus-bench
+Conventions, both sides: float32, sum, out of place, root 0, nccl-tests sizes and busbw
+(all-reduce, broadcast and reduce: the per-rank buffer; reduce-scatter and all-gather: the whole buffer). chorus-bench
 runs with -z 1 (blocking calls) like the anchors, which time blocking MPI/Gloo calls. A peer
 time is the anchor's median over its timed blocks; a chorus time is chorus-bench's time column.
 Ratios are speed-ups: time of the peer / time of chorus (= busbw of chorus / busbw of the peer);
@@ -51,7 +52,9 @@ COLLS = {
     "reduce_scatter": ("reduce_scatter", lambda n: (n - 1) / n),
     "all_gather": ("allgather", lambda n: (n - 1) / n),
     "broadcast": ("broadcast", lambda n: 1.0),
+    "reduce": ("reduce", lambda n: 1.0),  # MPI only: mpi_reduce.cpp here (Gloo has no anchor)
 }
+MPI_ONLY = {"reduce"}
 TOTAL_SIZE = {"reduce_scatter", "all_gather"}  # sizes are n x chunk
 
 PEERS = {
@@ -131,10 +134,13 @@ def build_peer(peer, anchors, bin_dir):
         return {"coll": exe, "startup": None}
     cxx = "mpicxx.openmpi" if peer == "openmpi" else "mpicxx.mpich"
     coll = os.path.join(bin_dir, f"mpi_coll_{peer}")
+    reduce = os.path.join(bin_dir, f"mpi_reduce_{peer}")
     probe = os.path.join(bin_dir, f"startup_probe_{peer}")
     compile_if_stale([cxx], os.path.join(anchors, "mpi_coll.cpp"), coll)
+    # The anchors have no rooted reduce: ours, timed by their bench_common.h.
+    compile_if_stale([cxx, "-I", anchors], os.path.join(HERE, "mpi_reduce.cpp"), reduce)
     compile_if_stale([cxx], os.path.join(HERE, "startup_probe_mpi.cpp"), probe)
-    return {"coll": coll, "startup": probe}
+    return {"coll": coll, "reduce": reduce, "startup": probe}
 
 
 # ----------------------------------------------------------------------------------------- launch
@@ -149,20 +155,28 @@ def mpirun(peer, n):
 
 
 def run_peer(peer, exes, n, colls, sizes, raw_path, tag, timeout):
-    """One launch of the peer's anchor over every collective and size: {(coll, bytes): us}."""
-    anchor_colls = ",".join(COLLS[c][0] for c in colls)
+    """One launch of the peer's anchor over every collective and size (and one of the reduce
+    anchor for an MPI peer asked for reduce): {(coll, bytes): us}."""
+    anchor_colls = ",".join(COLLS[c][0] for c in colls if c not in MPI_ONLY)
     size_arg = ",".join(str(s) for s in sizes)
     over = n > (os.cpu_count() or 1)
+    cmds = []
     if peer == "gloo":
-        cmd = [exes["coll"], "-n", str(n)] + (["-m", "300"] if over else [])
+        if anchor_colls:
+            cmds.append([exes["coll"], "-n", str(n)] + (["-m", "300"] if over else []) +
+                        ["-c", anchor_colls])
     else:
         # MPICH busy-polls: oversubscribed, every iteration waits for the scheduler.
-        cmd = mpirun(peer, n) + [exes["coll"]] + (["-m", "20" if peer == "mpich" else "500"] if over else [])
-    cmd += ["-c", anchor_colls, "-s", size_arg, "-o", raw_path, "-g", tag]
+        cap = ["-m", "20" if peer == "mpich" else "500"] if over else []
+        if anchor_colls:
+            cmds.append(mpirun(peer, n) + [exes["coll"]] + cap + ["-c", anchor_colls])
+        if "reduce" in colls:
+            cmds.append(mpirun(peer, n) + [exes["reduce"]] + cap)
     before = sum(1 for _ in open(raw_path)) if os.path.exists(raw_path) else 0
-    rc, out, err = run(cmd, timeout)
-    if rc != 0:
-        log(f"  {peer} np={n} {tag}: exit {rc}: {err.strip()[-300:]}")
+    for cmd in cmds:
+        rc, out, err = run(cmd + ["-s", size_arg, "-o", raw_path, "-g", tag], timeout)
+        if rc != 0:
+            log(f"  {peer} np={n} {tag}: exit {rc}: {err.strip()[-300:]}")
     times = {}
     if os.path.exists(raw_path):
         with open(raw_path) as f:
@@ -312,7 +326,7 @@ def check_targets(med, startup, nps, colls, sizes):
             detail += f"; not measured: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
         out.append((name, status, detail))
 
-    four = ["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
+    five = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
     from_1k = [s for s in sizes if (1 << 10) <= s <= (256 << 20)]
     grid = [1 << k for k in range(10, 29, 2)]  # 1 KiB .. 256 MiB, x4
     missing_grid = [s for s in grid if s not in sizes]
@@ -326,13 +340,13 @@ def check_targets(med, startup, nps, colls, sizes):
     single("np=2 all_reduce 256 MiB busbw >= 3x Open MPI", 2, "all_reduce", 256 << 20, 3)
     single("np=2 all_reduce 1 MiB busbw >= 1.5x Open MPI", 2, "all_reduce", 1 << 20, 1.5)
     single("np=2 all_reduce 8 B time <= Open MPI", 2, "all_reduce", 8, 1)
-    for coll in ("reduce_scatter", "all_gather", "broadcast"):
+    for coll in ("reduce_scatter", "all_gather", "broadcast", "reduce"):
         single(f"np=2 {coll} 64 MiB >= 2x Open MPI", 2, coll, 64 << 20, 2)
-    every("np=4 every collective 64 MiB >= 2x Open MPI", 4, four, [64 << 20], 2, ompi)
-    every("np=4 every collective, every size >= 1 KiB, no slower than Open MPI", 4, four, from_1k, 1, ompi)
+    every("np=4 every collective 64 MiB >= 2x Open MPI", 4, five, [64 << 20], 2, ompi)
+    every("np=4 every collective, every size >= 1 KiB, no slower than Open MPI", 4, five, from_1k, 1, ompi)
     for n in (2, 4):
         every(f"np={n} every collective 1 KiB-256 MiB >= the faster of Open MPI and MPICH",
-              n, four, from_1k, 1, faster_mpi)
+              n, five, from_1k, 1, faster_mpi)
     if missing_grid:
         out.append(("size grid for the 'every size' targets", "NOT MEASURED",
                     f"--sizes lacks {', '.join(human(s) for s in missing_grid)} (x4 grid 1 KiB-256 MiB)"))
@@ -354,7 +368,8 @@ def main():
     ap.add_argument("--anchors", default=DEFAULT_ANCHORS, help="the anchors folder (../shared/anchors)")
     ap.add_argument("--np", default="2,4", help="world sizes (default 2,4)")
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"bytes, K/M/G suffixes (default {DEFAULT_SIZES})")
-    ap.add_argument("--colls", default=",".join(COLLS), help="default: all four")
+    ap.add_argument("--colls", default=",".join(COLLS),
+                    help="default: all five (reduce against the MPI peers only)")
     ap.add_argument("--peers", default=",".join(PEERS), help="default: openmpi,mpich,gloo")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     ap.add_argument("--blocking", type=int, choices=(0, 1), default=1, help="chorus-bench -z (default 1)")
