@@ -212,6 +212,7 @@ void broadcast_direct(Context&, const CollArgs&);
 void reduce_ring(Context&, const CollArgs&);
 void reduce_tree(Context&, const CollArgs&);
 void reduce_direct(Context&, const CollArgs&);
+void reduce_twoshot(Context&, const CollArgs&);
 void gather_direct(Context&, const CollArgs&);
 void scatter_direct(Context&, const CollArgs&);
 void all_to_all_direct(Context&, const CollArgs&);

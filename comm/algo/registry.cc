@@ -32,6 +32,8 @@ constexpr AlgoEntry kAlgorithms[] = {
     {Collective::kReduce, Algorithm::kRing, reduce_ring, "pipelined chain to the root"},
     {Collective::kReduce, Algorithm::kTree, reduce_tree, "pipelined binary tree"},
     {Collective::kReduce, Algorithm::kDirect, reduce_direct, "all send to the root"},
+    {Collective::kReduce, Algorithm::kTwoShot, reduce_twoshot,
+     "reduce-scatter, then gather to the root; every rank reduces 1/n"},
     {Collective::kGather, Algorithm::kDirect, gather_direct, "all send to the root"},
     {Collective::kScatter, Algorithm::kDirect, scatter_direct, "root sends to all"},
     {Collective::kAllToAll, Algorithm::kDirect, all_to_all_direct, "staggered pairwise"},
