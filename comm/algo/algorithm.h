@@ -191,6 +191,11 @@ void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, cons
                   int rank, int world_size);
 // dst = the reduction of n inputs (a.dtype, travel_op(a.op)), `count` elements each.
 void reduce_n(const CollArgs& a, std::byte* dst, const void* const* srcs, int n, size_t count);
+// Step 1 of the two-shot algorithms, a direct reduce-scatter: the buffer is cut into `size`
+// segments (segment()); every rank sends segment p of a.send to rank p and folds the n-1 copies
+// of its own segment it receives into `own`, its own input first, then from rank+1, rank+2, ...
+// Returns once every send of the step has finished (a caller may then overwrite a.send).
+void reduce_scatter_direct_step(Context& c, const CollArgs& a, std::byte* own);
 // Copy of `bytes` when src != dst (the ranges do not overlap otherwise).
 void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes);
 // The same for host memory only (kept for callers that have no CollArgs at hand).

@@ -19,21 +19,9 @@ void all_reduce_twoshot(Context& c, const CollArgs& a) {
   const auto seg = [&](int i) { return segment(a.count, static_cast<size_t>(n), static_cast<size_t>(i)); };
   const auto [own_off, own_cnt] = seg(r);
   std::byte* own = a.recv + own_off * es;
-
-  c.ex.step("reduce-scatter");
-  for (int k = 1; k < n; ++k) {
-    const int p = mod(r + k, n);
-    const auto [off, cnt] = seg(p);
-    c.ex.post_send(p, a.send + off * es, cnt * es);
-  }
-  const std::byte* acc = a.send + own_off * es;
-  for (int k = 1; k < n; ++k) {
-    const int p = mod(r + k, n);
-    c.ex.wait(c.ex.post_recv_reduce(p, own, acc, own_cnt, a.dtype, a.op));
-    acc = own;
-  }
-  // In place, phase 2 overwrites the segments peers read in phase 1: they must be done.
-  c.ex.wait_all();
+  // In place, phase 2 overwrites the segments peers read in phase 1: the step returns once they
+  // are done.
+  reduce_scatter_direct_step(c, a, own);
   finish_avg(a, own, own_cnt, n);
 
   c.ex.step("all-gather");

@@ -19,22 +19,9 @@ void reduce_twoshot(Context& c, const CollArgs& a) {
   const auto seg = [&](int i) { return segment(a.count, static_cast<size_t>(n), static_cast<size_t>(i)); };
   const auto [own_off, own_cnt] = seg(r);
   std::byte* own = root ? a.recv + own_off * es : c.scratch.get(0, own_cnt * es);
-
-  c.ex.step("reduce-scatter");
-  for (int k = 1; k < n; ++k) {
-    const int p = mod(r + k, n);
-    const auto [off, cnt] = seg(p);
-    c.ex.post_send(p, a.send + off * es, cnt * es);
-  }
-  const std::byte* acc = a.send + own_off * es;
-  for (int k = 1; k < n; ++k) {
-    const int p = mod(r + k, n);
-    c.ex.wait(c.ex.post_recv_reduce(p, own, acc, own_cnt, a.dtype, a.op));
-    acc = own;
-  }
-  // In place, the root's gather overwrites the segments its peers read in step 1: they must be
-  // done (and elsewhere the sends of step 1 must be, before this operation ends).
-  c.ex.wait_all();
+  // In place, the root's gather overwrites the segments its peers read in step 1: the step
+  // returns once they are done.
+  reduce_scatter_direct_step(c, a, own);
 
   c.ex.step("gather");
   if (!root) {

@@ -165,6 +165,28 @@ void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, cons
   reduce_n(a, dst, srcs, world_size, a.count);
 }
 
+void reduce_scatter_direct_step(Context& c, const CollArgs& a, std::byte* own) {
+  const int n = c.size, r = c.rank;
+  const size_t es = a.elem();
+  const auto seg = [&](int i) {
+    return segment(a.count, static_cast<size_t>(n), static_cast<size_t>(i));
+  };
+  c.ex.step("reduce-scatter");
+  for (int k = 1; k < n; ++k) {
+    const int p = mod(r + k, n);
+    const auto [off, cnt] = seg(p);
+    c.ex.post_send(p, a.send + off * es, cnt * es);
+  }
+  const auto [own_off, own_cnt] = seg(r);
+  const std::byte* acc = a.send + own_off * es;
+  for (int k = 1; k < n; ++k) {
+    const int p = mod(r + k, n);
+    c.ex.wait(c.ex.post_recv_reduce(p, own, acc, own_cnt, a.dtype, a.op));
+    acc = own;
+  }
+  c.ex.wait_all();
+}
+
 void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
   if (a.mem != nullptr) [[unlikely]]
