@@ -109,7 +109,6 @@ Communicator::Impl::Impl(Setup s)
     agree_on_choices();
   }
   if (chunk_bytes == 0) chunk_bytes = transport::Transport::kDefaultChunkBytes;
-  if (size == 1) fifo_chunk_bytes = chunk_bytes;
   recorder = std::make_unique<FlightRecorder>(FlightRecorder::Identity{job_id, comm_id, rank, size}, 0);
   if (exchange) {
     exchange->publish_waiting_to(recorder->waiting());
@@ -145,6 +144,7 @@ void Communicator::Impl::agree_on_choices() {
     const size_t fifo_chunk = chunk_bytes != 0 ? chunk_bytes : transport::Transport::kDefaultChunkBytes;
     if (chunk_bytes == 0) chunk_bytes = transport->preferred_chunk_bytes();
     algo::TuneTable t = tune ? *tune : algo::load_tune_table();
+    // 0 says "no /fifo variants", so a threshold of 0 (everything single copy) counts as 1.
     const size_t fifo_from =
         transport->single_copy_anywhere() ? std::max<size_t>(1, transport->single_copy_threshold()) : 0;
     store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, "\n",
@@ -264,7 +264,7 @@ std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size
       const algo::Variant v{e.algo, path};
       // The FIFO variants only where they differ: some peer is read single-copy. A forced or
       // tuned one is listed anyway, since it is what runs.
-      if (path == algo::Path::kFifo && fifo_from_bytes == 0 && !(v == chosen)) continue;
+      if (path == algo::Path::kFifo && fifo_from_bytes == 0 && v != chosen) continue;
       AlgorithmEstimate est;
       est.algorithm = std::string(algo::to_string(v));
       est.chosen = v == chosen;

@@ -148,7 +148,8 @@ TEST(IpcMappingCache, KeysAreHandleAndDevice) {
 TEST(ShmDeviceMemory, RefusedWhereIpcIsImpossible) {
   if (!transport::shm::device_ipc_signature().empty())
     GTEST_SKIP() << "this machine has a GPU driver: IPC may be possible";
-  run_wired(2, [](int, transport::Transport& t, Exchange&) {
+  run_wired(2, [](int, transport::Wiring& w, Exchange&) {
+    transport::Transport& t = *w.transport;
     std::string why;
     EXPECT_FALSE(t.moves_device_memory(&why));
     EXPECT_NE(why.find("cannot use GPU IPC"), std::string::npos) << why;
@@ -241,7 +242,7 @@ void place(algo::CollArgs& a, int rank, int n, bool in_place, std::vector<std::b
 
 TEST(MemoryOpsSeam, EveryAlgorithmGivesTheHostBytes) {
   constexpr int n = 3;
-  run_wired(n, [](int rank, transport::Transport&, Exchange& ex) {
+  run_wired(n, [](int rank, transport::Wiring&, Exchange& ex) {
     const std::vector<int> host_of(n, 0);
     algo::Scratch scratch;
     CountingHostOps ops;

@@ -13,6 +13,7 @@
 #include "algo/algorithm.h"
 #include "exchange.h"
 #include "multiproc.h"
+#include "transport/factory.h"
 #include "transport/transport.h"
 
 namespace chorus::testing {
@@ -45,8 +46,8 @@ bool finishes_alone(Exchange& ex, Exchange::RequestId id, int for_ms) {
 TEST(FifoPath, LargeSendsCopyThroughTheFifoInsteadOfSingleCopy) {
   int go[2];  // rank 0 -> rank 1: "post your receive now", outside the transport
   ASSERT_EQ(::pipe(go), 0);
-  run_wired(2, [&](int rank, transport::Transport& t, Exchange& ex) {
-    if (!t.single_copy_anywhere()) {
+  run_wired(2, [&](int rank, transport::Wiring& w, Exchange& ex) {
+    if (!w.transport->single_copy_anywhere()) {
       std::printf("single copy is unavailable here: both paths are the FIFO\n");
       return;
     }

@@ -170,9 +170,10 @@ std::string run_ranks(int world_size, const std::function<void(Communicator&)>& 
       options);
 }
 
-void run_wired(int n, const std::function<void(int, transport::Transport&, Exchange&)>& body,
+void run_wired(int n, const std::function<void(int, transport::Wiring&, Exchange&)>& body,
                const RunOptions& options) {
   run_processes(n, [&](int rank) {
+    if (options.before_connect) options.before_connect(rank);
     const LaunchEnv env = detect_launch_env();
     std::unique_ptr<TcpStoreServer> server;
     if (rank == 0) server = TcpStoreServer::adopt(*env.store_fd);
@@ -181,8 +182,8 @@ void run_wired(int n, const std::function<void(int, transport::Transport&, Excha
     const auto timeout = std::chrono::milliseconds(30000);
     transport::Wiring w =
         transport::connect(rank, n, store, "/chorus-" + env.job_id + "-wired", timeout);
-    Exchange ex(*w.transport, rank, n, WaitPolicy::for_ranks(n));
-    body(rank, *w.transport, ex);
+    Exchange ex(*w.transport, rank, n, WaitPolicy::for_ranks(n, w.host_cpus));
+    body(rank, w, ex);
     store.set("done/" + std::to_string(rank), "1");
     std::vector<std::string> keys;
     for (int p = 0; p < n; ++p) keys.push_back("done/" + std::to_string(p));

@@ -19,7 +19,7 @@
 namespace chorus {
 class Exchange;
 namespace transport {
-class Transport;
+struct Wiring;
 }
 }  // namespace chorus
 
@@ -43,10 +43,12 @@ std::string run_ranks(int world_size, const std::function<void(Communicator&)>& 
 std::string run_processes(int world_size, const std::function<void(int rank)>& body,
                           const RunOptions& options = {});
 
-// Below the Communicator: runs body(rank, transport, exchange) in n processes whose transports
-// are connected as a communicator's are (the real bootstrap and shm transport), for tests that
-// drive the Exchange or the algorithms directly. Rank 0 serves the store and leaves last.
-void run_wired(int n, const std::function<void(int, transport::Transport&, Exchange&)>& body,
+// Below the Communicator: runs body(rank, wiring, exchange) in n processes connected as a
+// communicator's are (the real bootstrap and shm transport; the Exchange waits as a
+// communicator's would), for tests that drive the transport, the Exchange or the algorithms
+// directly. options.before_connect runs first in each rank. Rank 0 serves the store and leaves
+// last.
+void run_wired(int n, const std::function<void(int, transport::Wiring&, Exchange&)>& body,
                const RunOptions& options = {});
 
 }  // namespace chorus::testing

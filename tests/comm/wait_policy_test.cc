@@ -3,14 +3,9 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
-#include <chrono>
-#include <memory>
-#include <string>
 #include <thread>
 #include <vector>
 
-#include "chorus/launch_env.h"
-#include "chorus/store.h"
 #include "exchange.h"
 #include "multiproc.h"
 #include "transport/factory.h"
@@ -31,31 +26,21 @@ std::vector<int> allowed_cpus() {
 // Connects `n` processes, rank r bound to CPU cpus[pick(r)], and checks what connect() counts.
 void expect_host_cpus(int n, int (*pick)(int), int want) {
   const std::vector<int> cpus = allowed_cpus();
-  run_processes(n, [&](int rank) {
+  RunOptions bind;
+  bind.before_connect = [&](int rank) {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpus[static_cast<size_t>(pick(rank))], &one);
     ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-    const LaunchEnv env = detect_launch_env();
-    std::unique_ptr<TcpStoreServer> server;
-    if (rank == 0) server = TcpStoreServer::adopt(*env.store_fd);
-    auto base = std::make_shared<TcpStore>(env.master_addr, env.master_port);
-    PrefixStore store(base, "wait/");
-    const auto timeout = std::chrono::milliseconds(30000);
-    transport::Wiring w =
-        transport::connect(rank, n, store, "/chorus-" + env.job_id + "-wait", timeout);
+  };
+  run_wired(n, [&](int rank, transport::Wiring& w, Exchange&) {
     EXPECT_EQ(w.host_cpus, want) << "rank " << rank;
     const WaitPolicy policy = WaitPolicy::for_ranks(n, w.host_cpus);
     if (want >= n) EXPECT_GT(policy.spin_passes, 0) << "bound one per CPU: spin";
     else EXPECT_EQ(policy.spin_passes, 0) << "sharing CPUs: yield at once";
     // This process alone has one CPU: its own mask would call every world oversubscribed.
     EXPECT_EQ(WaitPolicy::for_ranks(n, 0).spin_passes, 0);
-    store.set("done/" + std::to_string(rank), "1");
-    std::vector<std::string> keys;
-    for (int p = 0; p < n; ++p) keys.push_back("done/" + std::to_string(p));
-    store.wait(keys, timeout);
-    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  });
+  }, bind);
 }
 
 TEST(WaitPolicy, RanksBoundOnePerCpuSpin) {
