@@ -141,6 +141,15 @@ void cast(DataType dst_type, void* dst, DataType src_type, const void* src, size
   detail::active_kernels().cast(dst_type, dst, src_type, src, count);
 }
 
+void copy_stream(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CHORUS_ARG_CHECK(dst && src, "copy_stream: null pointer with ", bytes, " bytes");
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  const auto s = reinterpret_cast<uintptr_t>(src);
+  CHORUS_ARG_CHECK(!(d < s + bytes && s < d + bytes), "copy_stream: the ranges overlap");
+  detail::active_kernels().copy_stream(dst, src, bytes);
+}
+
 const char* isa_name() { return detail::active_kernels().name; }
 
 }  // namespace chorus::kernels

@@ -42,6 +42,8 @@ struct IsaKernels {
   void (*divide)(DataType dtype, void* dst, const void* src, size_t count, int64_t divisor);
   // dst[i] = dst_type(src[i]); dst may equal src only when both types have the same size.
   void (*cast)(DataType dst_type, void* dst, DataType src_type, const void* src, size_t count);
+  // memcpy with non-temporal stores, fenced; dst and src do not overlap.
+  void (*copy_stream)(void* dst, const void* src, size_t bytes);
 };
 
 // The tables, one per namespace that kernels/cpu/isa/ is compiled into.

@@ -1,6 +1,8 @@
-// copy() at many sizes and alignments, and its overlap handling.
+// copy() and copy_stream() at many sizes and alignments, and their handling of overlap.
 #include <numeric>
 
+#include "dispatch.h"
+#include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
 #include "test_data.h"
 
@@ -37,6 +39,28 @@ TEST(Copy, AtManySizesAndOffsets) {
         check_copy(kernels::copy, bytes, src_offset, dst_offset);
         if (HasFatalFailure()) return;
       }
+}
+
+// Every instruction set's streaming copy (each has its own vector width, head and tail), and the
+// public entry point.
+TEST(CopyStream, AtManySizesAndOffsetsOnEveryIsa) {
+  for (detail::Isa isa : detail::supported_isas()) {
+    SCOPED_TRACE(std::string(detail::to_string(isa)));
+    for (size_t bytes : kSizes)
+      for (size_t src_offset : {0, 1, 7, 16, 33})
+        for (size_t dst_offset : {0, 1, 8, 31, 63}) {
+          check_copy(detail::kernels_for(isa).copy_stream, bytes, src_offset, dst_offset);
+          if (HasFatalFailure()) return;
+        }
+  }
+  check_copy(kernels::copy_stream, 100000, 3, 5);
+}
+
+TEST(CopyStream, RejectsOverlapAndNullButAcceptsZeroBytes) {
+  kernels::copy_stream(nullptr, nullptr, 0);
+  std::vector<unsigned char> v(1000);
+  EXPECT_THROW(kernels::copy_stream(v.data() + 1, v.data(), 999), InvalidArgument);
+  EXPECT_THROW(kernels::copy_stream(nullptr, v.data(), 10), InvalidArgument);
 }
 
 TEST(Copy, NullWithZeroBytesAndOverlapAreSafe) {

@@ -90,5 +90,6 @@ void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b
 void reduce_n(DataType dtype, ReduceOp op, void* dst, const void* const* srcs, int n, size_t count);
 void divide(DataType dtype, void* dst, const void* src, size_t count, int64_t divisor);
 void cast(DataType dst_type, void* dst, DataType src_type, const void* src, size_t count);
+void copy_stream(void* dst, const void* src, size_t bytes);
 
 }  // namespace chorus::kernels::detail::CHORUS_KERNELS_ISA_NS

@@ -13,6 +13,7 @@ const IsaKernels kKernels = {
     .reduce_n = reduce_n,
     .divide = divide,
     .cast = cast,
+    .copy_stream = copy_stream,
 };
 
 }  // namespace chorus::kernels::detail::CHORUS_KERNELS_ISA_NS

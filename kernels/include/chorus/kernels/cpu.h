@@ -37,6 +37,13 @@ void divide(DataType dtype, void* dst, const void* src, size_t count, int64_t di
 // ranges are tolerated (copied as by memmove).
 void copy(void* dst, const void* src, size_t bytes);
 
+// A copy whose stores bypass the caches (non-temporal), fenced at the end. For large
+// destinations nobody reads soon, such as a collective's result: an ordinary store to a line not
+// in cache first reads the line (read for ownership), which this saves, and it does not evict
+// what the caller still needs. Slower than copy() when the destination is read again soon.
+// dst and src must not overlap.
+void copy_stream(void* dst, const void* src, size_t bytes);
+
 // Element-wise conversion between any two DataTypes. To a float type: round to nearest even, once
 // (f64 or i64 -> bf16 is not rounded twice through f32). Float to integer: truncate toward zero
 // and saturate: NaN -> 0, values beyond the range -> the nearest limit. Integer to integer: wrap
