@@ -31,6 +31,11 @@ const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 0,
                           "transport's preference: larger where peers read each other's memory "
                           "directly)"};
 
+const IntKnob kStreamFrom{"CHORUS_STREAM_FROM", 16 << 20,
+                          "out-of-place results of at least this many bytes per rank are written "
+                          "with streaming (non-temporal) stores, saving the read a cached store "
+                          "makes of every line (0 = never)"};
+
 const StringKnob kRing{"CHORUS_RING", "locality",
                        "order of the ring and tree algorithms: locality = ranks grouped by host, "
                        "socket, NUMA node and bound CPU, so the ring leaves each once; rank = "
@@ -83,6 +88,11 @@ Communicator::Impl::Impl(Setup s)
   chunk_bytes = static_cast<size_t>(kChunkBytes.get());
   CHORUS_ARG_CHECK(chunk_bytes % 64 == 0, "CHORUS_CHUNK_BYTES=", chunk_bytes,
                    " must be a positive multiple of 64 (or 0 for the transport's choice)");
+  {
+    const int64_t v = kStreamFrom.get();
+    CHORUS_ARG_CHECK(v >= 0, "CHORUS_STREAM_FROM=", v, " must be >= 0 (0 = never)");
+    stream_from_bytes = v == 0 ? SIZE_MAX : static_cast<size_t>(v);
+  }
 
   // Communicators made the same way on every rank get the same id: rank r's k-th world
   // communicator on this store is "w<k>" on every rank.
@@ -414,7 +424,7 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
       const bool fifo = op.algorithm.path == algo::Path::kFifo;
       exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp, fifo);
       algo::Context ctx{rank,     size, *exchange, scratch, fifo ? fifo_chunk_bytes : chunk_bytes,
-                        host_of,  ring, ring_pos};
+                        host_of,  ring, ring_pos, stream_from_bytes};
       entry->run(ctx, op.args);
       transport->count_completed();
     }

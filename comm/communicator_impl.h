@@ -95,6 +95,9 @@ struct Communicator::Impl {
   // threshold when it reads some peer single-copy, else 0 (no "/fifo" variants listed). Rank 0's
   // view, so that every rank lists and chooses the same variants.
   size_t fifo_from_bytes = 0;
+  // Out-of-place results from this size on are written with streaming stores
+  // (CHORUS_STREAM_FROM; SIZE_MAX = never). A local choice: ranks need not agree.
+  size_t stream_from_bytes = SIZE_MAX;
   std::unique_ptr<TcpStoreServer> server;  // from_env's rank 0 hosts the store
   bool owns_bootstrap = false;             // made by from_env: says goodbye to the store
   std::unique_ptr<transport::Transport> transport;

@@ -83,7 +83,7 @@ Exchange::RequestId Exchange::post(transport::Request r) {
   const bool send = req.kind == transport::Request::Kind::kSend;
   // A small send with nothing ahead of it goes out now: the peer may be waiting for it, and the
   // rest of the posting (and the first pass of the wait) is then off its critical path.
-  if (send && req.bytes <= kEagerPostBytes && send_q_[req.peer].empty() &&
+  if (send && req.after == nullptr && req.bytes <= kEagerPostBytes && send_q_[req.peer].empty() &&
       link(req.peer).progress_send(req) && req.done)
     return id;
   auto& q = send ? send_q_[req.peer] : recv_q_[req.peer];
@@ -103,17 +103,19 @@ Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes)
   return post(r);
 }
 
-Exchange::RequestId Exchange::post_recv(int peer, void* dst, size_t bytes) {
+Exchange::RequestId Exchange::post_recv(int peer, void* dst, size_t bytes, bool stream) {
   transport::Request r;
   r.kind = transport::Request::Kind::kRecv;
   r.peer = peer;
   r.dst = static_cast<std::byte*>(dst);
   r.bytes = bytes;
+  r.stream_dst = stream;
   return post(r);
 }
 
 Exchange::RequestId Exchange::post_recv_reduce(int peer, void* dst, const void* local,
-                                               size_t count, DataType dtype, ReduceOp op) {
+                                               size_t count, DataType dtype, ReduceOp op,
+                                               bool stream) {
   transport::Request r;
   r.kind = transport::Request::Kind::kRecvReduce;
   r.peer = peer;
@@ -122,7 +124,25 @@ Exchange::RequestId Exchange::post_recv_reduce(int peer, void* dst, const void* 
   r.bytes = count * dtype_size(dtype);
   r.dtype = dtype;
   r.op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  r.stream_dst = stream;
   return post(r);
+}
+
+Exchange::RequestId Exchange::post_forward(RequestId from, int peer) {
+  CHORUS_CHECK(from + 1 == requests_.size() &&
+                   requests_[from].kind != transport::Request::Kind::kSend,
+               "post_forward must follow the receive it forwards");
+  transport::Request& recv = requests_[from];
+  transport::Request r;
+  r.kind = transport::Request::Kind::kSend;
+  r.fifo_only = fifo_only_;
+  r.peer = peer;
+  r.src = recv.dst;
+  r.bytes = recv.bytes;
+  if (!recv.done) r.after = &recv;
+  const RequestId id = post(r);
+  if (!recv.done) recv.forward = &requests_[id];
+  return id;
 }
 
 bool Exchange::progress() {
@@ -133,9 +153,24 @@ bool Exchange::progress() {
     for (auto* q : {&send_q_[peer], &recv_q_[peer]}) {
       while (!q->empty()) {
         transport::Request& r = *q->front();
-        const bool m = r.kind == transport::Request::Kind::kSend ? link.progress_send(r)
-                                                                 : link.progress_recv(r);
-        moved |= m;
+        if (!r.done) {
+          if (r.kind == transport::Request::Kind::kSend) {
+            // A forward waits for its receive, unless that receive's link has sent it already.
+            if (r.after != nullptr && !r.after->done) break;
+            moved |= link.progress_send(r);
+          } else {
+            if (r.forward != nullptr) {
+              // Forwards that a receive before this one finished leave the queue first.
+              auto& fq = send_q_[r.forward->peer];
+              while (!fq.empty() && fq.front()->done) {
+                fq.pop_front();
+                --pending_;
+              }
+              r.forward_now = !r.forward->done && !fq.empty() && fq.front() == r.forward;
+            }
+            moved |= link.progress_recv(r);
+          }
+        }
         if (!r.done) break;
         q->pop_front();
         --pending_;

@@ -57,10 +57,17 @@ class Exchange {
   static constexpr size_t kEagerPostBytes = 4096;
 
   RequestId post_send(int peer, const void* src, size_t bytes);
-  RequestId post_recv(int peer, void* dst, size_t bytes);
+  // `stream`: write dst with streaming stores (a large result the algorithm does not read again;
+  // transport::Request::stream_dst).
+  RequestId post_recv(int peer, void* dst, size_t bytes, bool stream = false);
   // dst = local op incoming (count elements of dtype); dst may equal local.
   RequestId post_recv_reduce(int peer, void* dst, const void* local, size_t count, DataType dtype,
-                             ReduceOp op);
+                             ReduceOp op, bool stream = false);
+  // Sends on to `peer` what the receive `from` (the request posted just before) writes to its
+  // dst, in the order of the sends to `peer`: NCCL's recvCopySend / recvReduceCopySend. The shared
+  // memory transport writes each incoming piece straight into `peer`'s FIFO as well, so the result
+  // is not read back; elsewhere the send starts once the receive is done.
+  RequestId post_forward(RequestId from, int peer);
 
   void wait(RequestId id);
   void wait_all();

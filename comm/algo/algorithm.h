@@ -134,6 +134,9 @@ struct Context {
   // in them are neighbours in the machine. Empty = rank order.
   std::span<const int> ring;
   std::span<const int> ring_pos;
+  // Out-of-place results of at least this many bytes are written with streaming stores
+  // (CHORUS_STREAM_FROM; stream_results()).
+  size_t stream_from_bytes = SIZE_MAX;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
@@ -179,6 +182,12 @@ inline size_t chunk_elems(const Context& c, DataType dtype) {
 }
 // The reduction op applied while data travels (kAvg sums; the finish divides).
 inline ReduceOp travel_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+// Whether the receives that write a call's result (`bytes` of it on this rank) use streaming
+// stores (Exchange::post_recv's `stream`): when the result is too large to stay in cache anyway
+// and is written out of place, where every cached store to a line first reads it. Not in place
+// (send and recv overlap: the lines were just read and are in cache), not in device memory, not
+// for kAvg (the result is read back to divide).
+bool stream_results(const Context& c, const CollArgs& a, size_t bytes);
 // The helpers below touch the call's buffers in the memory they live in (a.mem: host memory when
 // null). Algorithm files make every local copy and reduction through them, never with
 // std::memcpy or the CPU kernels directly, so that they run unchanged on device buffers.
@@ -197,7 +206,9 @@ void reduce_n(const CollArgs& a, std::byte* dst, const void* const* srcs, int n,
 // Returns once every send of the step has finished (a caller may then overwrite a.send).
 void reduce_scatter_direct_step(Context& c, const CollArgs& a, std::byte* own);
 // Copy of `bytes` when src != dst (the ranges do not overlap otherwise).
-void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes);
+// `stream`: with streaming stores (host memory; stream_results()).
+void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes,
+                      bool stream = false);
 // The same for host memory only (kept for callers that have no CollArgs at hand).
 void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes);
 

@@ -187,11 +187,24 @@ void reduce_scatter_direct_step(Context& c, const CollArgs& a, std::byte* own) {
   c.ex.wait_all();
 }
 
-void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes) {
+void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, size_t bytes,
+                      bool stream) {
   if (dst == src || bytes == 0) return;
   if (a.mem != nullptr) [[unlikely]]
     return a.mem->copy(dst, src, bytes);
-  std::memcpy(dst, src, bytes);
+  if (stream)
+    kernels::copy_stream(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
+}
+
+bool stream_results(const Context& c, const CollArgs& a, size_t bytes) {
+  if (bytes < c.stream_from_bytes || a.op == ReduceOp::kAvg || a.mem != nullptr) return false;
+  const size_t n = static_cast<size_t>(c.size);
+  const size_t send_bytes = a.coll == Collective::kReduceScatter ? a.bytes() * n : a.bytes();
+  const size_t recv_bytes = a.coll == Collective::kAllGather ? a.bytes() * n : a.bytes();
+  const auto s = reinterpret_cast<uintptr_t>(a.send), r = reinterpret_cast<uintptr_t>(a.recv);
+  return s + send_bytes <= r || r + recv_bytes <= s;  // no overlap: out of place
 }
 
 void copy_if_distinct(std::byte* dst, const std::byte* src, size_t bytes) {

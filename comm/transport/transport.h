@@ -92,6 +92,18 @@ struct Request {
   // A send that must not go single copy (algo::Path::kFifo): it copies through the transport's
   // buffers whatever its size. The receiver accepts either way.
   bool fifo_only = false;
+  // Receives: write dst with streaming (non-temporal) stores. The algorithm sets it for large
+  // results it will not read again, which then cost no read for ownership (kernels::copy_stream).
+  bool stream_dst = false;
+  // Forwarding (Exchange::post_forward): a receive whose result (dst, once written) another
+  // request sends on to a further peer. `forward` on the receive points to that send, `after` on
+  // the send to the receive. A link that can writes each incoming piece into the outgoing buffers
+  // as it arrives (one pass over the bytes instead of two) while `forward_now` is set (the send is
+  // next in line to its peer); otherwise the send starts when the receive is done, from where
+  // the link left it.
+  Request* forward = nullptr;
+  Request* after = nullptr;
+  bool forward_now = false;
   // Progress state, owned by the transport.
   size_t offset = 0;
   uint64_t token = 0;
@@ -122,6 +134,10 @@ class Transport {
   // how they travel, and from what size on they are.
   virtual bool single_copy_anywhere() const { return false; }
   virtual size_t single_copy_threshold() const { return SIZE_MAX; }
+  // Bytes this rank's links wrote straight into a forward's outgoing buffers as they arrived
+  // (Request::forward), since the transport was made: how often forwarding took the one-pass
+  // path rather than sending the result after the receive.
+  virtual uint64_t forwarded_in_pass_bytes() const { return 0; }
 
   // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
   // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it

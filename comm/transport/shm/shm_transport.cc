@@ -195,9 +195,16 @@ class ShmLink : public Link {
   }
 
   bool recv_host(Request& r) {
-    bool moved = false;
+    // Forwarding: the link to the peer the result goes on to, when that peer is on this host too.
+    ShmLink* out = nullptr;
+    if (r.forward_now && r.forward->peer != owner_.rank_) {
+      out = owner_.links_[static_cast<size_t>(r.forward->peer)].get();
+      if (out != nullptr && out->device_ != nullptr) out = nullptr;
+    }
+    bool moved = false, forwarded = false;
     for (;;) {
       if (r.done) break;
+      if (out != nullptr && r.forward->offset < r.offset) forwarded |= out->forward_received(r);
       const auto* h = slot_header(in_slots_, received_);
       if (h->seq.load(std::memory_order_acquire) != received_ + 1) break;
       check_slot(h, r);
@@ -224,15 +231,83 @@ class ShmLink : public Link {
         return true;
       }
       CHORUS_CHECK_EQ(h->offset, r.offset, "eager slot out of order from rank ", peer_);
-      deliver(r, r.offset, payload(h), h->bytes);
+      if (out != nullptr && r.forward->offset == r.offset && out->slot_free()) {
+        out->forward_piece(r, payload(h), h->bytes);
+        forwarded = true;
+      } else {
+        deliver(r, r.offset, payload(h), h->bytes);
+      }
       r.offset += h->bytes;
       consume_slot();
       moved = true;
       r.done = r.offset == r.bytes;
     }
-    // The sender may be waiting for room in the FIFO.
+    // The sender may be waiting for room in the FIFO; the forward's receiver for data.
     if (moved) peer_bell_.ring();
+    if (forwarded) out->peer_bell_.ring();
+    return moved || forwarded;
+  }
+
+  // ---- forwarding (Request::forward), called on the link the result goes out on ----------------
+
+  // Publishes the next slot of forward `f` with n bytes of payload already written to it.
+  void publish_forward(Request& f, shm::SlotHeader* h, size_t n) {
+    h->kind = shm::SlotKind::kEager;
+    h->bytes = static_cast<uint32_t>(n);
+    h->total = f.bytes;
+    h->offset = f.offset;
+    h->stamp = f.stamp;
+    f.fifo_only = true;  // started through the FIFO: the rest follows it there
+    f.offset += n;
+    f.done = f.offset == f.bytes;
+    publish(h);
+  }
+
+  // Sends the part of `in`'s result that was delivered without being forwarded (the FIFO to this
+  // peer was full then), copying it from in.dst as an eager send would.
+  bool forward_received(Request& in) {
+    Request& f = *in.forward;
+    bool moved = false;
+    while (f.offset < in.offset && slot_free()) {
+      const size_t n = std::min(layout_.slot_bytes, in.offset - f.offset);
+      auto* h = slot_header(out_slots_, sent_);
+      std::memcpy(payload(h), f.src + f.offset, n);
+      publish_forward(f, h, n);
+      moved = true;
+    }
     return moved;
+  }
+
+  // One incoming piece of `in` (n bytes at in.offset, in the other link's FIFO) written to its
+  // destination and, in the same pass, into this link's next slot for in.forward: the result is
+  // computed into the outgoing slot and copied from there, still in cache, to in.dst. The caller
+  // checked slot_free().
+  void forward_piece(Request& in, const std::byte* data, size_t n) {
+    auto* h = slot_header(out_slots_, sent_);
+    std::byte* to = payload(h);
+    std::byte* dst = in.dst + in.offset;
+    if (in.kind == Request::Kind::kRecv) {
+      std::memcpy(to, data, n);
+      store(in, dst, to, n);
+    } else {
+      const size_t es = dtype_size(in.dtype);
+      const size_t block = kStreamBlockBytes / es * es;
+      for (size_t b = 0; b < n; b += block) {
+        const size_t m = std::min(block, n - b);
+        kernels::reduce(in.dtype, in.op, to + b, in.local + in.offset + b, data + b, m / es);
+        store(in, dst + b, to + b, m);
+      }
+    }
+    publish_forward(*in.forward, h, n);
+    owner_.forwarded_in_pass_ += n;
+  }
+
+  // Writes n result bytes to a receive's destination: streaming stores when it asked for them.
+  static void store(const Request& r, std::byte* dst, const std::byte* src, size_t n) {
+    if (r.stream_dst)
+      kernels::copy_stream(dst, src, n);
+    else
+      std::memcpy(dst, src, n);
   }
 
   static constexpr uint8_t kAwaitingAck = 1;
@@ -449,14 +524,26 @@ class ShmLink : public Link {
   }
 
   // Copies or reduces `n` incoming bytes that belong at `offset` of the message.
+  // Streaming destinations are reduced a block at a time into a buffer that stays in L1 and
+  // copied out from there.
   void deliver(Request& r, size_t offset, const std::byte* data, size_t n) {
     if (r.kind == Request::Kind::kRecv) {
-      std::memcpy(r.dst + offset, data, n);
-    } else {
+      store(r, r.dst + offset, data, n);
+    } else if (!r.stream_dst) {
       kernels::reduce(r.dtype, r.op, r.dst + offset, r.local + offset, data,
                       n / dtype_size(r.dtype));
+    } else {
+      alignas(64) static thread_local std::byte block_buf[kStreamBlockBytes];
+      const size_t es = dtype_size(r.dtype);
+      const size_t block = kStreamBlockBytes / es * es;
+      for (size_t b = 0; b < n; b += block) {
+        const size_t m = std::min(block, n - b);
+        kernels::reduce(r.dtype, r.op, block_buf, r.local + offset + b, data + b, m / es);
+        kernels::copy_stream(r.dst + offset + b, block_buf, m);
+      }
     }
   }
+  static constexpr size_t kStreamBlockBytes = 16 << 10;
 
   // A failed single-copy read: the sender's process ended (ESRCH) or its memory went away. A
   // sender that failed first (e.g. because a third rank died) and then exited published why:

@@ -47,6 +47,7 @@ class ShmTransport : public Transport {
   size_t preferred_chunk_bytes() const override;
   bool single_copy_anywhere() const override;
   size_t single_copy_threshold() const override { return options_.cma_threshold; }
+  uint64_t forwarded_in_pass_bytes() const override { return forwarded_in_pass_; }
   uint32_t arm_sleep() override { return header()->bell.arm(); }
   void disarm_sleep() override { header()->bell.disarm(); }
   void sleep(uint32_t token, long max_ns) override {
@@ -92,6 +93,7 @@ class ShmTransport : public Transport {
   ShmSegment own_;
   std::vector<ShmSegment> peers_;
   std::vector<std::unique_ptr<ShmLink>> links_;
+  uint64_t forwarded_in_pass_ = 0;  // forwarded_in_pass_bytes(), counted by the links
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
   std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
   bool device_ipc_ = false;
