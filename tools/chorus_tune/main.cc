@@ -28,7 +28,8 @@ constexpr const char* kUsage = R"(usage: chorus-run -n N chorus-tune [options]
 
 Measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather and
 scatter on this machine with N ranks (blocking calls, float32 sum, median of 5 timed blocks per size, the slowest
-rank's time), at sizes 8 B, 32 B, ... x4 up to --max-bytes, and writes one curve per
+rank's time), at sizes 8 B, 32 B, ... x4 up to 512 KiB and x2 from there (where the caches bend
+the curves) up to --max-bytes, and writes one curve per
 (N, collective, algorithm) to the tune table. Where some peer is read single-copy, each algorithm
 is also measured on the FIFO path ("ring/fifo": large messages copy through shared memory), and
 the selector picks the path with the algorithm. Lines for other world sizes already in the file
@@ -206,7 +207,9 @@ int tune(const Options& o) {
     return 2;
   }
   std::vector<size_t> sizes;
-  for (size_t b = 8; b < o.max_bytes; b *= 4) sizes.push_back(b);
+  // Twice as dense from 512 KiB: where a message stops fitting in L2 or L3 the curves bend, and
+  // a straight line across 4x misled the selector (np=2 broadcast at 16 MiB).
+  for (size_t b = 8; b < o.max_bytes; b *= b < (512u << 10) ? 4 : 2) sizes.push_back(b);
   sizes.push_back(o.max_bytes);
   const size_t max_elems = o.max_bytes / sizeof(float) + 1;
   std::vector<float> send(max_elems * static_cast<size_t>(n), 1.0f), recv(max_elems * static_cast<size_t>(n));
