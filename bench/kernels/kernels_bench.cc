@@ -136,6 +136,7 @@ void register_all() {
     }
     benchmark::RegisterBenchmark(("copy/memcpy" + size).c_str(), bench_copy<libc_memcpy>, bytes);
     benchmark::RegisterBenchmark(("copy/kernels_copy" + size).c_str(), bench_copy<copy>, bytes);
+    benchmark::RegisterBenchmark(("copy/copy_stream" + size).c_str(), bench_copy<copy_stream>, bytes);
   }
 }
 

@@ -5,7 +5,9 @@
 // written: 64 KiB 35 vs 69, 1 MiB 38 vs 43, 16 MiB 28 vs 25, 256 MiB 15 vs 19. A streaming copy
 // loses everywhere except a narrow band around the L3 size, and glibc already switches to
 // streaming stores itself past a threshold derived from the cache sizes, so copy() does not try to
-// second-guess it. chorus-kernels-bench prints both for re-measuring on other hardware.
+// second-guess it. Callers that know the destination will not be read soon use copy_stream()
+// (kernels/cpu/isa/copy_stream.cc) instead: there the saved read for ownership is what counts
+// (docs/PERFORMANCE.md, the all-reduce bullet). chorus-kernels-bench prints both (copy/*).
 #include <cstdint>
 #include <cstring>
 

@@ -112,13 +112,15 @@ TEST_P(Collectives, Scatter) { run_matrix(Collective::kScatter); }
 TEST_P(Collectives, AllToAll) { run_matrix(Collective::kAllToAll); }
 
 // The same matrices through the transport's other paths: tiny FIFO slots and pipelining chunks
-// (many slots and chunks per message, single-copy from 4 KiB up), and single-copy disabled
-// (every byte through the FIFO).
+// (many slots and chunks per message, single-copy from 4 KiB up; forwards find the next FIFO
+// full and catch up from the result; out-of-place results written with streaming stores at every
+// size), and single-copy disabled (every byte through the FIFO).
 const RunOptions kSmallSlots{std::chrono::milliseconds(240000),
                              {{"CHORUS_SHM_SLOT_BYTES", "256"},
                               {"CHORUS_SHM_DEPTH", "3"},
                               {"CHORUS_CHUNK_BYTES", "1024"},
-                              {"CHORUS_SHM_CMA_THRESHOLD", "4096"}},
+                              {"CHORUS_SHM_CMA_THRESHOLD", "4096"},
+                              {"CHORUS_STREAM_FROM", "1"}},
                              ""};
 const RunOptions kNoSingleCopy{std::chrono::milliseconds(240000), {{"CHORUS_SHM_CMA", "0"}}, ""};
 
@@ -131,9 +133,13 @@ TEST_P(Collectives, AllReduceNoSingleCopy) { run_matrix(Collective::kAllReduce, 
 TEST_P(Collectives, AllGatherNoSingleCopy) { run_matrix(Collective::kAllGather, Coverage::kTransport, kNoSingleCopy); }
 
 // Every algorithm on the FIFO path ("ring/fifo", ...) where single copy would otherwise start at
-// 4 KiB and messages span several slots: the sends copy through the FIFO whatever their size.
+// 4 KiB and messages span several slots: the sends copy through the FIFO whatever their size, and
+// the ring and chain algorithms forward in the pass that receives. Out-of-place results are
+// written with streaming stores at every size.
 const RunOptions kFifoPath{std::chrono::milliseconds(240000),
-                           {{"CHORUS_SHM_SLOT_BYTES", "4096"}, {"CHORUS_SHM_CMA_THRESHOLD", "4096"}},
+                           {{"CHORUS_SHM_SLOT_BYTES", "4096"},
+                            {"CHORUS_SHM_CMA_THRESHOLD", "4096"},
+                            {"CHORUS_STREAM_FROM", "1"}},
                            ""};
 TEST_P(Collectives, AllReduceFifoPath) { run_matrix(Collective::kAllReduce, Coverage::kTransport, kFifoPath, "/fifo"); }
 TEST_P(Collectives, ReduceScatterFifoPath) { run_matrix(Collective::kReduceScatter, Coverage::kTransport, kFifoPath, "/fifo"); }
