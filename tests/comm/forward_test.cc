@@ -71,7 +71,7 @@ void chain(int world) {
       }
       if (rank == last) ex.post_recv(1, got.data(), bytes);
       ex.wait_all();
-      if (rank == 1 || rank == last)
+      if ((rank == 1 || rank == last) && bytes > 0)
         EXPECT_EQ(std::memcmp(got.data(), sum.data(), bytes), 0) << "rank " << rank;
       if (rank == 1 && round.fifo && round.count > 1000)
         EXPECT_GT(w.transport->forwarded_in_pass_bytes(), fused_before)
