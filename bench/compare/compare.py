@@ -20,7 +20,8 @@ launches.csv (one row per library, round, world size, collective and size), star
 per start-up launch), raw/ (the anchors' own CSV files), summary.md (what is printed) and
 summary.json (the medians and the targets).
 
-Conventions, both sides: float32, sum, out of place, root 0, nccl-tests sizes and busbw
+Conventions, both sides: float32, sum, out of place (broadcast: in place, see IN_PLACE), root 0,
+nccl-tests sizes and busbw
 (all-reduce, broadcast and reduce: the per-rank buffer; reduce-scatter and all-gather: the whole buffer). chorus-bench
 runs with -z 1 (blocking calls) like the anchors, which time blocking MPI/Gloo calls. A peer
 time is the anchor's median over its timed blocks; a chorus time is chorus-bench's time column.
@@ -55,6 +56,10 @@ COLLS = {
     "reduce": ("reduce", lambda n: 1.0),  # MPI only: mpi_reduce.cpp here (Gloo has no anchor)
 }
 MPI_ONLY = {"reduce"}
+# MPI_Bcast and Gloo's broadcast have one buffer: the root's is sent, the others' are overwritten.
+# chorus's in-place broadcast is that operation; out of place, the root also copies its send
+# buffer into its receive buffer, which no peer does.
+IN_PLACE = {"broadcast"}
 TOTAL_SIZE = {"reduce_scatter", "all_gather"}  # sizes are n x chunk
 
 PEERS = {
@@ -213,7 +218,8 @@ def run_chorus(build, n, coll, size, blocking, timeout):
     if rc not in (0, 1) or not rows:
         log(f"  chorus np={n} {coll} {size}: exit {rc}: {err.strip()[-300:]}")
         return None
-    row = next(r for r in rows if r["placement"] == "out-of-place")
+    placement = "in-place" if coll in IN_PLACE else "out-of-place"
+    row = next(r for r in rows if r["placement"] == placement)
     return row["time_us"], row["algorithm"], row["wrong"] or 0, row["size"]
 
 
