@@ -6,6 +6,7 @@
 // --benchmark_filter='reduce/f32/sum/.*/1MiB' compares the instruction sets.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -98,6 +99,30 @@ void bench_copy(benchmark::State& state, size_t bytes) {
 
 void libc_memcpy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
+// The copies a byte costs on its way through the shared-memory FIFO (comm/transport/shm), done
+// here by one core: the sender's memcpy from src into a 64 KiB slot of a 512 KiB ring (8 slots,
+// the default CHORUS_SHM_SLOT_BYTES and CHORUS_SHM_DEPTH), the receiver's streaming copy from the
+// slot to dst, or both in turn. Bytes counted as for copy: src read + dst written (a slot stays
+// in cache), so the three compare with copy/copy_stream. On two ranks the two halves run on two
+// cores and the slot crosses between them; these are the single-core figures PERFORMANCE.md
+// derives the bounds of the FIFO collectives from.
+enum class FifoSide { kIn, kOut, kThrough };
+
+void bench_fifo(benchmark::State& state, FifoSide side, size_t bytes) {
+  constexpr size_t kSlot = 64 << 10, kRing = 8 * kSlot;
+  auto src = make_buffer(bytes), out = make_buffer(bytes), ring = make_buffer(kRing);
+  for (auto _ : state) {
+    for (size_t off = 0; off < bytes; off += kSlot) {
+      const size_t n = std::min(kSlot, bytes - off);
+      unsigned char* slot = ring.data() + off % kRing;
+      if (side != FifoSide::kOut) std::memcpy(slot, src.data() + off, n);
+      if (side != FifoSide::kIn) copy_stream(out.data() + off, slot, n);
+    }
+    benchmark::ClobberMemory();
+  }
+  report(state, side == FifoSide::kThrough ? 2 * bytes : bytes);
+}
+
 std::string dtype_name(DataType t) {
   static const char* kNames[] = {"f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64"};
   return kNames[static_cast<int>(t)];
@@ -137,6 +162,12 @@ void register_all() {
     benchmark::RegisterBenchmark(("copy/memcpy" + size).c_str(), bench_copy<libc_memcpy>, bytes);
     benchmark::RegisterBenchmark(("copy/kernels_copy" + size).c_str(), bench_copy<copy>, bytes);
     benchmark::RegisterBenchmark(("copy/copy_stream" + size).c_str(), bench_copy<copy_stream>, bytes);
+    benchmark::RegisterBenchmark(("fifo/into_slots" + size).c_str(), bench_fifo, FifoSide::kIn,
+                                 bytes);
+    benchmark::RegisterBenchmark(("fifo/out_of_slots" + size).c_str(), bench_fifo,
+                                 FifoSide::kOut, bytes);
+    benchmark::RegisterBenchmark(("fifo/through" + size).c_str(), bench_fifo, FifoSide::kThrough,
+                                 bytes);
   }
 }
 
