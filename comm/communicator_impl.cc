@@ -32,9 +32,10 @@ const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 0,
                           "directly)"};
 
 const IntKnob kStreamFrom{"CHORUS_STREAM_FROM", 16 << 20,
-                          "out-of-place results of at least this many bytes per rank are written "
-                          "with streaming (non-temporal) stores, saving the read a cached store "
-                          "makes of every line (0 = never)"};
+                          "results of at least this many bytes per rank are written with "
+                          "streaming (non-temporal) stores, saving the read a cached store makes "
+                          "of every line: broadcast and all-gather always, reductions out of "
+                          "place (0 = never)"};
 
 const StringKnob kRing{"CHORUS_RING", "locality",
                        "order of the ring and tree algorithms: locality = ranks grouped by host, "

@@ -134,8 +134,8 @@ struct Context {
   // in them are neighbours in the machine. Empty = rank order.
   std::span<const int> ring;
   std::span<const int> ring_pos;
-  // Out-of-place results of at least this many bytes are written with streaming stores
-  // (CHORUS_STREAM_FROM; stream_results()).
+  // Results of at least this many bytes are written with streaming stores where
+  // stream_results() says so (CHORUS_STREAM_FROM).
   size_t stream_from_bytes = SIZE_MAX;
 };
 
@@ -184,9 +184,11 @@ inline size_t chunk_elems(const Context& c, DataType dtype) {
 inline ReduceOp travel_op(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
 // Whether the receives that write a call's result (`bytes` of it on this rank) use streaming
 // stores (Exchange::post_recv's `stream`): when the result is too large to stay in cache anyway
-// and is written out of place, where every cached store to a line first reads it. Not in place
-// (send and recv overlap: the lines were just read and are in cache), not in device memory, not
-// for kAvg (the result is read back to divide).
+// and the receives write lines this rank has not just read, where every cached store to a line
+// first reads it. So: broadcast and all-gather in place or not (what they receive is never this
+// rank's input), the reductions only out of place (in place, each result line is the input line
+// the reduction has just read, in cache). Not in device memory, not for kAvg (the result is read
+// back to divide).
 bool stream_results(const Context& c, const CollArgs& a, size_t bytes);
 // The helpers below touch the call's buffers in the memory they live in (a.mem: host memory when
 // null). Algorithm files make every local copy and reduction through them, never with

@@ -200,6 +200,9 @@ void copy_if_distinct(const CollArgs& a, std::byte* dst, const std::byte* src, s
 
 bool stream_results(const Context& c, const CollArgs& a, size_t bytes) {
   if (bytes < c.stream_from_bytes || a.op == ReduceOp::kAvg || a.mem != nullptr) return false;
+  // Their receives overwrite blocks this rank never reads, in place or not (in place, the root's
+  // buffer or the rank's own block is not received at all).
+  if (a.coll == Collective::kBroadcast || a.coll == Collective::kAllGather) return true;
   const size_t n = static_cast<size_t>(c.size);
   const size_t send_bytes = a.coll == Collective::kReduceScatter ? a.bytes() * n : a.bytes();
   const size_t recv_bytes = a.coll == Collective::kAllGather ? a.bytes() * n : a.bytes();

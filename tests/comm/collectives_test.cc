@@ -113,8 +113,8 @@ TEST_P(Collectives, AllToAll) { run_matrix(Collective::kAllToAll); }
 
 // The same matrices through the transport's other paths: tiny FIFO slots and pipelining chunks
 // (many slots and chunks per message, single-copy from 4 KiB up; forwards find the next FIFO
-// full and catch up from the result; out-of-place results written with streaming stores at every
-// size), and single-copy disabled (every byte through the FIFO).
+// full and catch up from the result; results written with streaming stores at every size where
+// stream_results() allows them), and single-copy disabled (every byte through the FIFO).
 const RunOptions kSmallSlots{std::chrono::milliseconds(240000),
                              {{"CHORUS_SHM_SLOT_BYTES", "256"},
                               {"CHORUS_SHM_DEPTH", "3"},
@@ -134,8 +134,9 @@ TEST_P(Collectives, AllGatherNoSingleCopy) { run_matrix(Collective::kAllGather, 
 
 // Every algorithm on the FIFO path ("ring/fifo", ...) where single copy would otherwise start at
 // 4 KiB and messages span several slots: the sends copy through the FIFO whatever their size, and
-// the ring and chain algorithms forward in the pass that receives. Out-of-place results are
-// written with streaming stores at every size.
+// the ring and chain algorithms forward in the pass that receives. Results are written with
+// streaming stores at every size where stream_results() allows them (broadcast and all-gather in
+// place too).
 const RunOptions kFifoPath{std::chrono::milliseconds(240000),
                            {{"CHORUS_SHM_SLOT_BYTES", "4096"},
                             {"CHORUS_SHM_CMA_THRESHOLD", "4096"},
