@@ -266,6 +266,25 @@ algo::Variant Communicator::Impl::choose(Collective coll, size_t bytes) const {
   return c.algo;
 }
 
+// A receiver takes a message of either kind, single copy or through the FIFO, so a rank may pick
+// the path of its own sends without the others knowing (the pipelining unit stays the agreed
+// variant's). The root of an in-place broadcast uses that: it only sends, and the selector's
+// curves are of out-of-place calls, where the root also copies its buffer into place while a
+// single-copy receiver reads. In place it has nothing to do meanwhile, and from a few MiB the
+// copy shared through the FIFO is faster (docs/PERFORMANCE.md). So it follows the table's
+// in-place curves of the chosen algorithm, when there are both and the selector chose (not a
+// forced algorithm), for host memory, from the single-copy threshold up (below it every send goes
+// through the FIFO anyway).
+bool Communicator::Impl::sends_through_fifo(const algo::CollArgs& a, algo::Variant v,
+                                            size_t bytes, bool on_device) const {
+  const bool agreed = v.path == algo::Path::kFifo;
+  if (a.coll != Collective::kBroadcast || a.root != rank || a.send != a.recv || on_device ||
+      forced || !tune || hosts != 1 || fifo_from_bytes == 0 || bytes < fifo_from_bytes)
+    return agreed;
+  const auto path = tune->in_place_path(size, a.coll, v.algo, bytes);
+  return path ? *path == algo::Path::kFifo : agreed;
+}
+
 std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size_t bytes) const {
   std::vector<AlgorithmEstimate> out;
   const algo::Variant chosen = choose(coll, bytes);
@@ -309,6 +328,7 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking,
   const bool p2p = is_point_to_point(args.coll);
   Op op{args, collectives, choose(args.coll, bytes), nullptr, {},
         call_timeout.count() > 0 ? call_timeout : timeout, 0, std::move(device)};
+  op.fifo_sends = sends_through_fifo(args, op.algorithm, bytes, op.device.has_value());
   // Collectives are numbered; point-to-point messages are numbered per pair by the Exchange.
   if (!p2p) ++collectives;
   op.stamp.seq = static_cast<uint64_t>(op.seq);
@@ -422,8 +442,10 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
     } else {
       const algo::AlgoEntry* entry = algo::find_algorithm(op.args.coll, op.algorithm.algo);
       CHORUS_CHECK(entry != nullptr, "no algorithm ", algo::to_string(op.algorithm), " for ", name);
+      // The pipelining unit follows the agreed path; the sends, this rank's own.
       const bool fifo = op.algorithm.path == algo::Path::kFifo;
-      exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp, fifo);
+      exchange->begin(name.data(), op.seq, entry->description, op.timeout, op.stamp,
+                      op.fifo_sends);
       algo::Context ctx{rank,     size, *exchange, scratch, fifo ? fifo_chunk_bytes : chunk_bytes,
                         host_of,  ring, ring_pos, stream_from_bytes};
       entry->run(ctx, op.args);

@@ -76,6 +76,10 @@ struct Communicator::Impl {
   void abort(const std::string& reason);
   std::optional<Communicator> split(int color, int key);
   algo::Variant choose(Collective coll, size_t bytes) const;
+  // Whether this rank's sends of a call run as `v` go through the FIFO: v's path, except for the
+  // root of an in-place broadcast that the selector chose for (see the definition).
+  bool sends_through_fifo(const algo::CollArgs& a, algo::Variant v, size_t bytes,
+                          bool on_device) const;
   std::vector<AlgorithmEstimate> explain(Collective coll, size_t bytes) const;
 
   int rank;
@@ -123,6 +127,7 @@ struct Communicator::Impl {
     std::chrono::milliseconds timeout;
     uint64_t record;  // flight-recorder id
     std::optional<DeviceOp> device;  // stream-ordered: the stream side (device_ops.h)
+    bool fifo_sends = false;  // sends_through_fifo()
   };
   // Both return the operation's error (nullptr on success); they never throw.
   std::exception_ptr fail(Op& op, std::exception_ptr error, const Error& e);

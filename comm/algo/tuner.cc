@@ -49,12 +49,15 @@ TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
     if (!(fields >> np_text)) continue;  // blank
     const auto bad = [&](const std::string& why) {
       return InvalidArgument(detail::concat("tune table ", origin, " line ", number, ": ", why,
-                                            " (expected '<world size> <collective> <algorithm>[/fifo] "
-                                            "<bytes>:<us> ...')"));
+                                            " (expected '<world size> <collective>[/in-place] "
+                                            "<algorithm>[/fifo] <bytes>:<us> ...')"));
     };
     int np = 0;
     if (!parse_number(np_text, np) || np < 2) throw bad("bad world size '" + np_text + "'");
     if (!(fields >> coll_text >> algo_text)) throw bad("missing collective or algorithm");
+    constexpr std::string_view kInPlace = "/in-place";
+    const bool in_place = coll_text.ends_with(kInPlace);
+    if (in_place) coll_text.resize(coll_text.size() - kInPlace.size());
     const auto coll = parse_collective(coll_text);
     if (!coll) throw bad("unknown collective '" + coll_text + "'");
     const auto algo = parse_variant(algo_text);
@@ -75,7 +78,7 @@ TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
       curve.push_back(p);
     }
     if (curve.empty()) throw bad("no points");
-    t.set(np, *coll, *algo, std::move(curve));
+    t.set(np, *coll, *algo, std::move(curve), in_place);
   }
   return t;
 }
@@ -83,8 +86,8 @@ TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
 std::string TuneTable::format() const {
   std::string s;
   for (const auto& [key, curve] : curves_) {
-    const auto& [np, coll, algo] = key;
-    s += detail::concat(np, " ", to_string(coll), " ", to_string(algo));
+    const auto& [np, coll, in_place, algo] = key;
+    s += detail::concat(np, " ", to_string(coll), in_place ? "/in-place " : " ", to_string(algo));
     for (const Point& p : curve) {
       char us[32];
       std::snprintf(us, sizeof us, "%.4g", p.us);
@@ -95,21 +98,22 @@ std::string TuneTable::format() const {
   return s;
 }
 
-void TuneTable::set(int world_size, Collective coll, Variant algo, std::vector<Point> curve) {
+void TuneTable::set(int world_size, Collective coll, Variant algo, std::vector<Point> curve,
+                    bool in_place) {
   std::sort(curve.begin(), curve.end(),
             [](const Point& a, const Point& b) { return a.bytes < b.bytes; });
-  curves_[{world_size, coll, algo}] = std::move(curve);
+  curves_[{world_size, coll, in_place, algo}] = std::move(curve);
 }
 
 bool TuneTable::covers(int world_size, Collective coll) const {
-  auto it = curves_.lower_bound({world_size, coll, Variant{}});
+  auto it = curves_.lower_bound({world_size, coll, false, Variant{}});
   return it != curves_.end() && std::get<0>(it->first) == world_size &&
-         std::get<1>(it->first) == coll;
+         std::get<1>(it->first) == coll && !std::get<2>(it->first);
 }
 
 std::optional<double> TuneTable::predict_us(int world_size, Collective coll, Variant algo,
-                                            size_t bytes) const {
-  auto it = curves_.find({world_size, coll, algo});
+                                            size_t bytes, bool in_place) const {
+  auto it = curves_.find({world_size, coll, in_place, algo});
   if (it == curves_.end()) return std::nullopt;
   const std::vector<Point>& c = it->second;
   if (c.size() == 1 || bytes <= c.front().bytes) return c.front().us;
@@ -125,8 +129,8 @@ std::optional<double> TuneTable::predict_us(int world_size, Collective coll, Var
 }
 
 std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, Collective coll,
-                                                               Variant algo) const {
-  auto it = curves_.find({world_size, coll, algo});
+                                                               Variant algo, bool in_place) const {
+  auto it = curves_.find({world_size, coll, in_place, algo});
   if (it == curves_.end()) return std::nullopt;
   const std::vector<Point>& c = it->second;
   double beta = 0;
@@ -166,6 +170,14 @@ std::optional<Variant> TuneTable::fastest(int world_size, Collective coll, size_
         us && *us <= best_us * (1 + kTieMargin))
       return preferred;
   return best;
+}
+
+std::optional<Path> TuneTable::in_place_path(int world_size, Collective coll, Algorithm algo,
+                                             size_t bytes) const {
+  const auto single = predict_us(world_size, coll, Variant{algo}, bytes, true);
+  const auto fifo = predict_us(world_size, coll, Variant{algo, Path::kFifo}, bytes, true);
+  if (!single || !fifo) return std::nullopt;
+  return *single <= *fifo ? Path::kSingleCopy : Path::kFifo;
 }
 
 std::string default_tune_path() {

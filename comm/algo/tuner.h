@@ -15,8 +15,11 @@
 // CHORUS_TUNE=off ignores every table and uses fixed size thresholds.
 //
 // Text format, one curve per line ('#' starts a comment):
-//   <world size> <collective> <variant> <bytes>:<us> <bytes>:<us> ...
+//   <world size> <collective>[/in-place] <variant> <bytes>:<us> <bytes>:<us> ...
 // where <variant> is an algorithm name, alone (single copy) or with "/fifo" (algorithm.h, Path).
+// Curves are of out-of-place calls. "/in-place" marks a curve of in-place calls: chorus-tune
+// measures them for broadcast, whose in-place root alone picks the path of its sends from them
+// (in_place_path()); the selector never reads them.
 #pragma once
 
 #include <cstddef>
@@ -42,16 +45,17 @@ class TuneTable {
   static TuneTable parse(std::string_view text, std::string_view origin);
   std::string format() const;
 
-  void set(int world_size, Collective coll, Variant v, std::vector<Point> curve);
+  void set(int world_size, Collective coll, Variant v, std::vector<Point> curve,
+           bool in_place = false);
   bool empty() const { return curves_.empty(); }
-  // Whether any curve exists for this collective at this world size.
+  // Whether any out-of-place curve exists for this collective at this world size.
   bool covers(int world_size, Collective coll) const;
   // Predicted time of one call, or nullopt when the table has no curve for it.
-  std::optional<double> predict_us(int world_size, Collective coll, Variant v,
-                                   size_t bytes) const;
+  std::optional<double> predict_us(int world_size, Collective coll, Variant v, size_t bytes,
+                                   bool in_place = false) const;
   // Latency (us) and inverse bandwidth (us per MiB) of a curve, for explanations.
-  std::optional<std::pair<double, double>> alpha_beta(int world_size, Collective coll,
-                                                      Variant v) const;
+  std::optional<std::pair<double, double>> alpha_beta(int world_size, Collective coll, Variant v,
+                                                      bool in_place = false) const;
   // The fastest variant by prediction among those registered for `coll` (each algorithm on
   // either path), if covered. A FIFO variant within kTieMargin of its algorithm's single-copy
   // one yields to it. A `preferred` variant predicted within kTieMargin of the fastest is kept: curves measured
@@ -60,11 +64,16 @@ class TuneTable {
   static constexpr double kTieMargin = 0.10;
   std::optional<Variant> fastest(int world_size, Collective coll, size_t bytes,
                                  std::optional<Variant> preferred = std::nullopt) const;
+  // The faster path for `algo` in place, by its two in-place curves; nullopt when either is
+  // missing. (No tie margin: the caller asks only from the single-copy threshold up, where the
+  // two paths are different code.)
+  std::optional<Path> in_place_path(int world_size, Collective coll, Algorithm algo,
+                                    size_t bytes) const;
 
   std::string origin;  // where it was loaded from (for logs and chorus-tune --show)
 
  private:
-  using Key = std::tuple<int, Collective, Variant>;
+  using Key = std::tuple<int, Collective, bool, Variant>;  // bool: in place
   std::map<Key, std::vector<Point>> curves_;
 };
 

@@ -3,8 +3,16 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "algo/tuner.h"
 #include "chorus/communicator.h"
@@ -101,6 +109,34 @@ TEST(Tuner, FifoVariantsRoundTripAndCompeteWithSingleCopy) {
   EXPECT_FALSE(algo::parse_variant("ring/fast"));
 }
 
+// "<collective>/in-place" curves: broadcast measured in place. They round-trip, the selector
+// never reads them, and in_place_path() compares an algorithm's two paths by them.
+TEST(Tuner, InPlaceCurvesRoundTripAndPickTheRootsPath) {
+  const TuneTable t = TuneTable::parse("2 broadcast direct 8:1 1000000:10\n"
+                                       "2 broadcast/in-place direct 8:1 1000000:10\n"
+                                       "2 broadcast/in-place direct/fifo 8:2 1000000:5\n"
+                                       "4 broadcast/in-place direct 8:1\n",
+                                       "t");
+  EXPECT_EQ(TuneTable::parse(t.format(), "again").format(), t.format());
+  EXPECT_NE(t.format().find("2 broadcast/in-place direct/fifo 8:2"), std::string::npos);
+  const algo::Variant fifo{Algorithm::kDirect, algo::Path::kFifo};
+  EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kBroadcast, Algorithm::kDirect, 8), 1);
+  EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kBroadcast, fifo, 1000000, true), 5);
+  EXPECT_FALSE(t.predict_us(2, Collective::kBroadcast, fifo, 1000000));  // no such out-of-place curve
+  EXPECT_EQ(t.in_place_path(2, Collective::kBroadcast, Algorithm::kDirect, 8),
+            algo::Path::kSingleCopy);
+  EXPECT_EQ(t.in_place_path(2, Collective::kBroadcast, Algorithm::kDirect, 1000000),
+            algo::Path::kFifo);
+  EXPECT_FALSE(t.in_place_path(2, Collective::kBroadcast, Algorithm::kRing, 8));  // no curves
+  EXPECT_FALSE(t.in_place_path(4, Collective::kBroadcast, Algorithm::kDirect, 8));  // one path only
+  // In-place curves alone cover nothing for the selector, which reads out-of-place ones only.
+  EXPECT_FALSE(t.covers(4, Collective::kBroadcast));
+  EXPECT_EQ(t.fastest(2, Collective::kBroadcast, 1000000), Algorithm::kDirect);
+  const auto ab = t.alpha_beta(2, Collective::kBroadcast, fifo, true);
+  ASSERT_TRUE(ab);
+  EXPECT_DOUBLE_EQ(ab->first, 2);
+}
+
 TEST(Tuner, MalformedTablesNameTheLine) {
   const auto error_of = [](const char* text) -> std::string {
     try {
@@ -120,6 +156,8 @@ TEST(Tuner, MalformedTablesNameTheLine) {
   EXPECT_NE(error_of("2 all_reduce ring 8:-1").find("bad time"), std::string::npos);
   EXPECT_NE(error_of("2 all_reduce ring").find("no points"), std::string::npos);
   EXPECT_NE(error_of("2 all_reduce").find("missing"), std::string::npos);
+  EXPECT_NE(error_of("2 broadcast/in-plac direct 8:1").find("unknown collective"),
+            std::string::npos);
 }
 
 TEST(Tuner, TheBuiltInTableParses) {
@@ -218,6 +256,74 @@ TEST(Tuner, EveryRankFollowsRankZerosTable) {
     comm.all_reduce(v.data(), out.data(), v.size(), DataType::kF32, ReduceOp::kSum);
     EXPECT_EQ(out[7], 2.0f);
   });
+}
+
+// The root of an in-place broadcast picks the path of its sends from the table's in-place curves;
+// out of place, the selector's choice stands. Here the selector picks `direct` (single copy) and
+// the in-place curves say FIFO. A FIFO send of 256 KiB fits the FIFO (8 x 64 KiB slots) and
+// finishes without its receiver; a single-copy one cannot finish until the receiver has read it.
+// Rank 1 calls the first broadcast only once rank 0's has returned (a pipe outside the
+// transport), so a root that went single copy would time out here; the second call, out of
+// place, must still wait for the receiver.
+TEST(Tuner, TheRootOfAnInPlaceBroadcastFollowsTheInPlaceCurves) {
+  const std::string path = write_table("tune_in_place.txt",
+                                       "2 broadcast direct 8:1 100000000:10\n"
+                                       "2 broadcast direct/fifo 8:2 100000000:20\n"
+                                       "2 broadcast/in-place direct 8:2 100000000:20\n"
+                                       "2 broadcast/in-place direct/fifo 8:1 100000000:10\n");
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  testing::RunOptions options;
+  options.env["CHORUS_TUNE_FILE"] = path;
+  options.env["CHORUS_TIMEOUT"] = "20";
+  run_ranks(2, [&](Communicator& comm) {
+    constexpr size_t kCount = 64 << 10;  // 256 KiB of int32
+    bool single_copy = false;
+    for (const AlgorithmEstimate& e : comm.explain(Collective::kBroadcast, kCount * 4))
+      single_copy |= e.algorithm == "direct/fifo";
+    if (!single_copy) {
+      std::printf("single copy is unavailable here: every send goes through the FIFO\n");
+      return;
+    }
+    ASSERT_EQ(comm.algorithm_for(Collective::kBroadcast, kCount * 4), "direct");
+    std::vector<int32_t> buf(kCount), out(kCount);
+    if (comm.rank() == 0) {
+      ::close(go[0]);
+      for (size_t i = 0; i < kCount; ++i) buf[i] = static_cast<int32_t>(i * 7 + 1);
+      comm.broadcast(buf.data(), buf.data(), kCount, DataType::kI32, 0);  // in place
+      char byte = 1;
+      ASSERT_EQ(::write(go[1], &byte, 1), 1);
+      // Out of place: single copy, as the selector chose. The receiver is let go a little later,
+      // and the call cannot have returned before.
+      std::atomic<bool> released{false};
+      std::thread release([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        released = true;
+        ASSERT_EQ(::write(go[1], &byte, 1), 1);
+      });
+      comm.broadcast(buf.data(), out.data(), kCount, DataType::kI32, 0);
+      EXPECT_TRUE(released) << "the out-of-place root's send finished without its receiver";
+      release.join();
+      EXPECT_EQ(out, buf);
+      ::close(go[1]);
+    } else {
+      ::close(go[1]);
+      for (int call = 0; call < 2; ++call) {
+        // Bounded: this test's parent holds the pipe's write end too, so no EOF ends the wait.
+        pollfd ready{go[0], POLLIN, 0};
+        ASSERT_EQ(::poll(&ready, 1, 30000), 1) << "rank 0's broadcast did not return";
+        char byte = 0;
+        ASSERT_EQ(::read(go[0], &byte, 1), 1);
+        std::fill(buf.begin(), buf.end(), -1);
+        comm.broadcast(nullptr, buf.data(), kCount, DataType::kI32, 0);
+        for (size_t i = 0; i < kCount; i += 997) ASSERT_EQ(buf[i], static_cast<int32_t>(i * 7 + 1));
+        EXPECT_EQ(buf.back(), static_cast<int32_t>((kCount - 1) * 7 + 1));
+      }
+      ::close(go[0]);
+    }
+  }, options);
+  ::close(go[0]);
+  ::close(go[1]);
 }
 
 TEST(Tuner, OffMeansFixedThresholdsAndABadFileIsAClearError) {

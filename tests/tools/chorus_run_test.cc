@@ -30,6 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kChorusRun = CHORUS_RUN_BIN;
 constexpr const char* kProbe = RANK_PROBE_BIN;
+constexpr const char* kTune = CHORUS_TUNE_BIN;
 
 struct Result {
   int exit_code = -1;  // 128 + signal when chorus-run itself was killed
@@ -465,6 +466,33 @@ TEST(ChorusRun, MissingProgramExits127) {
   const Result r = run({"-n", "2", "/nonexistent/program"});
   EXPECT_EQ(r.exit_code, 127);
   EXPECT_NE(r.err.find("cannot execute '/nonexistent/program'"), std::string::npos) << r.err;
+}
+
+// chorus-tune on two ranks, small sizes: broadcast is written in both placements; tuning it
+// again replaces both (other collectives' lines stay); --show reads the result.
+TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
+  const std::string out = ::testing::TempDir() + "chorus_tune_test.txt";
+  std::filesystem::remove(out);
+  const auto count = [&](const std::string& prefix) {
+    std::ifstream f(out);
+    int n = 0;
+    for (std::string line; std::getline(f, line);) n += line.rfind(prefix, 0) == 0;
+    return n;
+  };
+  for (const char* colls : {"broadcast,gather", "broadcast"}) {
+    const Result r =
+        run({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // ring, tree and direct, each on one path or two (two where single copy is possible)
+    const int curves = count("2 broadcast ");
+    EXPECT_TRUE(curves == 3 || curves == 6) << curves;
+    EXPECT_EQ(count("2 broadcast/in-place "), curves) << "in-place curves: one per variant";
+    EXPECT_GE(count("2 gather "), 1) << "the gather lines of the first run were lost";
+  }
+  const Result show = run({"-n", "1", kTune, "--show", "--file", out});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_NE(show.out.find("broadcast/in-place direct"), std::string::npos) << show.out;
+  std::filesystem::remove(out);
 }
 
 }  // namespace

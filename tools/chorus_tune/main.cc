@@ -32,8 +32,10 @@ rank's time), at sizes 8 B, 32 B, ... x4 up to 512 KiB and x2 from there (where 
 the curves) up to --max-bytes, and writes one curve per
 (N, collective, algorithm) to the tune table. Where some peer is read single-copy, each algorithm
 is also measured on the FIFO path ("ring/fifo": large messages copy through shared memory), and
-the selector picks the path with the algorithm. Lines for other world sizes already in the file
-are kept, so run it once per world size you use. Sizes are counted as chorus-bench counts them.
+the selector picks the path with the algorithm. Broadcast is measured in place as well
+("broadcast/in-place" lines): the root of an in-place broadcast picks the path of its own sends
+from those. Lines for other world sizes already in the file are kept, so run it once per world
+size you use. Sizes are counted as chorus-bench counts them.
 
 The selector (rank 0's table, shared with every rank) then picks, for each call, the algorithm
 whose curve predicts the shortest time; chorus-bench --explain prints predicted beside measured.
@@ -128,7 +130,7 @@ int show(const Options& o) {
     std::printf("(no curves: every world size uses fixed thresholds)\n");
     return 0;
   }
-  std::printf("%4s  %-15s %-13s %12s %16s %7s\n", "np", "collective", "algo", "alpha (us)",
+  std::printf("%4s  %-18s %-13s %12s %16s %7s\n", "np", "collective", "algo", "alpha (us)",
               "beta (us/MiB)", "points");
   std::istringstream lines(t.format());
   std::string line;
@@ -140,10 +142,12 @@ int show(const Options& o) {
     int points = 0;
     std::string p;
     while (f >> p) ++points;
+    const bool in_place = coll.ends_with("/in-place");
+    const std::string name = in_place ? coll.substr(0, coll.find('/')) : coll;
     for (int c = 0; c <= static_cast<int>(Collective::kSendRecv); ++c) {
-      if (to_string(static_cast<Collective>(c)) != coll) continue;
-      auto ab = t.alpha_beta(np, static_cast<Collective>(c), *algo::parse_variant(algo));
-      std::printf("%4d  %-15s %-13s %12.2f %16.1f %7d\n", np, coll.c_str(), algo.c_str(),
+      if (to_string(static_cast<Collective>(c)) != name) continue;
+      auto ab = t.alpha_beta(np, static_cast<Collective>(c), *algo::parse_variant(algo), in_place);
+      std::printf("%4d  %-18s %-13s %12.2f %16.1f %7d\n", np, coll.c_str(), algo.c_str(),
                   ab->first, ab->second, points);
     }
   }
@@ -158,7 +162,10 @@ size_t count_for(Collective c, size_t bytes, int n) {
   return elems;
 }
 
-void call(Communicator& comm, Collective c, const float* send, float* recv, size_t count) {
+// In place: send == recv (broadcast is the only collective measured so).
+void call(Communicator& comm, Collective c, const float* send, float* recv, size_t count,
+          bool in_place = false) {
+  if (in_place) send = recv;
   switch (c) {
     case Collective::kAllReduce: comm.all_reduce(send, recv, count, DataType::kF32, ReduceOp::kSum); break;
     case Collective::kReduceScatter: comm.reduce_scatter(send, recv, count, DataType::kF32, ReduceOp::kSum); break;
@@ -221,18 +228,20 @@ int tune(const Options& o) {
     const auto until = Clock::now() + std::chrono::milliseconds(200);
     int go = 1;
     while (go) {
-      call(comm, Collective::kAllReduce, send.data(), recv.data(), 1024);
+      call(comm, Collective::kAllReduce, send.data(), recv.data(),
+           std::min<size_t>(1024, max_elems));  // --max-bytes below 4 KiB: a smaller buffer
       go = max_over_ranks(comm, Clock::now() < until ? 1.0 : 0.0) > 0 ? 1 : 0;
     }
   }
   // One (algorithm, size) at a time, the algorithms of a size in turn, so that a disturbance of
   // the machine lands on neighbouring points of different curves rather than on one whole curve.
-  const auto measure = [&](Collective c, const std::string& algorithm, size_t count) {
+  const auto measure = [&](Collective c, const std::string& algorithm, size_t count,
+                           bool in_place) {
     comm.set_algorithm(algorithm);
     // Iterations per block: enough for ~3 ms, agreed on by all ranks.
     const auto t0 = Clock::now();
-    call(comm, c, send.data(), recv.data(), count);
-    call(comm, c, send.data(), recv.data(), count);
+    call(comm, c, send.data(), recv.data(), count, in_place);
+    call(comm, c, send.data(), recv.data(), count, in_place);
     const double first_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2;
     comm.set_algorithm("auto");
     const double est = max_over_ranks(comm, first_us);
@@ -242,7 +251,7 @@ int tune(const Options& o) {
       comm.set_algorithm(algorithm);
       comm.barrier();
       const auto start = Clock::now();
-      for (int i = 0; i < iters; ++i) call(comm, c, send.data(), recv.data(), count);
+      for (int i = 0; i < iters; ++i) call(comm, c, send.data(), recv.data(), count, in_place);
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
       comm.set_algorithm("auto");
       blocks.push_back(max_over_ranks(comm, us));
@@ -252,13 +261,18 @@ int tune(const Options& o) {
   };
   for (Collective c : o.colls) {
     const std::vector<AlgorithmEstimate> algos = comm.explain(c, 8);
-    std::vector<std::vector<algo::TuneTable::Point>> curves(algos.size());
-    for (size_t bytes : sizes)
-      for (size_t i = 0; i < algos.size(); ++i)
-        curves[i].push_back({bytes, measure(c, algos[i].algorithm, count_for(c, bytes, n))});
-    for (size_t i = 0; i < algos.size(); ++i) {
-      make_non_decreasing(curves[i]);
-      measured.set(n, c, *algo::parse_variant(algos[i].algorithm), std::move(curves[i]));
+    for (bool in_place : {false, true}) {
+      if (in_place && c != Collective::kBroadcast) continue;
+      std::vector<std::vector<algo::TuneTable::Point>> curves(algos.size());
+      for (size_t bytes : sizes)
+        for (size_t i = 0; i < algos.size(); ++i)
+          curves[i].push_back(
+              {bytes, measure(c, algos[i].algorithm, count_for(c, bytes, n), in_place)});
+      for (size_t i = 0; i < algos.size(); ++i) {
+        make_non_decreasing(curves[i]);
+        measured.set(n, c, *algo::parse_variant(algos[i].algorithm), std::move(curves[i]),
+                     in_place);
+      }
     }
     if (comm.rank() == 0)
       std::fprintf(stderr, "chorus-tune: np=%d %s measured\n", n, std::string(to_string(c)).c_str());
@@ -276,7 +290,9 @@ int tune(const Options& o) {
       int np = 0;
       if (line.empty() || line[0] == '#' || !(f >> np)) continue;
       bool ours = false;
-      for (Collective c : o.colls) ours |= line.find(" " + std::string(to_string(c)) + " ") != std::string::npos;
+      for (Collective c : o.colls)
+        for (const char* placement : {" ", "/in-place "})
+          ours |= line.find(" " + std::string(to_string(c)) + placement) != std::string::npos;
       if (np == n && ours) continue;
       kept += line + "\n";
     }
