@@ -290,13 +290,10 @@ class ShmLink : public Link {
       std::memcpy(to, data, n);
       store(in, dst, to, n);
     } else {
-      const size_t es = dtype_size(in.dtype);
-      const size_t block = kStreamBlockBytes / es * es;
-      for (size_t b = 0; b < n; b += block) {
-        const size_t m = std::min(block, n - b);
-        kernels::reduce(in.dtype, in.op, to + b, in.local + in.offset + b, data + b, m / es);
+      in_blocks(in, n, [&](size_t b, size_t m, size_t count) {
+        kernels::reduce(in.dtype, in.op, to + b, in.local + in.offset + b, data + b, count);
         store(in, dst + b, to + b, m);
-      }
+      });
     }
     publish_forward(*in.forward, h, n);
     owner_.forwarded_in_pass_ += n;
@@ -534,16 +531,25 @@ class ShmLink : public Link {
                       n / dtype_size(r.dtype));
     } else {
       alignas(64) static thread_local std::byte block_buf[kStreamBlockBytes];
-      const size_t es = dtype_size(r.dtype);
-      const size_t block = kStreamBlockBytes / es * es;
-      for (size_t b = 0; b < n; b += block) {
-        const size_t m = std::min(block, n - b);
-        kernels::reduce(r.dtype, r.op, block_buf, r.local + offset + b, data + b, m / es);
+      in_blocks(r, n, [&](size_t b, size_t m, size_t count) {
+        kernels::reduce(r.dtype, r.op, block_buf, r.local + offset + b, data + b, count);
         kernels::copy_stream(r.dst + offset + b, block_buf, m);
-      }
+      });
     }
   }
+  // A reduction whose result is stored elsewhere than where it is computed goes a block at a
+  // time, so that the computed block is still in L1 when it is stored: f(offset, bytes, elements)
+  // for each block of n bytes of r's type.
   static constexpr size_t kStreamBlockBytes = 16 << 10;
+  template <class F>
+  static void in_blocks(const Request& r, size_t n, F&& f) {
+    const size_t es = dtype_size(r.dtype);
+    const size_t block = kStreamBlockBytes / es * es;
+    for (size_t b = 0; b < n; b += block) {
+      const size_t m = std::min(block, n - b);
+      f(b, m, m / es);
+    }
+  }
 
   // A failed single-copy read: the sender's process ended (ESRCH) or its memory went away. A
   // sender that failed first (e.g. because a third rank died) and then exited published why:
