@@ -254,11 +254,14 @@ sendrecv (each rank sends to rank+1 and receives from rank-1); the total over ra
 others, rounded down to a multiple of ranks x element size.
 
 Each line runs the collective out of place and in place (NCCL's in-place layouts; all_to_all and
-sendrecv have none). With -c 1 the inputs hold values unique to each rank and index, picked so
-that every result is exact for the type and op, and #wrong counts the output elements, summed
-over ranks, that differ from the exact value. Timing: after -w untimed iterations and a barrier,
-the -n timed iterations run back to back, as blocking calls (-z 1) or issued asynchronously and
-waited for at the end (-z 0); the title line says which. time is the largest over ranks of the
+sendrecv have none). The algorithm column names what the selector chose for the size; under
+auto, the root of an in-place broadcast may still send through shared memory where it names a
+single-copy variant (its path follows the tune table's in-place curves). With -c 1 the inputs
+hold values unique to each rank and index, picked so that every result is exact for the type and
+op, and #wrong counts the output elements, summed over ranks, that differ from the exact value.
+Timing: after -w untimed iterations and a barrier, the -n timed iterations run back to back, as
+blocking calls (-z 1) or issued asynchronously and waited for at the end (-z 0); the title line
+says which. time is the largest over ranks of the
 average time per iteration; algbw = size / time; busbw = algbw x 2(n-1)/n for all_reduce,
 (n-1)/n for the total-size collectives, 1 for broadcast, reduce and sendrecv. With -I 1, p50 and
 p99 come from the timed loop itself under -z 1 (a clock read after every call) and from a second,
