@@ -261,12 +261,12 @@ hold values unique to each rank and index, picked so that every result is exact 
 op, and #wrong counts the output elements, summed over ranks, that differ from the exact value.
 Timing: after -w untimed iterations and a barrier, the -n timed iterations run back to back, as
 blocking calls (-z 1) or issued asynchronously and waited for at the end (-z 0); the title line
-says which. time is the largest over ranks of the
-average time per iteration; algbw = size / time; busbw = algbw x 2(n-1)/n for all_reduce,
-(n-1)/n for the total-size collectives, 1 for broadcast, reduce and sendrecv. With -I 1, p50 and
-p99 come from the timed loop itself under -z 1 (a clock read after every call) and from a second,
-blocking pass of -n iterations under -z 0; each iteration's time is the largest over ranks, p50 is
-the median and p99 the nearest-rank 99th percentile (the maximum below 100 iterations).
+says which. time is the largest over ranks of the average time per iteration; algbw = size /
+time; busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for the total-size collectives, 1 for
+broadcast, reduce and sendrecv. With -I 1, p50 and p99 come from the timed loop itself under
+-z 1 (a clock read after every call) and from a second, blocking pass of -n iterations under
+-z 0; each iteration's time is the largest over ranks, p50 is the median and p99 the nearest-rank
+99th percentile (the maximum below 100 iterations).
 
 Exit status: 0; 1 when an element was wrong or a collective failed; 2 for a bad command line.
 )";

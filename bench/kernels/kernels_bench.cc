@@ -102,8 +102,9 @@ void libc_memcpy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, sr
 // The copies a byte costs on its way through the shared-memory FIFO (comm/transport/shm), done
 // here by one core: the sender's memcpy from src into a 64 KiB slot of a 512 KiB ring (8 slots,
 // the default CHORUS_SHM_SLOT_BYTES and CHORUS_SHM_DEPTH), the receiver's streaming copy from the
-// slot to dst, or both in turn. Bytes counted as for copy: src read + dst written (a slot stays
-// in cache), so the three compare with copy/copy_stream. On two ranks the two halves run on two
+// slot to dst, or both in turn. Bytes counted are the traffic outside the slots, which stay in
+// cache: src read (into_slots), dst written (out_of_slots), both (through, comparable with
+// copy/copy_stream, which count read + written too). On two ranks the two halves run on two
 // cores and the slot crosses between them; these are the single-core figures PERFORMANCE.md
 // derives the bounds of the FIFO collectives from.
 enum class FifoSide { kIn, kOut, kThrough };
