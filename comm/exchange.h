@@ -26,7 +26,11 @@ namespace chorus {
 
 struct WaitPolicy {
   int spin_passes = 0;   // progress passes before yielding
-  int yield_passes = 0;  // sched_yield()s before sleeping
+  int yield_passes = 0;  // sched_yield()s before sleeping, at least
+  // Operations of at least yield_from_bytes per rank go on yielding until yield_ns after the
+  // first yield (see for_ranks).
+  long yield_ns = 0;
+  size_t yield_from_bytes = SIZE_MAX;
   long sleep_ns = 0;     // longest single futex sleep (wake-ups come from peers sooner)
   // Chooses from the number of ranks on this host and the CPUs they may run on together
   // (`host_cpus`: the union of their affinity masks; 0 = this process's own mask), so that ranks
@@ -115,6 +119,7 @@ class Exchange {
   std::chrono::milliseconds timeout_{0};
   transport::OpStamp stamp_;
   bool fifo_only_ = false;  // begin(): sends of this operation never go single copy
+  long yield_ns_ = 0;       // begin(): policy_.yield_ns if the operation is large enough
   // This rank's recent collectives (a ring: history_[k % size] is the k-th begun).
   std::array<transport::OpStamp, 64> history_{};
   uint64_t history_count_ = 0;

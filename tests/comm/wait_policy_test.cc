@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <time.h>
+
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -59,6 +62,55 @@ TEST(WaitPolicy, UnboundRanksCountTheOnlineCpus) {
   EXPECT_EQ(many.spin_passes, 0);
   const WaitPolicy few = WaitPolicy::for_ranks(1, online);
   EXPECT_GT(few.spin_passes, 0);
+}
+
+TEST(WaitPolicy, RanksSharingCpusYieldLongerInLargeOperations) {
+  const int online = static_cast<int>(std::thread::hardware_concurrency());
+  const WaitPolicy shared = WaitPolicy::for_ranks(online + 1, online);
+  EXPECT_GT(shared.yield_ns, 0);
+  EXPECT_LT(shared.yield_from_bytes, size_t{1} << 20);
+  const WaitPolicy alone = WaitPolicy::for_ranks(1, online);
+  EXPECT_EQ(alone.yield_ns, 0) << "a rank with a CPU of its own sleeps after its short yields";
+}
+
+double thread_cpu_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// The receiver of a broadcast waits 400 ms for a late root. In an operation of at least
+// CHORUS_WAIT_YIELD_FROM bytes it yields for CHORUS_WAIT_YIELD_US (with the root asleep its CPU
+// is free, so yielding burns it), then sleeps; a smaller operation sleeps after its few
+// yields. Neither may keep its CPU for the whole wait.
+TEST(WaitPolicy, LargeOperationsYieldForTheirBudgetThenSleep) {
+  RunOptions o;
+  o.env = {{"CHORUS_WAIT_SPIN", "0"},
+           {"CHORUS_WAIT_YIELD", "0"},
+           {"CHORUS_WAIT_YIELD_US", "150000"},
+           {"CHORUS_WAIT_YIELD_FROM", "4096"}};
+  run_ranks(2, [](Communicator& comm) {
+    for (const size_t count : {size_t{1} << 18, size_t{16}}) {  // 1 MiB, then 64 bytes
+      std::vector<float> data(count, comm.rank() == 0 ? 1.0f : 0.0f);
+      comm.barrier();
+      if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      const double cpu0 = thread_cpu_ms();
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.broadcast(data.data(), data.data(), count, DataType::kF32, 0);
+      const double cpu = thread_cpu_ms() - cpu0;
+      const double wall = std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - t0).count();
+      EXPECT_EQ(data.back(), 1.0f);
+      if (comm.rank() != 1) continue;
+      EXPECT_GT(wall, 300) << "the receiver waited for the late root";
+      EXPECT_LT(cpu, 300) << "a " << count * 4 << "-byte broadcast's receiver held its CPU for "
+                          << cpu << " ms of a " << wall << " ms wait";
+      if (count > 1024)
+        EXPECT_GT(cpu, 40) << "the receiver of a 1 MiB broadcast slept without yielding first";
+      else
+        EXPECT_LT(cpu, 30) << "the receiver of a 64-byte broadcast yielded for the large budget";
+    }
+  }, o);
 }
 
 }  // namespace
