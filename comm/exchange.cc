@@ -228,11 +228,6 @@ void Exchange::wait_until(Done&& done) try {
       continue;
     }
     const auto now = std::chrono::steady_clock::now();
-    if (yield_ns_ > 0 && now - yield_start < std::chrono::nanoseconds(yield_ns_) &&
-        (deadline_ == kNoDeadline || now < deadline_)) {
-      sched_yield();
-      continue;
-    }
     // The deadline starts when the operation first has to wait this long (a clock read per
     // operation is measurable at small sizes; the spin before is bounded).
     if (deadline_ == kNoDeadline) deadline_ = now + timeout_;
@@ -240,6 +235,12 @@ void Exchange::wait_until(Done&& done) try {
     if (now - last_check_ >= std::chrono::milliseconds(20)) {
       last_check_ = now;
       if (on_sleep()) continue;
+    }
+    // A large operation's yield budget (WaitPolicy::yield_ns), checked like a sleep: the
+    // deadline, an abort and failed peers end it.
+    if (yield_ns_ > 0 && now - yield_start < std::chrono::nanoseconds(yield_ns_)) {
+      sched_yield();
+      continue;
     }
     const long left_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();

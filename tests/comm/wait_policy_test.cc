@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "error_helpers.h"
 #include "exchange.h"
 #include "multiproc.h"
 #include "transport/factory.h"
@@ -110,6 +111,31 @@ TEST(WaitPolicy, LargeOperationsYieldForTheirBudgetThenSleep) {
       else
         EXPECT_LT(cpu, 30) << "the receiver of a 64-byte broadcast yielded for the large budget";
     }
+  }, o);
+}
+
+// The yield budget is part of the wait: a budget longer than the timeout still times out, and
+// the error names the late rank.
+TEST(WaitPolicy, AYieldBudgetDoesNotOutlastTheTimeout) {
+  RunOptions o;
+  o.env = {{"CHORUS_WAIT_YIELD_US", "600000000"}, {"CHORUS_WAIT_YIELD_FROM", "0"}};
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<float> data(size_t{1} << 18, 1.0f);
+    if (comm.rank() == 0) {
+      // Calls long after the receiver gave up, and finds the communicator failed.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      EXPECT_TRUE(error_of([&] { comm.broadcast(data.data(), data.data(), data.size(),
+                                                DataType::kF32, 0); }));
+      return;
+    }
+    comm.set_timeout(std::chrono::milliseconds(400));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = error_of(
+        [&] { comm.broadcast(data.data(), data.data(), data.size(), DataType::kF32, 0); });
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->kind(), ErrorKind::kTimeout) << e->what();
+    EXPECT_TRUE(contains(e->what(), "rank 0")) << e->what();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1200));
   }, o);
 }
 
