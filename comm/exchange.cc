@@ -51,16 +51,10 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks, int host_cpus) {
   // 2.9-3.7 GB/s sleeping against 3.5-4.9 yielding (three alternations); 64 MiB stayed level
   // (median of five: 3.24 against 3.05, all_gather 2.61 against 2.64). Small calls keep the short
   // yields: with all four ranks yielding, 8 B all-reduce np=4 took 6-7 us against 4.1-4.6.
-  if (oversubscribed) {
-    p.yield_ns = 2'000'000;
-    p.yield_from_bytes = 64 << 10;
-  }
+  if (oversubscribed) p.yield_ns = 2'000'000;
   if (int64_t v = kWaitSpin.get(); v >= 0) p.spin_passes = static_cast<int>(v);
   if (int64_t v = kWaitYield.get(); v >= 0) p.yield_passes = static_cast<int>(v);
-  if (int64_t v = kWaitYieldUs.get(); v >= 0) {
-    p.yield_ns = static_cast<long>(v) * 1000;
-    if (p.yield_from_bytes == SIZE_MAX) p.yield_from_bytes = 64 << 10;
-  }
+  if (int64_t v = kWaitYieldUs.get(); v >= 0) p.yield_ns = static_cast<long>(v) * 1000;
   if (int64_t v = kWaitYieldFrom.get(); v >= 0) p.yield_from_bytes = static_cast<size_t>(v);
   return p;
 }
