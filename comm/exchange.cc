@@ -288,6 +288,48 @@ bool Exchange::on_sleep() {
   return moved;
 }
 
+void Exchange::exchange_small(int to, const std::byte* src, size_t src_stride, int from,
+                              std::byte* inbox, size_t inbox_stride, size_t bytes) try {
+  const int n = static_cast<int>(links_.size());
+  CHORUS_CHECK_EQ(pending_, 0u, "exchange_small with requests pending");
+  auto in = [&](int set, int p) { return p != rank_ && (set == kAllPeers || set == p); };
+  auto source = [&](int p) { return src + static_cast<size_t>(p) * src_stride; };
+  auto target = [&](int p) { return inbox + static_cast<size_t>(p) * inbox_stride; };
+  // The fast path lasts while every send went out at once; `missing` then holds the peers whose
+  // message is still to come (up to 64 ranks).
+  const bool try_fast = bytes > 0 && bytes <= kEagerPostBytes && n <= 64;
+  bool fast = try_fast;
+  for (int p = 0; p < n; ++p) {
+    if (!in(to, p)) continue;
+    if (!try_fast || !link(p).send_now(source(p), bytes, stamp_)) {
+      fast = false;
+      post_send(p, source(p), bytes);
+    }
+  }
+  if (try_fast)
+    for (int p = 0; p < n; ++p)
+      if (in(to, p)) link(p).notify();
+  uint64_t missing = 0;
+  if (fast) {
+    for (int p = 0; p < n; ++p)
+      if (in(from, p)) missing |= uint64_t{1} << p;
+    for (int pass = 0; missing != 0; ++pass) {
+      for (uint64_t m = missing; m != 0; m &= m - 1) {
+        const int p = __builtin_ctzll(m);
+        if (link(p).recv_now(target(p), bytes, stamp_)) missing &= ~(uint64_t{1} << p);
+      }
+      if (missing == 0 || pass >= policy_.spin_passes) break;
+      transport::cpu_relax();
+    }
+    if (missing == 0) return;
+  }
+  for (int p = 0; p < n; ++p)
+    if (in(from, p) && (!fast || (missing >> p & 1))) post_recv(p, target(p), bytes);
+  wait_all();
+} catch (const transport::StampMismatch& m) {
+  throw_mismatch(m);
+}
+
 void Exchange::wait(RequestId id) {
   wait_until([&] { return requests_[id].done; });
 }

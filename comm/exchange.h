@@ -73,6 +73,18 @@ class Exchange {
   // is not read back; elsewhere the send starts once the receive is done.
   RequestId post_forward(RequestId from, int peer);
 
+  // The one-shot pattern of the direct algorithms, one message of `bytes` per pair: this rank
+  // sends src + p * src_stride to each peer p of `to` and receives from each peer p of `from`
+  // into inbox + p * inbox_stride, and returns when all have gone and arrived. `to` and `from`
+  // name one rank, kAllPeers (every rank but this one) or kNoPeer. Messages of up to
+  // kEagerPostBytes skip the request queues where the link allows (Link::send_now): each goes
+  // out whole at once, and arrivals are polled for directly while the wait policy spins.
+  // Whatever that does not finish becomes posted requests, waited for as wait_all() does
+  // (sleeping, deadline, failed peers); so does everything larger.
+  static constexpr int kAllPeers = -1, kNoPeer = -2;
+  void exchange_small(int to, const std::byte* src, size_t src_stride, int from, std::byte* inbox,
+                      size_t inbox_stride, size_t bytes);
+
   void wait(RequestId id);
   void wait_all();
   // One progress pass without waiting: starts what was posted (a single-copy send becomes

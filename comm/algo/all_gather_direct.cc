@@ -8,6 +8,11 @@ void all_gather_direct(Context& c, const CollArgs& a) {
   const int n = c.size, r = c.rank;
   const size_t bytes = a.bytes();
   c.ex.step("exchange blocks");
+  if (bytes <= Exchange::kEagerPostBytes) {  // latency-bound: no overlap to gain
+    copy_if_distinct(a, a.recv + r * bytes, a.send, bytes);
+    c.ex.exchange_small(Exchange::kAllPeers, a.send, 0, Exchange::kAllPeers, a.recv, bytes, bytes);
+    return;
+  }
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
     c.ex.post_send(p, a.send, bytes);

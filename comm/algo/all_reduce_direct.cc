@@ -12,12 +12,7 @@ void all_reduce_direct(Context& c, const CollArgs& a) {
   const size_t bytes = a.bytes();
   std::byte* inbox = c.scratch.get(0, bytes * n);
   c.ex.step("exchange inputs");
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    c.ex.post_send(p, a.send, bytes);
-    c.ex.post_recv(p, inbox + p * bytes, bytes);
-  }
-  c.ex.wait_all();
+  c.ex.exchange_small(Exchange::kAllPeers, a.send, 0, Exchange::kAllPeers, inbox, bytes, bytes);
   reduce_inbox(a, a.recv, a.send, inbox, r, n);
   finish_avg(a, a.recv, a.count, n);
 }

@@ -6,6 +6,16 @@ namespace chorus::algo {
 
 void broadcast_direct(Context& c, const CollArgs& a) {
   c.ex.step("root to all");
+  const size_t bytes = a.bytes();
+  if (bytes <= Exchange::kEagerPostBytes) {  // latency-bound: no overlap to gain
+    if (c.rank == a.root) {
+      copy_if_distinct(a, a.recv, a.send, bytes);
+      c.ex.exchange_small(Exchange::kAllPeers, a.send, 0, Exchange::kNoPeer, nullptr, 0, bytes);
+    } else {
+      c.ex.exchange_small(Exchange::kNoPeer, nullptr, 0, a.root, a.recv, 0, bytes);
+    }
+    return;
+  }
   if (c.rank == a.root) {
     for (int p = 0; p < c.size; ++p)
       if (p != a.root) c.ex.post_send(p, a.send, a.bytes());

@@ -10,13 +10,11 @@ void reduce_direct(Context& c, const CollArgs& a) {
   const size_t bytes = a.bytes();
   c.ex.step("all to root");
   if (r != a.root) {
-    c.ex.wait(c.ex.post_send(a.root, a.send, bytes));
+    c.ex.exchange_small(a.root, a.send, 0, Exchange::kNoPeer, nullptr, 0, bytes);
     return;
   }
   std::byte* inbox = c.scratch.get(0, bytes * n);
-  for (int p = 0; p < n; ++p)
-    if (p != r) c.ex.post_recv(p, inbox + p * bytes, bytes);
-  c.ex.wait_all();
+  c.ex.exchange_small(Exchange::kNoPeer, nullptr, 0, Exchange::kAllPeers, inbox, bytes, bytes);
   reduce_inbox(a, a.recv, a.send, inbox, r, n);
   finish_avg(a, a.recv, a.count, n);
 }

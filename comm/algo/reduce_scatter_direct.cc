@@ -10,12 +10,7 @@ void reduce_scatter_direct(Context& c, const CollArgs& a) {
   const size_t bytes = a.bytes();
   std::byte* inbox = c.scratch.get(0, bytes * n);
   c.ex.step("exchange blocks");
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    c.ex.post_send(p, a.send + p * bytes, bytes);
-    c.ex.post_recv(p, inbox + p * bytes, bytes);
-  }
-  c.ex.wait_all();
+  c.ex.exchange_small(Exchange::kAllPeers, a.send, bytes, Exchange::kAllPeers, inbox, bytes, bytes);
   reduce_inbox(a, a.recv, a.send + r * bytes, inbox, r, n);
   finish_avg(a, a.recv, a.count, n);
 }

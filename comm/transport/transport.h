@@ -121,6 +121,23 @@ class Link {
   // Throw chorus::Error on a broken link or a size mismatch (naming the peer).
   virtual bool progress_send(Request& r) = 0;
   virtual bool progress_recv(Request& r) = 0;
+
+  // The small-message path (Exchange::exchange_small), for links that have one. The caller has
+  // nothing queued to or from this peer. send_now() sends a whole message of `bytes` host bytes
+  // at once without waking the peer, and returns false, having done nothing, when it cannot
+  // (too large, no room, device memory); notify() then wakes the peer if it sleeps. recv_now()
+  // takes a whole message of `bytes` into dst if one has arrived in a form it handles, and
+  // returns false, having consumed nothing, otherwise: a posted receive then takes it as usual.
+  // Both throw like progress_*() on a mismatch.
+  virtual bool send_now(const void* src, size_t bytes, const OpStamp& stamp) {
+    (void)src, (void)bytes, (void)stamp;
+    return false;
+  }
+  virtual void notify() {}
+  virtual bool recv_now(void* dst, size_t bytes, const OpStamp& stamp) {
+    (void)dst, (void)bytes, (void)stamp;
+    return false;
+  }
 };
 
 class Transport {

@@ -85,6 +85,68 @@ TEST(CommBehaviour, ThousandMixedAsyncOperationsCompleteInOrder) {
   });
 }
 
+// The direct algorithms' small-message path (Exchange::exchange_small) sends a whole message at
+// once and polls for arrivals, falling back to queued requests when a FIFO is full or a peer is
+// late. With two slots per FIFO, roots run ahead of a rank that starts late (broadcast) and
+// senders ahead of a late root (reduce) until their FIFOs fill; then every collective runs with
+// one rank late by turns. Sizes cover inline (up to 16 bytes), one-slot and multi-slot messages.
+TEST(CommBehaviour, SmallDirectCallsFallBackWhenFifosFillOrPeersAreLate) {
+  RunOptions options;
+  options.env = {{"CHORUS_ALGO", "direct"}, {"CHORUS_SHM_DEPTH", "2"},
+                 {"CHORUS_SHM_SLOT_BYTES", "1024"}};
+  run_ranks(3, [](Communicator& comm) {
+    const int n = comm.size(), r = comm.rank();
+    auto late = [&](int who, int ms) {
+      if (r == who) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    };
+    auto count_of = [](int k) { return size_t{1} + static_cast<size_t>(k * 37) % 700; };
+    constexpr int kRooted = 24;
+    std::vector<std::vector<int32_t>> bufs(kRooted);
+    late(2, 300);
+    for (int k = 0; k < kRooted; ++k) {
+      bufs[k].assign(count_of(k), r == 0 ? 10 * k : -1);
+      comm.broadcast(bufs[k].data(), bufs[k].data(), bufs[k].size(), DataType::kI32, 0);
+    }
+    for (int k = 0; k < kRooted; ++k)
+      for (int32_t v : bufs[k]) ASSERT_EQ(v, 10 * k) << "broadcast " << k;
+    late(2, 300);
+    for (int k = 0; k < kRooted; ++k) {
+      std::vector<int32_t> in(count_of(k), r + k);
+      bufs[k].assign(in.size(), -1);
+      comm.reduce(in.data(), bufs[k].data(), in.size(), DataType::kI32, ReduceOp::kSum, 2);
+    }
+    if (r == 2)
+      for (int k = 0; k < kRooted; ++k)
+        for (int32_t v : bufs[k]) ASSERT_EQ(v, n * k + n * (n - 1) / 2) << "reduce " << k;
+    for (int k = 0; k < 60; ++k) {
+      late(k % n, k % 4 == 0 ? 20 : 0);
+      const size_t count = count_of(k);
+      std::vector<int32_t> in(count * n), out(count * n, -1);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + i + k);
+      switch (k % 3) {
+        case 0:
+          comm.all_reduce(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[i], static_cast<int32_t>(100000 * n * (n - 1) / 2 + n * (i + k)))
+                << "all_reduce " << k << " element " << i;
+          break;
+        case 1:
+          comm.all_gather(in.data(), out.data(), count, DataType::kI32);
+          for (size_t i = 0; i < count * n; ++i)
+            ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + i % count + k))
+                << "all_gather " << k << " element " << i;
+          break;
+        default:
+          comm.reduce_scatter(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[i],
+                      static_cast<int32_t>(100000 * n * (n - 1) / 2 + n * (r * count + i + k)))
+                << "reduce_scatter " << k << " element " << i;
+      }
+    }
+  }, options);
+}
+
 // A blocking call runs on the caller's thread only when nothing issued before it is queued or
 // running; otherwise it waits its turn. Each round queues 0-3 in-place sums of `buf` and then
 // reads `buf` with a blocking call: running early would read a stale value. A second thread

@@ -157,6 +157,10 @@ TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
        [](Communicator& c) { c.all_reduce(a, b, 100, DataType::kF32, ReduceOp::kSum); },
        [](Communicator& c) { c.all_reduce(a, b, 101, DataType::kF32, ReduceOp::kSum); },
        "count 100", "count 101"},
+      {"different small counts",  // messages of 8 and 12 bytes: the smallest path
+       [](Communicator& c) { c.all_reduce(a, b, 2, DataType::kF32, ReduceOp::kSum); },
+       [](Communicator& c) { c.all_reduce(a, b, 3, DataType::kF32, ReduceOp::kSum); },
+       "count 2", "count 3"},
       {"different dtypes",
        [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum); },
        [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kI32, ReduceOp::kSum); },

@@ -137,6 +137,44 @@ class ShmLink : public Link {
     return recv_host(r);
   }
 
+  // A message that fits one slot (INLINE, or EAGER in one piece) with none of a Request's
+  // bookkeeping.
+  bool send_now(const void* src, size_t bytes, const OpStamp& stamp) override {
+    if (device_ != nullptr || bytes > layout_.slot_bytes || !slot_free()) return false;
+    auto* h = slot_header(out_slots_, sent_);
+    h->bytes = static_cast<uint32_t>(bytes);
+    h->total = bytes;
+    h->stamp = stamp;
+    if (bytes <= shm::kInlineBytes) {
+      h->kind = shm::SlotKind::kInline;
+      std::memcpy(shm::inline_payload(h), src, bytes);
+    } else {
+      h->kind = shm::SlotKind::kEager;
+      h->offset = 0;
+      std::memcpy(payload(h), src, bytes);
+    }
+    publish(h);
+    return true;
+  }
+  void notify() override { peer_bell_.ring(); }
+  bool recv_now(void* dst, size_t bytes, const OpStamp& stamp) override {
+    if (device_ != nullptr) return false;
+    const auto* h = slot_header(in_slots_, received_);
+    if (h->seq.load(std::memory_order_acquire) != received_ + 1) return false;
+    const std::byte* data;
+    if (h->kind == shm::SlotKind::kInline)
+      data = shm::inline_payload(h);
+    else if (h->kind == shm::SlotKind::kEager && h->offset == 0 && h->bytes == h->total)
+      data = payload(h);
+    else
+      return false;
+    check_slot(h, stamp, bytes);
+    std::memcpy(dst, data, bytes);
+    consume_slot();
+    peer_bell_.ring();  // the sender may wait for room
+    return true;
+  }
+
  private:
   bool send_host(Request& r) {
     if (r.phase == kAwaitingAck) {
@@ -312,12 +350,15 @@ class ShmLink : public Link {
   static constexpr uint8_t kThroughFifo = 3;   // send: device memory that cannot be exported
 
   void check_slot(const shm::SlotHeader* h, const Request& r) const {
-    if (!(h->stamp == r.stamp)) throw StampMismatch{peer_, h->stamp, r.stamp};
-    if (h->total != r.bytes)
+    check_slot(h, r.stamp, r.bytes);
+  }
+  void check_slot(const shm::SlotHeader* h, const OpStamp& stamp, size_t bytes) const {
+    if (!(h->stamp == stamp)) throw StampMismatch{peer_, h->stamp, stamp};
+    if (h->total != bytes)
       throw Error(ErrorKind::kMismatch, detail::concat("rank ", peer_, " sent a ", h->total,
                                                        "-byte message where this "
                                                        "rank expected ",
-                                                       r.bytes,
+                                                       bytes,
                                                        " bytes (the ranks called different "
                                                        "collectives, counts or types)"));
   }
