@@ -138,9 +138,10 @@ class ShmLink : public Link {
   }
 
   // A message that fits one slot (INLINE, or EAGER in one piece) with none of a Request's
-  // bookkeeping.
+  // bookkeeping. Sizes that go single copy (CHORUS_SHM_CMA_THRESHOLD) stay with the requests.
   bool send_now(const void* src, size_t bytes, const OpStamp& stamp) override {
-    if (device_ != nullptr || bytes > layout_.slot_bytes || !slot_free()) return false;
+    if (device_ != nullptr || bytes > layout_.slot_bytes || bytes >= cma_threshold_ || !slot_free())
+      return false;
     auto* h = slot_header(out_slots_, sent_);
     h->bytes = static_cast<uint32_t>(bytes);
     h->total = bytes;
@@ -559,6 +560,11 @@ class ShmLink : public Link {
   void consume_slot() {
     ++received_;
     in_ctrl_->tail.store(received_, std::memory_order_release);
+    // A sender that runs ahead (a broadcast root, a reduce's leaves) has often written the next
+    // header already: its line then travels while this rank returns and makes the next call.
+    // 8-byte broadcast and reduce at np=2: 0.37 and 0.41 -> 0.34 and 0.35 us over four
+    // alternations; all-reduce, where the next header is not written yet, level.
+    __builtin_prefetch(slot_header(in_slots_, received_));
   }
 
   // Copies or reduces `n` incoming bytes that belong at `offset` of the message.
