@@ -8,6 +8,12 @@ namespace chorus::algo {
 void all_to_all_direct(Context& c, const CollArgs& a) {
   const size_t bytes = a.bytes();
   c.ex.step("pairwise exchange");
+  if (bytes <= Exchange::kEagerPostBytes) {  // each message goes out whole at once
+    copy_if_distinct(a, a.recv + c.rank * bytes, a.send + c.rank * bytes, bytes);
+    c.ex.exchange_small(Exchange::kAllPeers, a.send, bytes, Exchange::kAllPeers, a.recv, bytes,
+                        bytes);
+    return;
+  }
   for (int k = 1; k < c.size; ++k) {
     // Staggered so that rank r talks to r+k while r-k talks to r: every pair is busy at once.
     const int to = (c.rank + k) % c.size, from = (c.rank - k + c.size) % c.size;

@@ -8,7 +8,12 @@ void gather_direct(Context& c, const CollArgs& a) {
   const size_t bytes = a.bytes();
   c.ex.step("all to root");
   if (c.rank != a.root) {
-    c.ex.wait(c.ex.post_send(a.root, a.send, bytes));
+    c.ex.exchange_small(a.root, a.send, 0, Exchange::kNoPeer, nullptr, 0, bytes);
+    return;
+  }
+  if (bytes <= Exchange::kEagerPostBytes) {  // latency-bound: no overlap to gain
+    copy_if_distinct(a, a.recv + c.rank * bytes, a.send, bytes);
+    c.ex.exchange_small(Exchange::kNoPeer, nullptr, 0, Exchange::kAllPeers, a.recv, bytes, bytes);
     return;
   }
   for (int p = 0; p < c.size; ++p)
@@ -21,7 +26,12 @@ void scatter_direct(Context& c, const CollArgs& a) {
   const size_t bytes = a.bytes();
   c.ex.step("root to all");
   if (c.rank != a.root) {
-    c.ex.wait(c.ex.post_recv(a.root, a.recv, bytes));
+    c.ex.exchange_small(Exchange::kNoPeer, nullptr, 0, a.root, a.recv, 0, bytes);
+    return;
+  }
+  if (bytes <= Exchange::kEagerPostBytes) {  // latency-bound: no overlap to gain
+    copy_if_distinct(a, a.recv, a.send + c.rank * bytes, bytes);
+    c.ex.exchange_small(Exchange::kAllPeers, a.send, bytes, Exchange::kNoPeer, nullptr, 0, bytes);
     return;
   }
   for (int p = 0; p < c.size; ++p)

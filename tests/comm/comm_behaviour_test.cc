@@ -88,8 +88,8 @@ TEST(CommBehaviour, ThousandMixedAsyncOperationsCompleteInOrder) {
 // The direct algorithms' small-message path (Exchange::exchange_small) sends a whole message at
 // once and polls for arrivals, falling back to queued requests when a FIFO is full or a peer is
 // late. With two slots per FIFO, roots run ahead of a rank that starts late (broadcast) and
-// senders ahead of a late root (reduce) until their FIFOs fill; then every collective runs with
-// one rank late by turns. Sizes cover inline (up to 16 bytes), one-slot and multi-slot messages.
+// senders ahead of a late root (reduce) until their FIFOs fill; then every direct collective
+// runs with one rank late by turns. Sizes cover inline (up to 16 bytes), one-slot and multi-slot messages.
 TEST(CommBehaviour, SmallDirectCallsFallBackWhenFifosFillOrPeersAreLate) {
   RunOptions options;
   options.env = {{"CHORUS_ALGO", "direct"}, {"CHORUS_SHM_DEPTH", "2"},
@@ -118,12 +118,13 @@ TEST(CommBehaviour, SmallDirectCallsFallBackWhenFifosFillOrPeersAreLate) {
     if (r == 2)
       for (int k = 0; k < kRooted; ++k)
         for (int32_t v : bufs[k]) ASSERT_EQ(v, n * k + n * (n - 1) / 2) << "reduce " << k;
-    for (int k = 0; k < 60; ++k) {
+    for (int k = 0; k < 90; ++k) {
       late(k % n, k % 4 == 0 ? 20 : 0);
       const size_t count = count_of(k);
       std::vector<int32_t> in(count * n), out(count * n, -1);
       for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + i + k);
-      switch (k % 3) {
+      const int root = k % n;
+      switch (k % 6) {
         case 0:
           comm.all_reduce(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
           for (size_t i = 0; i < count; ++i)
@@ -136,12 +137,31 @@ TEST(CommBehaviour, SmallDirectCallsFallBackWhenFifosFillOrPeersAreLate) {
             ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + i % count + k))
                 << "all_gather " << k << " element " << i;
           break;
-        default:
+        case 2:
           comm.reduce_scatter(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
           for (size_t i = 0; i < count; ++i)
             ASSERT_EQ(out[i],
                       static_cast<int32_t>(100000 * n * (n - 1) / 2 + n * (r * count + i + k)))
                 << "reduce_scatter " << k << " element " << i;
+          break;
+        case 3:  // rank q's first `count` elements to block q of the root's output
+          comm.gather(in.data(), out.data(), count, DataType::kI32, root);
+          if (r == root)
+            for (size_t i = 0; i < count * n; ++i)
+              ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + i % count + k))
+                  << "gather " << k << " element " << i;
+          break;
+        case 4:  // block q of the root's input to rank q
+          comm.scatter(in.data(), out.data(), count, DataType::kI32, root);
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[i], static_cast<int32_t>(root * 100000 + r * count + i + k))
+                << "scatter " << k << " element " << i;
+          break;
+        default:  // block q of rank p's input to block p of rank q's output
+          comm.all_to_all(in.data(), out.data(), count, DataType::kI32);
+          for (size_t i = 0; i < count * n; ++i)
+            ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + r * count + i % count + k))
+                << "all_to_all " << k << " element " << i;
       }
     }
   }, options);
