@@ -9,11 +9,10 @@ void barrier_direct(Context& c, const CollArgs&) {
   const std::byte token{1};
   std::byte sink[1];
   c.ex.step("dissemination");
-  for (int k = 1; k < c.size; k *= 2) {
-    c.ex.post_send(mod(c.rank + k, c.size), &token, 1);
-    c.ex.post_recv(mod(c.rank - k, c.size), sink, 1);
-    c.ex.wait_all();
-  }
+  // Each round one token out and one in, on the small-message path (np=2: 0.49-0.54 -> 0.41-0.47
+  // us per barrier over four alternations).
+  for (int k = 1; k < c.size; k *= 2)
+    c.ex.exchange_small(mod(c.rank + k, c.size), &token, 0, mod(c.rank - k, c.size), sink, 0, 1);
 }
 
 void send_direct(Context& c, const CollArgs& a) {
