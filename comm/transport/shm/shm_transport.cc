@@ -612,9 +612,25 @@ class ShmLink : public Link {
                 -1, {}, -1, peer_);
   }
 
+  static constexpr size_t kRotateFromBytes = 256 << 10;
   void receive_rendezvous(Request& r, uint64_t addr) {
     if (r.kind == Request::Kind::kRecv) {
-      if (int err = cma_read(peer_pid_, r.dst, addr, r.bytes)) throw_read_error(err);
+      // Several ranks often read one sender's buffer at once (a broadcast's receivers), and each
+      // read pins the sender's pages one after the other: readers in step bounce every page's
+      // reference count and page-table lock between cores. So each reader starts at its own
+      // place, rank / world_size of the way in, and wraps round (np=4 direct broadcast in place,
+      // four alternations: 256 KiB 4.05-4.72 -> 5.32-6.05 GB/s, 1 MiB 3.83-4.06 -> 3.99-5.20,
+      // 4 MiB 2.43-3.51 -> 3.67-4.81; np=8 1 MiB 1.75-1.87 -> 1.99-2.21). Below 256 KiB the
+      // second system call costs more than it saves (64 KiB: 4.05 -> 3.67 GB/s).
+      const size_t w = static_cast<size_t>(owner_.world_size_);
+      size_t from = 0;
+      if (w > 2 && r.bytes >= kRotateFromBytes)
+        from = r.bytes / w * static_cast<size_t>(owner_.rank_) / 4096 * 4096;
+      if (from > 0)
+        if (int err = cma_read(peer_pid_, r.dst + from, addr + from, r.bytes - from))
+          throw_read_error(err);
+      if (int err = cma_read(peer_pid_, r.dst, addr, from > 0 ? from : r.bytes))
+        throw_read_error(err);
       return;
     }
     // Reduce: pull a cache-sized piece, combine it while it is hot.
