@@ -350,9 +350,14 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking,
   // Nothing ahead of it: run on the caller's thread, no handle, errors thrown directly. No lock:
   // only this thread adds to the queue (one issuing thread), and the progress thread claims
   // running_ before it takes an operation off the queue, so an empty queue here and a won claim
-  // mean nothing issued earlier is still to run.
-  if (blocking && !op.device && queued_.load(std::memory_order_seq_cst) == 0 &&
-      !running_.exchange(true, std::memory_order_seq_cst)) {
+  // mean nothing issued earlier is still to run. Before the first queued operation there is no
+  // progress thread, so nothing else claims: a plain store does.
+  auto claim = [&] {
+    if (!thread_.joinable()) return running_.store(true, std::memory_order_relaxed), true;
+    return queued_.load(std::memory_order_seq_cst) == 0 &&
+           !running_.exchange(true, std::memory_order_seq_cst);
+  };
+  if (blocking && !op.device && claim()) {
     op.record = recorder->issued(rec, true);
     std::exception_ptr error = execute(op);
     running_.store(false, std::memory_order_seq_cst);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -13,13 +14,26 @@
 #include <thread>
 
 #include "chorus/config.h"
+#include "chorus/error.h"
 #include "chorus/log.h"
 #include "transport/futex.h"
 
 namespace chorus {
 namespace {
 
-const IntKnob kFrEntries{"CHORUS_FR_ENTRIES", 256, "operations each communicator's flight recorder keeps"};
+const IntKnob kFrEntries{"CHORUS_FR_ENTRIES", 256,
+                         "operations each communicator's flight recorder keeps (1 to 2^20, rounded "
+                         "up to a power of two)"};
+
+size_t entries(size_t capacity) {
+  if (capacity == 0) {
+    const int64_t v = kFrEntries.get();
+    CHORUS_ARG_CHECK(v >= 1 && v <= (1 << 20), "CHORUS_FR_ENTRIES=", v,
+                     " must be between 1 and 1048576");
+    capacity = static_cast<size_t>(v);
+  }
+  return std::bit_ceil(capacity);
+}
 const StringKnob kFrDir{"CHORUS_FR_DIR", "",
                         "directory for flight-recorder dumps (JSON per rank and communicator) on a "
                         "timeout, a failure or CHORUS_FR_SIGNAL; merge them with tools/chorus-fr"};
@@ -87,13 +101,6 @@ void install_signal_once() {
 
 }  // namespace
 
-void FlightRecorder::SpinLock::lock_contended() {
-  for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
-    if (spins < 64) transport::cpu_relax();
-    else std::this_thread::yield();
-  }
-}
-
 uint64_t FlightRecorder::clock_ticks() { return static_cast<uint64_t>(now_us()); }
 
 FlightRecorder::TickScale FlightRecorder::tick_scale() const {
@@ -122,7 +129,8 @@ int64_t FlightRecorder::TickScale::us(uint64_t t) const {
 
 FlightRecorder::FlightRecorder(Identity id, size_t capacity)
     : id_(std::move(id)), base_us_(now_us()), base_ticks_(ticks()),
-      ring_(std::max<size_t>(1, capacity ? capacity : static_cast<size_t>(kFrEntries.get()))) {
+      capacity_(entries(capacity)),
+      entries_(new Entry[capacity_]), errors_(capacity_, {kUnrecorded, std::string()}) {
   install_signal_once();
   std::lock_guard lock(g_mu);
   live().insert(this);
@@ -133,47 +141,131 @@ FlightRecorder::~FlightRecorder() {
   live().erase(this);
 }
 
+template <class Write>
+void FlightRecorder::write(Entry& e, Write&& w) {
+  const uint32_t v = e.version.load(std::memory_order_relaxed);
+  e.version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // odd before any field changes
+  w();
+  e.version.store(v + 2, std::memory_order_release);
+}
+
 uint64_t FlightRecorder::issued(const Record& r, bool started) {
   const uint64_t now = ticks();
-  std::lock_guard lock(mu_);
-  const uint64_t id = next_++;
-  Record& slot = ring_[id % ring_.size()];
-  // Field by field: the error string keeps its storage (and is usually empty already).
-  slot.seq = r.seq;
-  slot.coll = r.coll;
-  slot.count = r.count;
-  slot.dtype = r.dtype;
-  slot.op = r.op;
-  slot.root = r.root;
-  slot.algorithm = r.algorithm;
-  slot.ended = 0;
-  if (!slot.error.empty()) slot.error.clear();
-  slot.state = started ? State::kRunning : State::kQueued;
-  slot.issued = now;
-  slot.started = started ? now : 0;
+  last_seq_.store(r.seq, std::memory_order_relaxed);
+  const uint64_t id = next_.load(std::memory_order_relaxed);
+  Entry& e = entries_[id & (capacity_ - 1)];
+  // An even version read with acquire orders this after the entry's last write; odd, its runner
+  // is writing it now.
+  const bool writing = e.version.load(std::memory_order_acquire) & 1;
+  const auto state = static_cast<State>(e.state.load(std::memory_order_relaxed));
+  if (writing || (e.id.load(std::memory_order_relaxed) != kUnrecorded && state != State::kDone &&
+                  state != State::kFailed)) [[unlikely]] {
+    unrecorded_.fetch_add(1, std::memory_order_relaxed);
+    return kUnrecorded;
+  }
+  write(e, [&] {
+    e.id.store(id, std::memory_order_relaxed);
+    e.seq.store(r.seq, std::memory_order_relaxed);
+    e.count.store(r.count, std::memory_order_relaxed);
+    e.root.store(r.root, std::memory_order_relaxed);
+    e.coll.store(static_cast<uint8_t>(r.coll), std::memory_order_relaxed);
+    e.dtype.store(static_cast<uint8_t>(r.dtype), std::memory_order_relaxed);
+    e.op.store(static_cast<uint8_t>(r.op), std::memory_order_relaxed);
+    e.state.store(static_cast<uint8_t>(started ? State::kRunning : State::kQueued),
+                  std::memory_order_relaxed);
+    e.algorithm.store(r.algorithm.data(), std::memory_order_relaxed);
+    e.algorithm_len.store(static_cast<uint32_t>(r.algorithm.size()), std::memory_order_relaxed);
+    e.has_error.store(false, std::memory_order_relaxed);
+    e.issued.store(now, std::memory_order_relaxed);
+    e.started.store(started ? now : 0, std::memory_order_relaxed);
+    e.ended.store(0, std::memory_order_relaxed);
+  });
+  next_.store(id + 1, std::memory_order_release);
   return id;
 }
 
-FlightRecorder::Record* FlightRecorder::find(uint64_t id) {
-  return id + ring_.size() >= next_ ? &ring_[id % ring_.size()] : nullptr;
+FlightRecorder::Entry* FlightRecorder::entry_of(uint64_t id) {
+  if (id == kUnrecorded) return nullptr;
+  Entry& e = entries_[id & (capacity_ - 1)];
+  return e.id.load(std::memory_order_relaxed) == id ? &e : nullptr;
 }
 
 void FlightRecorder::started(uint64_t id) {
-  std::lock_guard lock(mu_);
-  if (Record* r = find(id)) {
-    r->state = State::kRunning;
-    r->started = ticks();
+  if (Entry* e = entry_of(id)) {
+    const uint64_t now = ticks();
+    write(*e, [&] {
+      e->state.store(static_cast<uint8_t>(State::kRunning), std::memory_order_relaxed);
+      e->started.store(now, std::memory_order_relaxed);
+    });
   }
 }
 
 void FlightRecorder::finished(uint64_t id, std::string_view error) {
   const uint64_t now = ticks();
-  std::lock_guard lock(mu_);
-  if (Record* r = find(id)) {
-    r->state = error.empty() ? State::kDone : State::kFailed;
-    r->ended = now;
-    if (!error.empty() || !r->error.empty()) r->error = error;
+  Entry* e = entry_of(id);
+  if (e == nullptr) return;
+  if (!error.empty()) [[unlikely]] {
+    std::lock_guard lock(errors_mu_);
+    errors_[id & (capacity_ - 1)] = {id, std::string(error)};
   }
+  write(*e, [&] {
+    e->state.store(static_cast<uint8_t>(error.empty() ? State::kDone : State::kFailed),
+                   std::memory_order_relaxed);
+    e->ended.store(now, std::memory_order_relaxed);
+    if (!error.empty()) e->has_error.store(true, std::memory_order_relaxed);
+  });
+}
+
+bool FlightRecorder::snapshot(const Entry& e, Record& out, uint64_t& id) {
+  // A writer holds an entry for a few stores; one descheduled mid-write gets a few yields to
+  // finish, after which the copy is taken as it stands.
+  for (int tries = 0;; ++tries) {
+    const uint32_t v = e.version.load(std::memory_order_acquire);
+    id = e.id.load(std::memory_order_relaxed);
+    out.seq = e.seq.load(std::memory_order_relaxed);
+    out.count = e.count.load(std::memory_order_relaxed);
+    out.root = e.root.load(std::memory_order_relaxed);
+    out.coll = static_cast<Collective>(e.coll.load(std::memory_order_relaxed));
+    out.dtype = static_cast<DataType>(e.dtype.load(std::memory_order_relaxed));
+    out.op = static_cast<ReduceOp>(e.op.load(std::memory_order_relaxed));
+    out.state = static_cast<State>(e.state.load(std::memory_order_relaxed));
+    const char* name = e.algorithm.load(std::memory_order_relaxed);
+    const uint32_t len = e.algorithm_len.load(std::memory_order_relaxed);
+    out.issued = e.issued.load(std::memory_order_relaxed);
+    out.started = e.started.load(std::memory_order_relaxed);
+    out.ended = e.ended.load(std::memory_order_relaxed);
+    const bool has_error = e.has_error.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const bool stable = (v & 1) == 0 && e.version.load(std::memory_order_relaxed) == v;
+    if (stable || tries >= 1000) {
+      if (id == kUnrecorded || (!stable && name == nullptr)) return false;
+      out.algorithm = name != nullptr ? std::string_view(name, len) : std::string_view();
+      out.error.clear();
+      if (has_error) {
+        std::lock_guard lock(errors_mu_);
+        const auto& [owner, text] = errors_[id & (capacity_ - 1)];
+        if (owner == id) out.error = text;
+      }
+      return true;
+    }
+    if (tries < 64) transport::cpu_relax();
+    else std::this_thread::yield();
+  }
+}
+
+std::vector<std::pair<uint64_t, FlightRecorder::Record>> FlightRecorder::snapshots() {
+  const uint64_t next = next_.load(std::memory_order_acquire);
+  const uint64_t first = next > capacity_ ? next - capacity_ : 0;
+  std::vector<std::pair<uint64_t, Record>> out;
+  out.reserve(static_cast<size_t>(next - first));
+  for (uint64_t i = first; i < next; ++i) {
+    std::pair<uint64_t, Record> r;
+    // An entry still holding an older operation (the newer one was not recorded) keeps it.
+    if (snapshot(entries_[i & (capacity_ - 1)], r.second, r.first)) out.push_back(std::move(r));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return out;
 }
 
 std::string FlightRecorder::json(const std::string& reason) {
@@ -187,26 +279,33 @@ std::string FlightRecorder::json(const std::string& reason) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const TickScale scale = tick_scale();
-  std::lock_guard lock(mu_);
-  std::string s = detail::concat("{\"job\": \"", json_escape(id_.job), "\", \"comm\": \"",
-                                 json_escape(id_.comm), "\", \"rank\": ", id_.rank, ", \"size\": ",
-                                 id_.size, ", \"host\": \"", json_escape(host), "\", \"pid\": ",
-                                 ::getpid(), ", \"reason\": \"", json_escape(reason),
-                                 "\", \"dumped_us\": ", now_us(), ", \"ops\": [");
-  const uint64_t first = next_ > ring_.size() ? next_ - ring_.size() : 0;
-  for (uint64_t id = first; id < next_; ++id) {
-    const Record& r = ring_[id % ring_.size()];
-    s += detail::concat(id == first ? "\n  " : ",\n  ", "{\"seq\": ", r.seq, ", \"coll\": \"",
+  const auto ops = snapshots();
+  // Where the running operation is blocked (one runs at a time), else the newest failed one.
+  size_t blocked = ops.size();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].second.state == State::kRunning) blocked = i;
+    else if (ops[i].second.state == State::kFailed &&
+             (blocked == ops.size() || ops[blocked].second.state != State::kRunning))
+      blocked = i;
+  }
+  std::string s = detail::concat(
+      "{\"job\": \"", json_escape(id_.job), "\", \"comm\": \"", json_escape(id_.comm),
+      "\", \"rank\": ", id_.rank, ", \"size\": ", id_.size, ", \"host\": \"", json_escape(host),
+      "\", \"pid\": ", ::getpid(), ", \"reason\": \"", json_escape(reason), "\", \"dumped_us\": ",
+      now_us(), ", \"last_issued_seq\": ", last_seq_.load(std::memory_order_relaxed),
+      ", \"unrecorded\": ", unrecorded_.load(std::memory_order_relaxed), ", \"ops\": [");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Record& r = ops[i].second;
+    s += detail::concat(i == 0 ? "\n  " : ",\n  ", "{\"seq\": ", r.seq, ", \"coll\": \"",
                         to_string(r.coll), "\", \"count\": ", r.count, ", \"dtype\": \"",
                         to_string(r.dtype), "\", \"op\": \"", to_string(r.op), "\", \"root\": ",
                         r.root, ", \"algorithm\": \"", r.algorithm, "\", \"state\": \"",
                         state_name(r.state), "\", \"issued_us\": ", scale.us(r.issued),
                         ", \"started_us\": ", scale.us(r.started), ", \"ended_us\": ",
                         scale.us(r.ended));
-    // Where the newest running or failed operation was blocked.
-    if ((r.state == State::kRunning || r.state == State::kFailed) && id + 1 == next_) {
+    if (i == blocked) {
       s += detail::concat(", \"step\": \"", json_escape(step), "\", \"waiting_for\": [");
-      for (size_t i = 0; i < peers.size(); ++i) s += detail::concat(i ? ", " : "", peers[i]);
+      for (size_t k = 0; k < peers.size(); ++k) s += detail::concat(k ? ", " : "", peers[k]);
       s += "]";
     }
     if (!r.error.empty()) s += ", \"error\": \"" + json_escape(r.error) + "\"";
@@ -218,12 +317,10 @@ std::string FlightRecorder::json(const std::string& reason) {
 
 std::string FlightRecorder::summary(size_t n) {
   const TickScale scale = tick_scale();
-  std::lock_guard lock(mu_);
+  const auto ops = snapshots();
   std::string s;
-  const uint64_t keep = std::min<uint64_t>(n, ring_.size());
-  const uint64_t first = next_ > keep ? next_ - keep : 0;
-  for (uint64_t id = first; id < next_; ++id) {
-    const Record& r = ring_[id % ring_.size()];
+  for (size_t i = ops.size() > n ? ops.size() - n : 0; i < ops.size(); ++i) {
+    const Record& r = ops[i].second;
     s += detail::concat("  #", r.seq, " ", to_string(r.coll), " count ", r.count, " ",
                         to_string(r.dtype), " ", r.algorithm, ": ", state_name(r.state),
                         r.ended && r.started
@@ -232,6 +329,9 @@ std::string FlightRecorder::summary(size_t n) {
                             : std::string(),
                         "\n");
   }
+  if (const uint64_t lost = unrecorded_.load(std::memory_order_relaxed))
+    s += detail::concat("  (", lost, " operation(s) not recorded: issued while all ", capacity_,
+                        " entries were in flight)\n");
   return s;
 }
 

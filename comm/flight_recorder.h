@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -51,14 +52,19 @@ class FlightRecorder {
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Returns an id for the other calls. `started`: it runs right away (one call instead of two).
+  // An operation issued while every entry still holds one in flight (queued or running) is not
+  // recorded: the oldest unfinished operations are the ones a hang is about. It gets kUnrecorded,
+  // which the other calls ignore, and the dumps count it.
   uint64_t issued(const Record& r, bool started = false);
   void started(uint64_t id);
   void finished(uint64_t id, std::string_view error);  // empty error = success
+  static constexpr uint64_t kUnrecorded = UINT64_MAX;
 
   // The exchange publishes where it is blocked here.
   Exchange::Waiting* waiting() { return &waiting_; }
 
-  // One JSON document: identity, why it was dumped, and every record, oldest first.
+  // One JSON document: identity, why it was dumped, the newest sequence number issued, how many
+  // operations went unrecorded, and every record, oldest first.
   std::string json(const std::string& reason);
   // The last `n` records as text lines (for stderr).
   std::string summary(size_t n);
@@ -70,24 +76,34 @@ class FlightRecorder {
   static void dump_all(const std::string& reason);
 
  private:
-  Record* find(uint64_t id);  // nullptr once overwritten
-
-  // Every operation takes the lock twice and reads the clock twice, on the latency path of small
-  // collectives: so the lock is a spin lock (writers are the one thread running operations and
-  // the one issuing them; a dump holds it briefly) and the clock is the time-stamp counter where
-  // there is one (a few ns against ~20 for clock_gettime), converted when a dump is made.
-  class SpinLock {
-   public:
-    void lock() {
-      if (!locked_.exchange(true, std::memory_order_acquire)) return;
-      lock_contended();
-    }
-    void unlock() { locked_.store(false, std::memory_order_release); }
-
-   private:
-    void lock_contended();
-    std::atomic<bool> locked_{false};
+  // Every operation writes its entry two or three times on the latency path of small collectives,
+  // so writing takes no lock and no read-modify-write: each entry is a sequence lock. Its writers
+  // never overlap: issued() runs on the issuing thread, started() and finished() on the thread
+  // that runs the operation after it was issued, and issued() reuses an entry only once its
+  // operation has finished (the acquire of `version` orders it after that finished()). A dump
+  // copies an entry and keeps the copy if `version` was even and unchanged around it. The fields
+  // are relaxed atomics, so a copy racing a writer is torn data the version check throws away,
+  // never undefined behaviour. Error texts are rare and live beside the entries under a mutex.
+  struct Entry {
+    std::atomic<uint32_t> version{0};  // odd while being written
+    std::atomic<uint64_t> id{kUnrecorded};
+    std::atomic<int64_t> seq{0};
+    std::atomic<uint64_t> count{0};
+    std::atomic<int32_t> root{-1};
+    std::atomic<uint8_t> coll{0}, dtype{0}, op{0}, state{0};
+    std::atomic<const char*> algorithm{nullptr};
+    std::atomic<uint32_t> algorithm_len{0};
+    std::atomic<bool> has_error{false};
+    std::atomic<uint64_t> issued{0}, started{0}, ended{0};
   };
+  template <class Write>
+  static void write(Entry& e, Write&& w);
+  // A consistent copy of `e` (false: never written). `id` is the operation's recorder id.
+  bool snapshot(const Entry& e, Record& out, uint64_t& id);
+  Entry* entry_of(uint64_t id);  // nullptr for kUnrecorded or an entry since reused
+  // Consistent copies of the recorded operations, oldest first.
+  std::vector<std::pair<uint64_t, Record>> snapshots();
+
   static uint64_t ticks() {
 #ifdef CHORUS_FR_TSC
     return __rdtsc();
@@ -106,11 +122,16 @@ class FlightRecorder {
   TickScale tick_scale() const;
 
   Identity id_;
-  SpinLock mu_;
   int64_t base_us_;      // CLOCK_REALTIME microseconds at construction ...
   uint64_t base_ticks_;  // ... and ticks() then
-  std::vector<Record> ring_;
-  uint64_t next_ = 0;
+  const size_t capacity_;  // a power of two: an id's entry is id & (capacity_ - 1)
+  std::unique_ptr<Entry[]> entries_;
+  std::atomic<uint64_t> next_{0};        // ids given so far (written by the issuing thread only)
+  std::atomic<uint64_t> unrecorded_{0};  // operations issued while every entry was in flight
+  std::atomic<int64_t> last_seq_{-1};     // seq of the newest operation issued, recorded or not
+  std::mutex errors_mu_;
+  // Per entry: (id, text) of its last failed operation, shown while the entry still holds that id.
+  std::vector<std::pair<uint64_t, std::string>> errors_;
   Exchange::Waiting waiting_;
 };
 

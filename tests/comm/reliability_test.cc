@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 
 #include "chorus/communicator.h"
 #include "error_helpers.h"
+#include "flight_recorder.h"
 #include "multiproc.h"
 
 namespace chorus::testing {
@@ -64,6 +67,151 @@ TEST(Reliability, FlightRecorderTimesAreWallClockMicroseconds) {
     EXPECT_GE(t[1] - t[4], 19000) << "the 20 ms sleep: " << json;
     EXPECT_LE(t[1] - t[4], 200000) << "the 20 ms sleep: " << json;
   });
+}
+
+// One op of a flight-recorder dump (each sits on its own line).
+struct DumpedOp {
+  int64_t seq = -1, issued = 0, started = 0, ended = 0;
+  std::string state, line;
+};
+
+int64_t int_after(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\": ");
+  return at == std::string::npos ? INT64_MIN : std::stoll(line.substr(at + key.size() + 4));
+}
+
+std::vector<DumpedOp> dumped_ops(const std::string& json) {
+  std::vector<DumpedOp> ops;
+  std::istringstream in(json);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("{\"seq\": ") == std::string::npos) continue;
+    DumpedOp op;
+    op.seq = int_after(line, "seq");
+    op.issued = int_after(line, "issued_us");
+    op.started = int_after(line, "started_us");
+    op.ended = int_after(line, "ended_us");
+    const size_t at = line.find("\"state\": \"") + 10;
+    op.state = line.substr(at, line.find('"', at) - at);
+    op.line = line;
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+// More operations in flight than the recorder has entries: it keeps the oldest unfinished ones
+// (the one a hang is about, with the rank it waits for), counts the rest as unrecorded, and
+// records again once entries are free.
+TEST(Reliability, FlightRecorderKeepsTheOldestUnfinishedOperations) {
+  RunOptions options;
+  options.env["CHORUS_FR_ENTRIES"] = "3";  // rounded up to 4
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<float> v(12, 1.0f);
+    comm.set_algorithm("direct");
+    for (int i = 0; i < 2; ++i)  // seq 0, 1: done
+      comm.all_reduce(v.data(), v.data(), 1, DataType::kF32, ReduceOp::kSum);
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    } else {
+      std::vector<Work> works;
+      for (int i = 0; i < 8; ++i)  // seq 2..9; 2..5 take the entries, 6..9 find them in flight
+        works.push_back(comm.all_reduce_async(v.data() + i, v.data() + i, 1, DataType::kF32,
+                                              ReduceOp::kSum));
+      std::string json;
+      std::vector<DumpedOp> ops;
+      for (auto until = Clock::now() + std::chrono::milliseconds(900); Clock::now() < until;) {
+        json = comm.flight_recorder_json();
+        ops = dumped_ops(json);
+        if (!ops.empty() && ops[0].line.find("\"waiting_for\": [1]") != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ASSERT_EQ(ops.size(), 4u) << json;
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(ops[i].seq, 2 + i) << json;
+      EXPECT_EQ(ops[0].state, "running") << json;
+      EXPECT_NE(ops[0].line.find("\"waiting_for\": [1]"), std::string::npos) << json;
+      for (int i = 1; i < 4; ++i) EXPECT_EQ(ops[i].state, "queued") << json;
+      EXPECT_NE(json.find("\"unrecorded\": 4"), std::string::npos) << json;
+      EXPECT_NE(json.find("\"last_issued_seq\": 9"), std::string::npos) << json;
+      for (Work& w : works) w.wait();
+    }
+    if (comm.rank() == 1)
+      for (int i = 0; i < 8; ++i)
+        comm.all_reduce(v.data() + i, v.data() + i, 1, DataType::kF32, ReduceOp::kSum);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(v[i], i == 0 ? 8.0f : 2.0f) << i;
+    comm.all_reduce(v.data(), v.data(), 1, DataType::kF32, ReduceOp::kSum);  // seq 10
+    if (comm.rank() == 0) {
+      const std::string json = comm.flight_recorder_json();
+      const std::vector<DumpedOp> ops = dumped_ops(json);
+      ASSERT_EQ(ops.size(), 4u) << json;
+      const int64_t want[] = {3, 4, 5, 10};
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(ops[i].seq, want[i]) << json;
+        EXPECT_EQ(ops[i].state, "done") << json;
+      }
+    }
+  }, options);
+}
+
+// Dumps taken while operations are recorded see whole records: the recorder's writers take no
+// lock, so a torn copy would show here as a record whose times, state or error do not fit
+// together. One thread issues, another runs the operations (handed over as the progress thread
+// gets them), a third dumps.
+TEST(Reliability, FlightRecorderDumpsWhileOperationsRunAreConsistent) {
+  FlightRecorder rec({"job", "w1", 0, 2}, 8);
+  constexpr int kOps = 60000;
+  std::vector<std::atomic<uint64_t>> handed(kOps);
+  std::atomic<int> issued_count{0}, finished_count{0};
+  std::atomic<bool> stop{false};
+  std::thread runner([&] {
+    for (int i = 0; i < kOps; ++i) {
+      while (issued_count.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+      const uint64_t id = handed[i].load(std::memory_order_relaxed);
+      rec.started(id);
+      rec.finished(id, i % 97 == 0 ? "failed op " + std::to_string(i) : std::string());
+      finished_count.store(i + 1, std::memory_order_release);
+    }
+  });
+  std::string bad;
+  int dumps = 0;
+  std::thread reader([&] {
+    while (!stop.load()) {
+      const std::string json = rec.json("test");
+      const std::vector<DumpedOp> ops = dumped_ops(json);
+      for (size_t i = 0; i < ops.size() && bad.empty(); ++i) {
+        const DumpedOp& op = ops[i];
+        const bool has_error = op.line.find("\"error\"") != std::string::npos;
+        const bool ok =
+            (i == 0 || op.seq > ops[i - 1].seq) && op.issued > 0 &&
+            (op.state == "queued"    ? op.started == 0 && op.ended == 0 && !has_error
+             : op.state == "running" ? op.started >= op.issued && op.ended == 0 && !has_error
+             : op.state == "done"    ? op.started >= op.issued && op.ended >= op.started && !has_error
+             : op.state == "failed"
+                 ? op.seq % 97 == 0 && op.ended >= op.started &&
+                       op.line.find("\"error\": \"failed op " + std::to_string(op.seq) + "\"") !=
+                           std::string::npos
+                 : false);
+        if (!ok) bad = op.line;
+      }
+      ++dumps;
+    }
+  });
+  for (int i = 0; i < kOps; ++i) {
+    // At most 4 in flight: every operation finds a free entry.
+    while (i - finished_count.load(std::memory_order_acquire) >= 4) std::this_thread::yield();
+    FlightRecorder::Record r;
+    r.seq = i;
+    r.count = static_cast<size_t>(i);
+    r.algorithm = "ring";
+    handed[i].store(rec.issued(r), std::memory_order_relaxed);
+    issued_count.store(i + 1, std::memory_order_release);
+  }
+  runner.join();
+  stop.store(true);
+  reader.join();
+  EXPECT_TRUE(bad.empty()) << "inconsistent record: " << bad;
+  EXPECT_GT(dumps, 0);
+  const std::vector<DumpedOp> last = dumped_ops(rec.json("end"));
+  ASSERT_EQ(last.size(), 8u);
+  EXPECT_EQ(last.back().seq, kOps - 1);
 }
 
 TEST(Reliability, TimeoutNamesTheRankWaitedForAndBreaksTheCommunicator) {
