@@ -480,7 +480,10 @@ std::exception_ptr Communicator::Impl::fail(Op& op, std::exception_ptr error, co
     broken_flag_.store(true, std::memory_order_release);
   }
   const int cause = e.kind() == ErrorKind::kPeerFailure && e.peer() >= 0 ? e.peer() : rank;
-  if (transport) transport->announce_failure(cause, e.what());
+  if (transport) {
+    transport->announce_failure(cause, e.what());
+    transport->abandon();
+  }
   recorder->finished(op.record, e.what());
   if (e.kind() != ErrorKind::kInvalidArgument) {
     const std::string path = recorder->dump_to_dir(e.what());

@@ -74,6 +74,11 @@ void CompositeTransport::announce_failure(int cause_rank, std::string_view text)
   ucx_->announce_failure(cause_rank, text);
 }
 
+void CompositeTransport::abandon() {
+  shm_->abandon();
+  ucx_->abandon();
+}
+
 void CompositeTransport::announce_exit() {
   shm_->announce_exit();
   ucx_->announce_exit();

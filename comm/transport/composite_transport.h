@@ -39,6 +39,7 @@ class CompositeTransport : public Transport {
   void check_alarm() override;
   void publish_current(const OpStamp& stamp) override;
   void announce_failure(int cause_rank, std::string_view text) override;
+  void abandon() override;
   void announce_exit() override;
   bool process_alive(int peer) override;
   void count_completed() override;

@@ -201,6 +201,11 @@ class Transport {
   virtual bool process_alive(int peer) = 0;
   // Counts a completed operation (peers quote it when this rank stops calling).
   virtual void count_completed() = 0;
+  // The operation in progress failed and the communicator is broken: stops every transfer still
+  // posted, so that nothing writes into (or reads from) the caller's buffers once the failed call
+  // has returned. Transports whose transfers are all driven by this rank's own calls have nothing
+  // to stop.
+  virtual void abandon() {}
 };
 
 }  // namespace chorus::transport

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "collective_cases.h"
@@ -112,6 +113,51 @@ void peer_death_body(Communicator& comm, int victim) {
     EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(victim)), std::string::npos)
         << e.what();
   }
+}
+
+// The last operation is a 16 MiB all-to-all. A rank returns (leaves the communicator) the moment
+// its side is done, while the tail of what it sent may still be on the wire: the others must
+// receive all of it, not take the notice that it left for a failure.
+void last_message_body(Communicator& comm) {
+  constexpr size_t kCount = size_t{4} << 20;
+  const size_t n = static_cast<size_t>(comm.size());
+  std::vector<float> in(kCount), out(kCount);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < kCount; ++i)
+      in[i] = static_cast<float>((i + round + 7 * comm.rank()) % 1000);
+    std::fill(out.begin(), out.end(), -1.0f);
+    comm.set_algorithm("direct");
+    // Each rank's block b goes to rank b: out block s holds rank s's block for this rank.
+    comm.all_to_all(in.data(), out.data(), kCount / n, DataType::kF32);
+    size_t wrong = 0;
+    const size_t block = kCount / n;
+    for (size_t s = 0; s < n; ++s)
+      for (size_t j = 0; j < block; ++j) {
+        const size_t i = comm.rank() * block + j;  // index in rank s's input
+        wrong += out[s * block + j] != static_cast<float>((i + round + 7 * s) % 1000);
+      }
+    EXPECT_EQ(wrong, 0u) << "round " << round;
+  }
+}
+
+// Rank 1 stops calling after one all-reduce and leaves; rank 0's second all-reduce must fail
+// naming it, soon (its closed connection tells), not after the deadline.
+void stop_early_body(Communicator& comm) {
+  std::vector<float> buf(1000, 1.0f);
+  comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kF32, ReduceOp::kSum);
+  if (comm.rank() == 1) return;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kF32, ReduceOp::kSum);
+    ADD_FAILURE() << "the all-reduce succeeded without rank 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kPeerFailure) << e.what();
+    EXPECT_EQ(e.peer(), 1) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 left the communicator after 1 operations"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
 std::vector<int> layout(int hosts, int per_host) {
@@ -254,6 +300,19 @@ TEST_F(Netns, PeerDeathIsNamedAcrossComposite) {
   run_on_hosts(hosts_.get(), layout(2, 2), [](Communicator& comm) { peer_death_body(comm, 3); }, o);
 }
 
+TEST_F(Netns, LastMessagesArriveAfterTheSenderLeft) {
+  make_hosts(2);
+  if (!hosts_) return;
+  for (int run = 0; run < 3; ++run)
+    run_on_hosts(hosts_.get(), layout(2, 1), last_message_body);
+}
+
+TEST_F(Netns, StoppingEarlyIsNamed) {
+  make_hosts(2);
+  if (!hosts_) return;
+  run_on_hosts(hosts_.get(), layout(2, 1), stop_early_body);
+}
+
 // ---- one machine: hosts told apart by CHORUS_HOST_ID only -----------------------------------
 
 TEST(OneMachine, ForcedUcxCollectiveMatrix) {
@@ -283,6 +342,18 @@ TEST(OneMachine, PeerDeathIsNamedOverUcx) {
   o.deadline = std::chrono::milliseconds(60000);
   o.env = {{"CHORUS_TRANSPORT", "ucx"}};
   run_on_hosts(nullptr, {0, 0, 0}, [](Communicator& comm) { peer_death_body(comm, 1); }, o);
+}
+
+TEST(OneMachine, LastMessagesArriveAfterTheSenderLeftOverUcx) {
+  HostRunOptions o;
+  o.env = {{"CHORUS_TRANSPORT", "ucx"}};
+  run_on_hosts(nullptr, {0, 0, 0}, last_message_body, o);
+}
+
+TEST(OneMachine, StoppingEarlyIsNamedOverUcx) {
+  HostRunOptions o;
+  o.env = {{"CHORUS_TRANSPORT", "ucx"}};
+  run_on_hosts(nullptr, {0, 0}, stop_early_body, o);
 }
 
 TEST(OneMachine, MismatchIsNamedOverUcx) {

@@ -127,6 +127,25 @@ class UcxLink : public Link {
     return true;
   }
 
+  // The operation failed (UcxTransport::abandon). Cancels the receives: UCX ends those it has
+  // not matched yet at once.
+  void cancel_receives() {
+    for (void* req : recv_req_)
+      if (req != nullptr && ucp_request_check_status(req) == UCS_INPROGRESS)
+        ucp_request_cancel(t_.worker(), req);
+  }
+  // Frees the requests that have ended; returns whether some are still under way (a receive UCX
+  // had matched, a send still reading its buffer).
+  bool settle() {
+    bool busy = false;
+    for (void** req : {&recv_req_[0], &recv_req_[1], &send_req_[0], &send_req_[1]}) {
+      if (*req == nullptr) continue;
+      if (ucp_request_check_status(*req) == UCS_INPROGRESS) busy = true;
+      else release(*req);
+    }
+    return busy;
+  }
+
  private:
   void* post_send(const void* buf, size_t len, ucp_tag_t tag) {
     ucp_request_param_t param{};
@@ -214,7 +233,8 @@ void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
 UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers, Store& store,
                            std::chrono::milliseconds timeout)
     : rank_(rank), world_size_(world_size), store_(store), peers_(peers.begin(), peers.end()),
-      hosts_(world_size), ep_status_(world_size, UCS_OK), left_(world_size) {
+      hosts_(world_size), ep_status_(world_size, UCS_OK), left_(world_size),
+      left_seen_(world_size) {
   h_.ep_status = &ep_status_;
   sleep_cap_ns_ = std::max<long>(1000, static_cast<long>(kSleepUs.get()) * 1000);
   h_.close_timeout = std::chrono::milliseconds(static_cast<int64_t>(kCloseTimeout.get() * 1000));
@@ -349,6 +369,47 @@ void UcxTransport::wake_self() {
   [[maybe_unused]] ssize_t n = ::write(h_.wake_fd, &one, sizeof one);
 }
 
+void UcxTransport::abandon() {
+  // Cancelled receives that UCX had not matched end at once. One it had matched (a rendezvous
+  // under way) and a send still reading its buffer end when their transfer does or their
+  // endpoint fails; they get the close timeout, then the endpoints are force-closed, which
+  // fails what still runs on them.
+  for (auto& l : links_)
+    if (l != nullptr) l->cancel_receives();
+  auto settle = [&](std::chrono::steady_clock::duration limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      bool busy = false;
+      for (auto& l : links_)
+        if (l != nullptr && l->settle()) busy = true;
+      if (!busy) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      ucp_worker_progress(worker_);
+    }
+  };
+  if (settle(h_.close_timeout)) return;
+  std::vector<void*> closing;
+  for (int p : peers_) {
+    if (h_.eps[p] == nullptr) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t s = ucp_ep_close_nbx(h_.eps[p], &param);
+    if (s != nullptr && !UCS_PTR_IS_ERR(s)) closing.push_back(s);
+    h_.eps[p] = nullptr;
+    if (ep_status_[p] == UCS_OK) ep_status_[p] = UCS_ERR_CANCELED;
+  }
+  const bool settled = settle(std::chrono::seconds(1));
+  for (void* req : closing) {
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && ucp_worker_progress(worker_) != 0) {
+    }
+    ucp_request_free(req);
+  }
+  if (!settled)
+    CHORUS_WARN(kLogUcx, "ucx: rank ", rank_, ": transfers of the failed operation did not end "
+                "after its endpoints were closed");
+}
+
 void UcxTransport::endpoint_failed(int peer, ucs_status_t status) {
   if (peer >= 0 && peer < world_size_ && ep_status_[peer] == UCS_OK) {
     ep_status_[peer] = status;
@@ -372,6 +433,7 @@ void UcxTransport::read_statuses() {
     if (!v) continue;
     if (v->rfind("left ", 0) == 0) {
       left_[p] = v->substr(5);
+      left_seen_[p] = std::chrono::steady_clock::now();
     } else if (v->rfind("failed ", 0) == 0 && !failure_) {
       const size_t space = v->find(' ', 7);
       const int cause = std::atoi(v->c_str() + 7);
@@ -416,9 +478,16 @@ std::vector<int> UcxTransport::check_peers(std::span<const int> waiting_for, con
         throw StampMismatch{p, theirs, mine};
     }
   }
+  // A peer announces that it left before it closes its endpoints, and the close flushes what it
+  // sent: its last messages may still be on the wire (megabytes in the socket buffers). It is
+  // gone when its endpoint fails (the closed connection, normally soon after) or, failing that,
+  // once its close has had all its time.
   std::vector<int> gone;
+  const auto now = std::chrono::steady_clock::now();
   for (int p : waiting_for)
-    if (ep_status_[p] != UCS_OK || !left_[p].empty()) gone.push_back(p);
+    if (ep_status_[p] != UCS_OK ||
+        (!left_[p].empty() && now - left_seen_[p] > h_.close_timeout + std::chrono::seconds(1)))
+      gone.push_back(p);
   return gone;
 }
 

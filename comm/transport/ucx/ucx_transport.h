@@ -64,6 +64,7 @@ class UcxTransport : public Transport {
   void announce_exit() override;
   bool process_alive(int peer) override;
   void count_completed() override { ++ops_done_; }
+  void abandon() override;
 
   // For a composite transport: arm the worker's event fd (false: events are pending, do not
   // sleep), and block until a UCX event, wake_self() or `max_ns`.
@@ -108,6 +109,7 @@ class UcxTransport : public Transport {
   std::vector<ucs_status_t> ep_status_;         // per rank: UCS_OK until the endpoint fails
   std::vector<std::unique_ptr<ErrorArg>> err_args_;
   std::vector<std::string> left_;               // per rank: its "left" notice, once read
+  std::vector<std::chrono::steady_clock::time_point> left_seen_;  // ... and when it was read
   std::optional<std::string> failure_;          // first published peer failure seen
   int failure_rank_ = -1;
   int64_t changes_seen_ = 0;
