@@ -373,6 +373,31 @@ TEST(OneMachine, MismatchIsNamedOverUcx) {
   }, o);
 }
 
+// Mismatched 16 MiB all-reduces: each rank's payload is a rendezvous its peer never takes. Both
+// fail naming the mismatch, within a few seconds, and nothing touches the freed buffers after.
+TEST(OneMachine, LargeMismatchOverUcxStopsItsTransfers) {
+  HostRunOptions o;
+  o.env = {{"CHORUS_TRANSPORT", "ucx"}};
+  run_on_hosts(nullptr, {0, 1}, [](Communicator& comm) {
+    const auto start = std::chrono::steady_clock::now();
+    {
+      std::vector<float> buf(size_t{4} << 20, 1.0f);
+      comm.set_algorithm("direct");
+      try {
+        comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kF32,
+                        comm.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+        ADD_FAILURE() << "mismatched all-reduces succeeded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kMismatch) << e.what();
+      }
+    }  // the buffer is gone: a transfer still running would write into freed memory
+    std::vector<float> other(size_t{4} << 20, 2.0f);
+    ::usleep(200'000);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+    EXPECT_EQ(other[12345], 2.0f);
+  }, o);
+}
+
 TEST(OneMachine, TransportChoice) {
   run_on_hosts(nullptr, {0, 0, 1, 1}, [](Communicator& comm) {
     // Ranks span two hosts, two on each: hierarchical past one-shot sizes, and the single-host

@@ -207,10 +207,12 @@ class UcxLink : public Link {
                                  "collectives, counts or types)"), -1, {}, -1, peer_);
     }
   }
-  // The operation fails; UCX must not write into the caller's buffer afterwards.
+  // The operation fails. A payload UCX has not matched yet is cancelled; one it has matched (a
+  // rendezvous under way) runs on, so the request is kept for UcxTransport::abandon() to wait
+  // for: freeing it now would let UCX write into the caller's buffer after the call returned.
   void cancel_payload() {
-    if (recv_req_[1] != nullptr) ucp_request_cancel(t_.worker(), recv_req_[1]);
-    release(recv_req_[1]);
+    if (recv_req_[1] != nullptr && ucp_request_check_status(recv_req_[1]) == UCS_INPROGRESS)
+      ucp_request_cancel(t_.worker(), recv_req_[1]);
   }
 
   UcxTransport& t_;
@@ -372,8 +374,8 @@ void UcxTransport::wake_self() {
 void UcxTransport::abandon() {
   // Cancelled receives that UCX had not matched end at once. One it had matched (a rendezvous
   // under way) and a send still reading its buffer end when their transfer does or their
-  // endpoint fails; they get the close timeout, then the endpoints are force-closed, which
-  // fails what still runs on them.
+  // endpoint fails; they get up to a second (the peers are failing too, or gone), then the
+  // endpoints are force-closed, which fails what still runs on them.
   for (auto& l : links_)
     if (l != nullptr) l->cancel_receives();
   auto settle = [&](std::chrono::steady_clock::duration limit) {
@@ -387,7 +389,8 @@ void UcxTransport::abandon() {
       ucp_worker_progress(worker_);
     }
   };
-  if (settle(h_.close_timeout)) return;
+  if (settle(std::min<std::chrono::steady_clock::duration>(h_.close_timeout, std::chrono::seconds(1))))
+    return;
   std::vector<void*> closing;
   for (int p : peers_) {
     if (h_.eps[p] == nullptr) continue;
