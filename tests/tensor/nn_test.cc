@@ -1,5 +1,6 @@
 // Modules, optimizers, checkpointing, save/load, data: the fast tests.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -211,7 +212,9 @@ TEST(Nn, GradScalerSkipsOverflowAndAdjustsScale) {
 }
 
 TEST(Nn, SaveLoadRoundTripsBitExactly) {
-  const std::string dir = ::testing::TempDir();
+  // Per process: ctest runs this test in more than one entry at once (plain and under autocast).
+  const std::string dir = ::testing::TempDir() + "chorus-nn-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
   auto train = [](GPT& model, optim::AdamW& opt, int64_t from, int64_t to) {
     for (int64_t s = from; s < to; ++s) {
       opt.zero_grad();
@@ -256,6 +259,7 @@ TEST(Nn, SaveLoadRoundTripsBitExactly) {
                           mixed[i].second.nbytes()), 0);
   }
   EXPECT_THROW(load_tensors(dir + "/does-not-exist.chk"), Error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Nn, SamplerIsDeterministicAndSeekable) {
