@@ -75,28 +75,46 @@ std::set<FlightRecorder*>& live() {
   return s;
 }
 
-// The signal handler only writes a byte; a thread started with the first recorder does the dump.
-int g_pipe[2] = {-1, -1};
+// The signal handler only writes a byte; a thread of this process reads it and does the dump.
+std::atomic<int> g_signal_fd{-1};  // the pipe's write end
 void on_signal(int) {
   const char b = 1;
-  (void)!::write(g_pipe[1], &b, 1);
+  (void)!::write(g_signal_fd.load(std::memory_order_relaxed), &b, 1);
 }
 
-void install_signal_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const int sig = static_cast<int>(kFrSignal.get());
-    if (sig <= 0 || sig >= NSIG || ::pipe2(g_pipe, O_CLOEXEC) != 0) return;
-    std::thread([] {
+// Installs the CHORUS_FR_SIGNAL handler when a recorder is made and the knob is set: checked at
+// every construction, not once per process, since a rank may be a child forked (with the knob
+// in its environment) from a process that made recorders without it. A forked child also
+// inherits the parent's handler and pipe but not its reading thread, so it gets its own.
+void install_signal() {
+  const int64_t sig = kFrSignal.get();
+  if (sig <= 0 || sig >= NSIG) return;
+  static std::mutex mu;
+  static pid_t installed_by = 0;
+  static int read_fd = -1;
+  static std::set<int64_t> installed;
+  std::lock_guard lock(mu);
+  if (installed_by != ::getpid()) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    // In a child, the parent's pipe: its reader lives in the parent.
+    const int old = g_signal_fd.exchange(fds[1]);
+    if (old >= 0) ::close(old);
+    if (read_fd >= 0) ::close(read_fd);
+    read_fd = fds[0];
+    std::thread([fd = fds[0]] {
       char b;
-      while (::read(g_pipe[0], &b, 1) == 1) FlightRecorder::dump_all("signal");
+      while (::read(fd, &b, 1) == 1) FlightRecorder::dump_all("signal");
     }).detach();
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(sig, &sa, nullptr);
-  });
+    installed_by = ::getpid();
+    installed.clear();
+  }
+  if (!installed.insert(sig).second) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(static_cast<int>(sig), &sa, nullptr);
 }
 
 }  // namespace
@@ -131,7 +149,7 @@ FlightRecorder::FlightRecorder(Identity id, size_t capacity)
     : id_(std::move(id)), base_us_(now_us()), base_ticks_(ticks()),
       capacity_(entries(capacity)),
       entries_(new Entry[capacity_]), errors_(capacity_, {kUnrecorded, std::string()}) {
-  install_signal_once();
+  install_signal();
   std::lock_guard lock(g_mu);
   live().insert(this);
 }
