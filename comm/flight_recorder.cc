@@ -25,7 +25,7 @@ const IntKnob kFrEntries{"CHORUS_FR_ENTRIES", 256,
                          "operations each communicator's flight recorder keeps (1 to 2^20, rounded "
                          "up to a power of two)"};
 
-size_t entries(size_t capacity) {
+size_t entry_count(size_t capacity) {
   if (capacity == 0) {
     const int64_t v = kFrEntries.get();
     CHORUS_ARG_CHECK(v >= 1 && v <= (1 << 20), "CHORUS_FR_ENTRIES=", v,
@@ -147,7 +147,7 @@ int64_t FlightRecorder::TickScale::us(uint64_t t) const {
 
 FlightRecorder::FlightRecorder(Identity id, size_t capacity)
     : id_(std::move(id)), base_us_(now_us()), base_ticks_(ticks()),
-      capacity_(entries(capacity)),
+      capacity_(entry_count(capacity)),
       entries_(new Entry[capacity_]), errors_(capacity_, {kUnrecorded, std::string()}) {
   install_signal();
   std::lock_guard lock(g_mu);

@@ -183,7 +183,8 @@ TEST(Reliability, FlightRecorderDumpsWhileOperationsRunAreConsistent) {
             (i == 0 || op.seq > ops[i - 1].seq) && op.issued > 0 &&
             (op.state == "queued"    ? op.started == 0 && op.ended == 0 && !has_error
              : op.state == "running" ? op.started >= op.issued && op.ended == 0 && !has_error
-             : op.state == "done"    ? op.started >= op.issued && op.ended >= op.started && !has_error
+             : op.state == "done"
+                 ? op.started >= op.issued && op.ended >= op.started && !has_error
              : op.state == "failed"
                  ? op.seq % 97 == 0 && op.ended >= op.started &&
                        op.line.find("\"error\": \"failed op " + std::to_string(op.seq) + "\"") !=

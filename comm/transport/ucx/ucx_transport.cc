@@ -127,8 +127,10 @@ class UcxLink : public Link {
     return true;
   }
 
-  // The operation failed (UcxTransport::abandon). Cancels the receives: UCX ends those it has
-  // not matched yet at once.
+  // The operation failed (a bad header, UcxTransport::abandon). Cancels the receives: UCX ends
+  // those it has not matched yet at once. One it has matched (a rendezvous under way) runs on, so
+  // its request is kept for abandon() to wait for: freeing it would let UCX write into the
+  // caller's buffer after the failed call returned.
   void cancel_receives() {
     for (void* req : recv_req_)
       if (req != nullptr && ucp_request_check_status(req) == UCS_INPROGRESS)
@@ -196,25 +198,17 @@ class UcxLink : public Link {
                                  "(expected ", sizeof(WireHeader), "): not a chorus peer of the "
                                  "same version?"), -1, {}, -1, peer_);
     if (!(recv_hdr_.stamp == r.stamp)) {
-      cancel_payload();
+      cancel_receives();
       throw StampMismatch{peer_, recv_hdr_.stamp, r.stamp};
     }
     if (recv_hdr_.bytes != r.bytes) {
-      cancel_payload();
+      cancel_receives();
       throw Error(ErrorKind::kMismatch,
                   detail::concat("rank ", peer_, " sent a ", recv_hdr_.bytes, "-byte message where "
                                  "this rank expected ", r.bytes, " bytes (the ranks called different "
                                  "collectives, counts or types)"), -1, {}, -1, peer_);
     }
   }
-  // The operation fails. A payload UCX has not matched yet is cancelled; one it has matched (a
-  // rendezvous under way) runs on, so the request is kept for UcxTransport::abandon() to wait
-  // for: freeing it now would let UCX write into the caller's buffer after the call returned.
-  void cancel_payload() {
-    if (recv_req_[1] != nullptr && ucp_request_check_status(recv_req_[1]) == UCS_INPROGRESS)
-      ucp_request_cancel(t_.worker(), recv_req_[1]);
-  }
-
   UcxTransport& t_;
   int peer_;
   ucp_ep_h ep_;
@@ -389,8 +383,8 @@ void UcxTransport::abandon() {
       ucp_worker_progress(worker_);
     }
   };
-  if (settle(std::min<std::chrono::steady_clock::duration>(h_.close_timeout, std::chrono::seconds(1))))
-    return;
+  using std::chrono::steady_clock;
+  if (settle(std::min<steady_clock::duration>(h_.close_timeout, std::chrono::seconds(1)))) return;
   std::vector<void*> closing;
   for (int p : peers_) {
     if (h_.eps[p] == nullptr) continue;
