@@ -8,11 +8,13 @@ rooted reduce, which the anchors lack (timed by their bench_common.h; no Gloo co
 alternating order for several rounds on the same sizes (Gloo first in every round, then the others
 rotated: round r starts with the r-th of them, so each follows Gloo equally often), and
 prints one markdown table per world size: the median over rounds of each library, chorus / best
-peer and chorus / Open MPI. Then the start-up time (process start to the first completed 8-byte
+peer and chorus / Open MPI (above --all-peers-to ranks, default 4, Open MPI is the only peer).
+Then the start-up time (process start to the first completed 8-byte
 all-reduce, 2 ranks, chorus-run vs each mpirun; the median of --startup-runs launches), and with
 --targets which of the performance targets are met.
 
     bench/compare/compare.py --build build                         # np 2 and 4, all sizes, 3 rounds
+    bench/compare/compare.py --build build --np 2,4,8 --targets    # every target (np=8: Open MPI only)
     bench/compare/compare.py --build build --np 2 --sizes 8,1M --rounds 1 --targets
 
 Every launch is kept in the output folder (--out, default BUILD/compare/<date-time>):
@@ -70,6 +72,7 @@ PEERS = {
 }
 GLOO_HEADER = "/usr/include/gloo/config.h"
 DEFAULT_SIZES = "8,1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"
+ROOFLINE_BYTES = 64 << 20  # the size of the 2x targets
 
 
 def parse_size(text):
@@ -101,7 +104,7 @@ def run(cmd, timeout, **kwargs):
 # ------------------------------------------------------------------------------------------- build
 
 def build_chorus(build, skip):
-    targets = ["chorus-bench", "chorus-run", "chorus-startup-probe"]
+    targets = ["chorus-bench", "chorus-run", "chorus-startup-probe", "chorus-copy-roofline"]
     if not skip:
         log(f"building {', '.join(targets)} in {build}")
         subprocess.run(["cmake", "--build", build, "--parallel", str(os.cpu_count() or 1),
@@ -221,6 +224,42 @@ def run_chorus(build, n, coll, size, blocking, timeout):
     placement = "in-place" if coll in IN_PLACE else "out-of-place"
     row = next(r for r in rows if r["placement"] == placement)
     return row["time_us"], row["algorithm"], row["wrong"] or 0, row["size"]
+
+
+def roofline_gbps(build, procs, size, runs=3):
+    """Median bytes / time of chorus-copy-roofline: `procs` processes each filling a `size`-byte
+    buffer from one shared source with streaming stores (None if it fails)."""
+    exe = os.path.join(build, "bin", "chorus-copy-roofline")
+    got = []
+    for _ in range(runs):
+        p = subprocess.run([exe, "--procs", str(procs), "--bytes", str(size)], capture_output=True,
+                           text=True, timeout=600)
+        if p.returncode != 0:
+            log(f"  chorus-copy-roofline --procs {procs}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+            return None
+        got.append(float(p.stdout.split("bytes / time")[1].split()[0]))
+    return statistics.median(got)
+
+
+def roofline_table(nps, med, roof):
+    """What the copies alone allow at 64 MiB: all-gather (n processes fill their result) and
+    broadcast (n - 1 receivers do), as busbw, beside chorus and Open MPI."""
+    size = ROOFLINE_BYTES
+    lines = ["### copy roofline at 64 MiB: every copying process fills its buffer from one shared "
+             "source (chorus-copy-roofline, streaming stores, no messages), as busbw", "",
+             "| np | collective | roofline | chorus | Open MPI | roofline / Open MPI |", "|---|---|---|---|---|---|"]
+    for n in nps:
+        for coll, procs in (("all_gather", n), ("broadcast", n - 1)):
+            algbw = roof.get((n, coll))
+            if algbw is None:
+                continue
+            bound = algbw * COLLS[coll][1](n)
+            cell = lambda lib: (f"{size / med[(lib, n, coll, size)] / 1e3 * COLLS[coll][1](n):.2f} GB/s"
+                                if (lib, n, coll, size) in med else "-")
+            o = med.get(("openmpi", n, coll, size))
+            ratio = f"{bound / (size / o / 1e3 * COLLS[coll][1](n)):.2f}x" if o else "-"
+            lines.append(f"| {n} | {coll} | {bound:.2f} GB/s | {cell('chorus')} | {cell('openmpi')} | {ratio} |")
+    return "\n".join(lines)
 
 
 def startup_runs(cmd, runs, timeout):
@@ -348,8 +387,10 @@ def check_targets(med, startup, nps, colls, sizes):
     single("np=2 all_reduce 8 B time <= Open MPI", 2, "all_reduce", 8, 1)
     for coll in ("reduce_scatter", "all_gather", "broadcast", "reduce"):
         single(f"np=2 {coll} 64 MiB >= 2x Open MPI", 2, coll, 64 << 20, 2)
-    every("np=4 every collective 64 MiB >= 2x Open MPI", 4, five, [64 << 20], 2, ompi)
-    every("np=4 every collective, every size >= 1 KiB, no slower than Open MPI", 4, five, from_1k, 1, ompi)
+    for n in (4, 8):
+        every(f"np={n} every collective 64 MiB >= 2x Open MPI", n, five, [64 << 20], 2, ompi)
+        every(f"np={n} every collective, every size >= 1 KiB, no slower than Open MPI", n, five,
+              from_1k, 1, ompi)
     for n in (2, 4):
         every(f"np={n} every collective 1 KiB-256 MiB >= the faster of Open MPI and MPICH",
               n, five, from_1k, 1, faster_mpi)
@@ -378,6 +419,10 @@ def main():
                     help="default: all five (reduce against the MPI peers only)")
     ap.add_argument("--peers", default=",".join(PEERS), help="default: openmpi,mpich,gloo")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    ap.add_argument("--all-peers-to", type=int, default=4,
+                    help="world sizes above this run chorus and Open MPI only (default 4): the "
+                         "targets there name Open MPI, and MPICH's and Gloo's oversubscribed "
+                         "ranks take milliseconds per small call")
     ap.add_argument("--blocking", type=int, choices=(0, 1), default=1, help="chorus-bench -z (default 1)")
     ap.add_argument("--startup-runs", type=int, default=20, help="launches per start-up median (default 20; 0: skip)")
     ap.add_argument("--targets", action="store_true", help="also print which targets are met")
@@ -419,10 +464,13 @@ def main():
     writer = csv.writer(launches)
     writer.writerow(["lib", "np", "round", "order", "collective", "bytes", "time_us", "busbw_gbps",
                      "algorithm", "wrong"])
-    libs = ["chorus"] + peers
     t_start = time.monotonic()
+    def peers_at(n):
+        return [p for p in peers if n <= args.all_peers_to or p == "openmpi"]
+
     for n in nps:
         samples = {}
+        libs = ["chorus"] + peers_at(n)
         for rnd in range(args.rounds):
             # Whatever runs right after Gloo's TCP anchor measured slower at small sizes (8 B
             # all-reduce: 0.49-0.62 us against 0.38-0.46 for the same library elsewhere in the
@@ -466,6 +514,17 @@ def main():
             med[key] = statistics.median(v)
     launches.close()
 
+    # The copy roofline: what the copies of a 64 MiB all-gather and broadcast allow on this machine.
+    roof = {}
+    if ROOFLINE_BYTES in sizes:
+        log(f"copy roofline ({time.monotonic() - t_start:.0f} s)")
+        for n in nps:
+            for coll, procs in (("all_gather", n), ("broadcast", n - 1)):
+                if coll in colls:
+                    g = roofline_gbps(build, procs, ROOFLINE_BYTES)
+                    if g is not None:
+                        roof[(n, coll)] = g
+
     # Start-up: 2 ranks, process start to the first completed all-reduce.
     startup, startup_exit, startup_hf = {}, {}, {}
     if args.startup_runs > 0:
@@ -496,7 +555,9 @@ def main():
              f"{os.getloadavg()[0]:.1f}, chorus-bench -z {args.blocking}"]
     parts += [f"({n})" for n in notes]
     for n in nps:
-        parts.append(table(n, colls, sizes, med, algos, peers, args.rounds))
+        parts.append(table(n, colls, sizes, med, algos, peers_at(n), args.rounds))
+    if roof:
+        parts.append(roofline_table(nps, med, roof))
     if startup:
         lines = ["### start-up, 2 ranks: median of "
                  f"{args.startup_runs} launches (process start to first completed 8-byte all-reduce)",
@@ -525,6 +586,8 @@ def main():
                                  for k, v in sorted(med.items())],
                    "chorus_algorithm": [{"np": k[0], "collective": k[1], "bytes": k[2], "algorithm": v}
                                         for k, v in sorted(algos.items())],
+                   "copy_roofline_algbw_gbps": [{"np": k[0], "collective": k[1], "bytes": ROOFLINE_BYTES,
+                                                 "gbps": v} for k, v in sorted(roof.items())],
                    "startup_ms": startup, "startup_exit_ms": startup_exit, "startup_hyperfine_ms": startup_hf,
                    "targets": [{"target": t[0], "status": t[1], "detail": t[2]} for t in targets],
                    "notes": notes}, f, indent=1)

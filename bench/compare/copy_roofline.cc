@@ -1,0 +1,143 @@
+// chorus-copy-roofline: how fast this machine can fill P result buffers from one shared source,
+// the copying that a broadcast to P receivers (or an all-gather over P ranks) cannot avoid, with
+// nothing else in the way: no messages, no waiting, no system calls.
+//
+// P processes (fork) each own an S-byte destination and copy the whole of one S-byte source
+// (MAP_SHARED, written once before) into it, ITERS times, all started together; each begins at
+// rank / P of the way in and wraps round (as chorus's single-copy readers do), in 1 MiB pieces.
+// The time per round is the wall time of all of them over ITERS. Two store kinds:
+//   stream  kernels::copy_stream (non-temporal stores: no read for ownership), what chorus uses
+//           for large results;
+//   cached  memcpy (each store first reads its line), what a copy in the kernel
+//           (process_vm_readv) does.
+// docs/PERFORMANCE.md divides a collective's required copies by these rates to say how far a
+// target is from what the machine allows. Usage:
+//   chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] [--store stream|cached]
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "chorus/kernels/cpu.h"
+
+namespace {
+
+constexpr size_t kPiece = size_t{1} << 20;
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code == 0 ? stdout : stderr,
+               "usage: chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] "
+               "[--store stream|cached]\n"
+               "P processes each copy one shared SIZE-byte source into their own buffer, N times,\n"
+               "started together (defaults: P=2, SIZE=64M, N=5, stream). Prints the time per\n"
+               "round and SIZE / time, the bandwidth a broadcast to P receivers could reach.\n");
+  std::exit(code);
+}
+
+size_t parse_size(const char* text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  size_t mult = 1;
+  if (*end == 'K' || *end == 'k') mult = size_t{1} << 10, ++end;
+  else if (*end == 'M' || *end == 'm') mult = size_t{1} << 20, ++end;
+  else if (*end == 'G' || *end == 'g') mult = size_t{1} << 30, ++end;
+  if (end == text || *end != '\0' || v == 0) {
+    std::fprintf(stderr, "chorus-copy-roofline: bad size '%s'\n", text);
+    usage(2);
+  }
+  return static_cast<size_t>(v) * mult;
+}
+
+void* map_shared(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("chorus-copy-roofline: mmap");
+    std::exit(1);
+  }
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int procs = 2, iters = 5;
+  size_t bytes = size_t{64} << 20;
+  bool stream = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) usage(2);
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") usage(0);
+    else if (a == "--procs") procs = std::atoi(value());
+    else if (a == "--bytes") bytes = parse_size(value());
+    else if (a == "--iters") iters = std::atoi(value());
+    else if (a == "--store") {
+      const std::string_view s = value();
+      if (s != "stream" && s != "cached") usage(2);
+      stream = s == "stream";
+    } else usage(2);
+  }
+  if (procs < 1 || procs > 256 || iters < 1) usage(2);
+  bytes = (bytes + kPiece - 1) / kPiece * kPiece;
+
+  auto* source = static_cast<std::byte*>(map_shared(bytes));
+  std::memset(source, 0x3c, bytes);
+  // [0]: processes ready, [1]: go, [2]: processes done copying.
+  auto* control = static_cast<std::atomic<int>*>(map_shared(4096));
+  for (int p = 0; p < procs; ++p) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("chorus-copy-roofline: fork");
+      return 1;
+    }
+    if (pid > 0) continue;
+    auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+    if (dst == nullptr) _exit(1);
+    std::memset(dst, 0, bytes);  // fault the pages in before the clock starts
+    control[0].fetch_add(1);
+    while (control[1].load() == 0) sched_yield();
+    const size_t pieces = bytes / kPiece;
+    const size_t first = pieces * static_cast<size_t>(p) / static_cast<size_t>(procs);
+    for (int it = 0; it < iters; ++it)
+      for (size_t k = 0; k < pieces; ++k) {
+        const size_t off = (first + k) % pieces * kPiece;
+        if (stream)
+          chorus::kernels::copy_stream(dst + off, source + off, kPiece);
+        else
+          std::memcpy(dst + off, source + off, kPiece);
+      }
+    control[2].fetch_add(1);
+    _exit(std::memcmp(dst, source, bytes) == 0 ? 0 : 3);
+  }
+  while (control[0].load() < procs) usleep(1000);
+  const auto start = std::chrono::steady_clock::now();
+  control[1].store(1);
+  while (control[2].load() < procs) usleep(100);
+  const double sec =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  bool ok = true;
+  for (int p = 0; p < procs; ++p) {
+    int status = 0;
+    if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "chorus-copy-roofline: a copying process failed\n");
+    return 1;
+  }
+  std::printf("procs %d, %zu MiB each, %s stores: %.2f ms per round, %.2f GB/s of copies, "
+              "bytes / time %.2f GB/s\n",
+              procs, bytes >> 20, stream ? "streaming" : "cached", sec * 1e3,
+              static_cast<double>(procs) * static_cast<double>(bytes) / sec / 1e9,
+              static_cast<double>(bytes) / sec / 1e9);
+  return 0;
+}
