@@ -1,0 +1,75 @@
+// chorus-copy-roofline end to end: real processes copying real shared memory. Checks the line it
+// prints (its figures agree with each other) and its answers to bad flags, not the speed.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <regex>
+#include <string>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(CHORUS_COPY_ROOFLINE_BIN) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer;
+  for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
+    r.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// procs, MiB, store kind, ms per round, GB/s of copies, bytes / time.
+const std::regex kLine(
+    R"(procs (\d+), (\d+) MiB each, (streaming|cached) stores: ([0-9.]+) ms per round, )"
+    R"(([0-9.]+) GB/s of copies, bytes / time ([0-9.]+) GB/s)");
+
+TEST(CopyRoofline, PrintsConsistentFiguresForEachStoreKind) {
+  for (const char* store : {"stream", "cached"}) {
+    const Result r = run(std::string("--procs 3 --bytes 3M --iters 2 --store ") + store);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, kLine)) << r.out;
+    EXPECT_EQ(m[1], "3");
+    EXPECT_EQ(m[2], "3");
+    EXPECT_EQ(m[3], std::string(store) == "stream" ? "streaming" : "cached");
+    const double ms = std::stod(m[4]), copies = std::stod(m[5]), each = std::stod(m[6]);
+    EXPECT_GT(ms, 0);
+    EXPECT_GT(each, 0);
+    // Three processes: the copies are three times one buffer per round (both printed rounded).
+    EXPECT_NEAR(copies, 3 * each, 0.03 + 0.01 * copies) << r.out;
+    // bytes / time: 3 MiB over the round's milliseconds, which are printed to 0.005 ms.
+    EXPECT_NEAR(each, 3.0 * (1 << 20) / (ms * 1e-3) / 1e9, 0.01 + each * (0.01 + 0.006 / ms))
+        << r.out;
+  }
+}
+
+TEST(CopyRoofline, RoundsTheSizeUpToWholePieces) {
+  const Result r = run("--procs 1 --bytes 1500K --iters 1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("procs 1, 2 MiB each"), std::string::npos) << r.out;
+}
+
+TEST(CopyRoofline, BadFlagsExitWithTwoAndTheUsage) {
+  for (const char* args : {"--bytes 0", "--bytes 12Q", "--procs 0", "--iters 0", "--store nt",
+                           "--procs", "--frobnicate"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("usage: chorus-copy-roofline"), std::string::npos) << args;
+  }
+  const Result help = run("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("usage: chorus-copy-roofline"), std::string::npos);
+}
+
+}  // namespace
