@@ -153,6 +153,11 @@ def build_peer(peer, anchors, bin_dir):
 
 # ----------------------------------------------------------------------------------------- launch
 
+def peers_for(n, peers, all_peers_to):
+    """The peers run at world size n: all of them up to all_peers_to ranks, above it Open MPI."""
+    return [p for p in peers if n <= all_peers_to or p == "openmpi"]
+
+
 def mpirun(peer, n):
     over = n > (os.cpu_count() or 1)
     if peer == "openmpi":
@@ -466,7 +471,7 @@ def main():
                      "algorithm", "wrong"])
     t_start = time.monotonic()
     def peers_at(n):
-        return [p for p in peers if n <= args.all_peers_to or p == "openmpi"]
+        return peers_for(n, peers, args.all_peers_to)
 
     for n in nps:
         samples = {}

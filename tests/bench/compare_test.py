@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""bench/compare/compare.py's report: the target checks, the copy-roofline table and the helpers
+that turn medians into the table docs/PERFORMANCE.md keeps. No peer is run: the medians are made
+up here, so each expected status and ratio is known."""
+import importlib.util
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "bench", "compare", "compare.py")
+spec = importlib.util.spec_from_file_location("compare", SCRIPT)
+compare = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(compare)
+
+MiB = 1 << 20
+FIVE = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
+GRID = [1 << k for k in range(10, 29, 2)]  # 1 KiB .. 256 MiB, x4
+
+
+def uniform(n, chorus_us, ompi_us, mpich_us=None, sizes=GRID):
+    """Medians where every cell of world size n has the same times."""
+    med = {}
+    for coll in FIVE:
+        for size in sizes:
+            med[("chorus", n, coll, size)] = chorus_us
+            med[("openmpi", n, coll, size)] = ompi_us
+            if mpich_us is not None:
+                med[("mpich", n, coll, size)] = mpich_us
+    return med
+
+
+def status(targets, name):
+    found = [t for t in targets if t[0] == name]
+    assert len(found) == 1, (name, [t[0] for t in targets])
+    return found[0][1], found[0][2]
+
+
+class Helpers(unittest.TestCase):
+    def test_sizes_parse_and_print(self):
+        self.assertEqual(compare.parse_size("64M"), 64 * MiB)
+        self.assertEqual(compare.parse_size("1k"), 1024)
+        self.assertEqual(compare.parse_size("8"), 8)
+        self.assertEqual(compare.human(64 * MiB), "64 MiB")
+        self.assertEqual(compare.human(1536), "1536 B")
+        self.assertEqual(compare.human(1 << 30), "1 GiB")
+
+    def test_cells_are_time_below_64_kib_and_busbw_above(self):
+        self.assertEqual(compare.fmt_cell(0.5, 8, 1.0), "0.50 us")
+        # 64 MiB in 10 ms at busbw factor 1: 6.71 GB/s.
+        self.assertEqual(compare.fmt_cell(10000.0, 64 * MiB, 1.0), "6.71 GB/s")
+        self.assertEqual(compare.fmt_cell(None, 8, 1.0), "-")
+        self.assertIsNone(compare.speedup(None, 1.0))
+        self.assertAlmostEqual(compare.speedup(3.0, 1.0), 3.0)
+
+    def test_above_the_limit_open_mpi_is_the_only_peer(self):
+        peers = ["openmpi", "mpich", "gloo"]
+        self.assertEqual(compare.peers_for(4, peers, 4), peers)
+        self.assertEqual(compare.peers_for(8, peers, 4), ["openmpi"])
+        self.assertEqual(compare.peers_for(8, ["mpich"], 4), [])
+        self.assertEqual(compare.peers_for(8, peers, 8), peers)
+
+
+class Targets(unittest.TestCase):
+    def test_ratios_at_and_below_the_target(self):
+        med = uniform(2, 1.0, 2.5, 2.0)
+        med[("chorus", 2, "all_reduce", 8)] = 1.0
+        med[("openmpi", 2, "all_reduce", 8)] = 1.0  # level: "time <= Open MPI" is met
+        med[("openmpi", 2, "all_reduce", 64 * MiB)] = 3.0  # exactly 3x
+        med[("openmpi", 2, "all_reduce", 256 * MiB)] = 2.9
+        t = compare.check_targets(med, {"chorus": 10.0}, [2], FIVE, GRID + [8])
+        self.assertEqual(status(t, "np=2 all_reduce 64 MiB busbw >= 3x Open MPI")[0], "MET")
+        s, detail = status(t, "np=2 all_reduce 256 MiB busbw >= 3x Open MPI")
+        self.assertEqual(s, "NOT MET")
+        self.assertIn("2.90x", detail)
+        self.assertEqual(status(t, "np=2 all_reduce 8 B time <= Open MPI")[0], "MET")
+        self.assertEqual(status(t, "np=2 all_gather 64 MiB >= 2x Open MPI")[0], "MET")
+        # The faster peer is MPICH at 2.0 us: 2x everywhere.
+        self.assertEqual(
+            status(t, "np=2 every collective 1 KiB-256 MiB >= the faster of Open MPI and MPICH")[0],
+            "MET")
+        self.assertEqual(status(t, "start-up <= 45 ms (chorus-run, 2 ranks, to first all-reduce)")[0],
+                         "MET")
+
+    def test_world_sizes_not_run_are_not_measured(self):
+        t = compare.check_targets(uniform(2, 1.0, 2.0), {}, [2], FIVE, GRID)
+        for n in (4, 8):
+            self.assertEqual(status(t, f"np={n} every collective 64 MiB >= 2x Open MPI")[0],
+                             "NOT MEASURED")
+        self.assertEqual(status(t, "start-up <= 45 ms (chorus-run, 2 ranks, to first all-reduce)")[0],
+                         "NOT MEASURED")
+
+    def test_np8_is_judged_against_open_mpi_and_names_the_worst_cell(self):
+        med = uniform(8, 1.0, 2.5)
+        med[("openmpi", 8, "broadcast", 64 * 1024)] = 0.8  # chorus 0.80x here
+        t = compare.check_targets(med, {}, [8], FIVE, GRID)
+        s, detail = status(t, "np=8 every collective 64 MiB >= 2x Open MPI")
+        self.assertEqual(s, "MET")
+        s, detail = status(t, "np=8 every collective, every size >= 1 KiB, no slower than Open MPI")
+        self.assertEqual(s, "NOT MET")
+        self.assertIn("0.80x at broadcast 64 KiB", detail)
+
+    def test_a_missing_cell_keeps_a_target_from_being_met(self):
+        med = uniform(4, 1.0, 2.5)
+        del med[("chorus", 4, "reduce", 64 * MiB)]
+        t = compare.check_targets(med, {}, [4], FIVE, GRID)
+        s, detail = status(t, "np=4 every collective 64 MiB >= 2x Open MPI")
+        self.assertEqual(s, "NOT MEASURED")
+        self.assertIn("reduce 64 MiB", detail)
+
+
+class Roofline(unittest.TestCase):
+    def test_rows_are_busbw_with_the_collectives_factor(self):
+        size = compare.ROOFLINE_BYTES
+        # all_gather at np=4: algbw 4.0 GB/s -> busbw 3.00; chorus 64 MiB in 20 ms, Open MPI in 40.
+        med = {("chorus", 4, "all_gather", size): 20000.0, ("openmpi", 4, "all_gather", size): 40000.0}
+        text = compare.roofline_table([4], med, {(4, "all_gather"): 4.0, (4, "broadcast"): 5.0})
+        rows = [l for l in text.splitlines() if l.startswith("| 4 |")]
+        self.assertEqual(len(rows), 2)
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        chorus_busbw = size / 20000.0 / 1e3 * 0.75
+        ompi_busbw = size / 40000.0 / 1e3 * 0.75
+        self.assertEqual(cells, ["4", "all_gather", "3.00 GB/s", f"{chorus_busbw:.2f} GB/s",
+                                 f"{ompi_busbw:.2f} GB/s", f"{3.0 / ompi_busbw:.2f}x"])
+        # No medians for broadcast: the roofline is still printed, the rest is "-".
+        cells = [c.strip() for c in rows[1].strip("|").split("|")]
+        self.assertEqual(cells, ["4", "broadcast", "5.00 GB/s", "-", "-", "-"])
+
+
+if __name__ == "__main__":
+    unittest.main()
