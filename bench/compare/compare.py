@@ -470,6 +470,7 @@ def main():
     writer.writerow(["lib", "np", "round", "order", "collective", "bytes", "time_us", "busbw_gbps",
                      "algorithm", "wrong"])
     t_start = time.monotonic()
+
     def peers_at(n):
         return peers_for(n, peers, args.all_peers_to)
 
