@@ -231,14 +231,15 @@ def run_chorus(build, n, coll, size, blocking, timeout):
     return row["time_us"], row["algorithm"], row["wrong"] or 0, row["size"]
 
 
-def roofline_gbps(build, procs, size, runs=3):
+def roofline_gbps(build, procs, size, ring=False, runs=3):
     """Median bytes / time of chorus-copy-roofline: `procs` processes each filling a `size`-byte
-    buffer from one shared source with streaming stores (None if it fails)."""
+    buffer from one shared source with streaming stores, or with `ring` out of a shared ring one
+    more process fills from the source (None if it fails)."""
     exe = os.path.join(build, "bin", "chorus-copy-roofline")
     got = []
     for _ in range(runs):
-        p = subprocess.run([exe, "--procs", str(procs), "--bytes", str(size)], capture_output=True,
-                           text=True, timeout=600)
+        p = subprocess.run([exe, "--procs", str(procs), "--bytes", str(size)] + (["--ring"] if ring else []),
+                           capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
             log(f"  chorus-copy-roofline --procs {procs}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
             return None
@@ -248,11 +249,14 @@ def roofline_gbps(build, procs, size, runs=3):
 
 def roofline_table(nps, med, roof):
     """What the copies alone allow at 64 MiB: all-gather (n processes fill their result) and
-    broadcast (n - 1 receivers do), as busbw, beside chorus and Open MPI."""
+    broadcast (n - 1 receivers do), as busbw, beside chorus and Open MPI; for broadcast also the
+    receivers copying out of a ring that the root's process fills (the source read once)."""
     size = ROOFLINE_BYTES
     lines = ["### copy roofline at 64 MiB: every copying process fills its buffer from one shared "
-             "source (chorus-copy-roofline, streaming stores, no messages), as busbw", "",
-             "| np | collective | roofline | chorus | Open MPI | roofline / Open MPI |", "|---|---|---|---|---|---|"]
+             "source (chorus-copy-roofline, streaming stores, no messages), as busbw; broadcast "
+             "also through a shared ring one writer fills (--ring)", "",
+             "| np | collective | roofline | through a ring | chorus | Open MPI | roofline / Open MPI |",
+             "|---|---|---|---|---|---|---|"]
     for n in nps:
         for coll, procs in (("all_gather", n), ("broadcast", n - 1)):
             algbw = roof.get((n, coll))
@@ -263,7 +267,10 @@ def roofline_table(nps, med, roof):
                                 if (lib, n, coll, size) in med else "-")
             o = med.get(("openmpi", n, coll, size))
             ratio = f"{bound / (size / o / 1e3 * COLLS[coll][1](n)):.2f}x" if o else "-"
-            lines.append(f"| {n} | {coll} | {bound:.2f} GB/s | {cell('chorus')} | {cell('openmpi')} | {ratio} |")
+            ring = roof.get((n, coll + "/ring"))
+            ring = "-" if ring is None else f"{ring * COLLS[coll][1](n):.2f} GB/s"
+            lines.append(f"| {n} | {coll} | {bound:.2f} GB/s | {ring} | {cell('chorus')} | "
+                         f"{cell('openmpi')} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -530,6 +537,10 @@ def main():
                     g = roofline_gbps(build, procs, ROOFLINE_BYTES)
                     if g is not None:
                         roof[(n, coll)] = g
+                    if coll == "broadcast":
+                        g = roofline_gbps(build, procs, ROOFLINE_BYTES, ring=True)
+                        if g is not None:
+                            roof[(n, coll + "/ring")] = g
 
     # Start-up: 2 ranks, process start to the first completed all-reduce.
     startup, startup_exit, startup_hf = {}, {}, {}

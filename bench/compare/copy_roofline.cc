@@ -10,9 +10,13 @@
 //           for large results;
 //   cached  memcpy (each store first reads its line), what a copy in the kernel
 //           (process_vm_readv) does.
+// With --ring the P processes copy out of a shared ring of 8 x 256 KiB that one more process
+// fills from the source chunk by chunk, each chunk reused once every reader is done with it: the
+// source is read once however many copy it, as a broadcast root could hand one buffer to all its
+// receivers (a model of that, with its waiting: spin, then yield).
 // docs/PERFORMANCE.md divides a collective's required copies by these rates to say how far a
 // target is from what the machine allows. Usage:
-//   chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] [--store stream|cached]
+//   chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] [--store stream|cached] [--ring]
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -31,14 +35,35 @@
 namespace {
 
 constexpr size_t kPiece = size_t{1} << 20;
+constexpr size_t kRingChunk = size_t{256} << 10;
+constexpr uint64_t kRingDepth = 8;
+
+struct alignas(64) Counter {
+  std::atomic<uint64_t> value;
+};
+
+template <class Pred>
+void wait_until(Pred done) {
+  for (int spins = 0; !done();) {
+    if (++spins > 64) {
+      sched_yield();
+    } else {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+}
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] "
-               "[--store stream|cached]\n"
+               "[--store stream|cached] [--ring]\n"
                "P processes each copy one shared SIZE-byte source into their own buffer, N times,\n"
                "started together (defaults: P=2, SIZE=64M, N=5, stream). Prints the time per\n"
-               "round and SIZE / time, the bandwidth a broadcast to P receivers could reach.\n");
+               "round and SIZE / time, the bandwidth a broadcast to P receivers could reach.\n"
+               "--ring: one more process fills a shared 2 MiB ring from the source and the P\n"
+               "processes copy out of it (the source read once; its copies are not counted).\n");
   std::exit(code);
 }
 
@@ -70,7 +95,7 @@ void* map_shared(size_t bytes) {
 int main(int argc, char** argv) {
   int procs = 2, iters = 5;
   size_t bytes = size_t{64} << 20;
-  bool stream = true;
+  bool stream = true, ring = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> const char* {
@@ -85,15 +110,53 @@ int main(int argc, char** argv) {
       const std::string_view s = value();
       if (s != "stream" && s != "cached") usage(2);
       stream = s == "stream";
-    } else usage(2);
+    } else if (a == "--ring") ring = true;
+    else usage(2);
   }
   if (procs < 1 || procs > 256 || iters < 1) usage(2);
   bytes = (bytes + kPiece - 1) / kPiece * kPiece;
 
   auto* source = static_cast<std::byte*>(map_shared(bytes));
   std::memset(source, 0x3c, bytes);
-  // [0]: processes ready, [1]: go, [2]: processes done copying.
+  // [0]: processes ready, [1]: go, [2]: processes done copying; `finished`: when the last one
+  // was (steady_clock, which is CLOCK_MONOTONIC: one clock for all processes). The parent sleeps
+  // in wait() meanwhile, so that it takes no turn on the cores.
   auto* control = static_cast<std::atomic<int>*>(map_shared(4096));
+  auto* finished = reinterpret_cast<std::atomic<int64_t>*>(control + 16);
+  // --ring: the ring, chunks written into it ([0]) and chunks each reader consumed ([1 + p]).
+  const uint64_t ring_chunks = bytes / kRingChunk * static_cast<uint64_t>(iters);
+  auto* ring_data = ring ? static_cast<std::byte*>(map_shared(kRingChunk * kRingDepth)) : nullptr;
+  auto* counters = ring ? static_cast<Counter*>(map_shared(sizeof(Counter) * (procs + 1))) : nullptr;
+  auto copy = [&](std::byte* dst, const std::byte* src, size_t n) {
+    if (stream)
+      chorus::kernels::copy_stream(dst, src, n);
+    else
+      std::memcpy(dst, src, n);
+  };
+  if (ring) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("chorus-copy-roofline: fork");
+      return 1;
+    }
+    if (pid == 0) {  // the writer
+      control[0].fetch_add(1);
+      while (control[1].load() == 0) sched_yield();
+      for (uint64_t i = 0; i < ring_chunks; ++i) {
+        if (i >= kRingDepth)
+          wait_until([&] {
+            for (int p = 0; p < procs; ++p)
+              if (counters[1 + p].value.load(std::memory_order_acquire) + kRingDepth <= i) return false;
+            return true;
+          });
+        std::memcpy(ring_data + i % kRingDepth * kRingChunk,
+                    source + i % (bytes / kRingChunk) * kRingChunk, kRingChunk);
+        counters[0].value.store(i + 1, std::memory_order_release);
+      }
+      _exit(0);
+    }
+  }
+  const int processes = procs + (ring ? 1 : 0);
   for (int p = 0; p < procs; ++p) {
     const pid_t pid = fork();
     if (pid < 0) {
@@ -106,37 +169,45 @@ int main(int argc, char** argv) {
     std::memset(dst, 0, bytes);  // fault the pages in before the clock starts
     control[0].fetch_add(1);
     while (control[1].load() == 0) sched_yield();
-    const size_t pieces = bytes / kPiece;
-    const size_t first = pieces * static_cast<size_t>(p) / static_cast<size_t>(procs);
-    for (int it = 0; it < iters; ++it)
-      for (size_t k = 0; k < pieces; ++k) {
-        const size_t off = (first + k) % pieces * kPiece;
-        if (stream)
-          chorus::kernels::copy_stream(dst + off, source + off, kPiece);
-        else
-          std::memcpy(dst + off, source + off, kPiece);
+    if (ring) {
+      for (uint64_t i = 0; i < ring_chunks; ++i) {
+        wait_until([&] { return counters[0].value.load(std::memory_order_acquire) > i; });
+        copy(dst + i % (bytes / kRingChunk) * kRingChunk, ring_data + i % kRingDepth * kRingChunk,
+             kRingChunk);
+        counters[1 + p].value.store(i + 1, std::memory_order_release);
       }
-    control[2].fetch_add(1);
+    } else {
+      const size_t pieces = bytes / kPiece;
+      const size_t first = pieces * static_cast<size_t>(p) / static_cast<size_t>(procs);
+      for (int it = 0; it < iters; ++it)
+        for (size_t k = 0; k < pieces; ++k) {
+          const size_t off = (first + k) % pieces * kPiece;
+          copy(dst + off, source + off, kPiece);
+        }
+    }
+    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    if (control[2].fetch_add(1) + 1 == procs) finished->store(now);
     _exit(std::memcmp(dst, source, bytes) == 0 ? 0 : 3);
   }
-  while (control[0].load() < procs) usleep(1000);
+  while (control[0].load() < processes) usleep(1000);
   const auto start = std::chrono::steady_clock::now();
   control[1].store(1);
-  while (control[2].load() < procs) usleep(100);
-  const double sec =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
   bool ok = true;
-  for (int p = 0; p < procs; ++p) {
+  for (int p = 0; p < processes; ++p) {
     int status = 0;
     if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
   }
+  const std::chrono::steady_clock::duration elapsed =
+      std::chrono::steady_clock::duration(finished->load()) - start.time_since_epoch();
+  const double sec = std::chrono::duration<double>(elapsed).count() / iters;
   if (!ok) {
     std::fprintf(stderr, "chorus-copy-roofline: a copying process failed\n");
     return 1;
   }
-  std::printf("procs %d, %zu MiB each, %s stores: %.2f ms per round, %.2f GB/s of copies, "
+  std::printf("procs %d, %zu MiB each, %s stores%s: %.2f ms per round, %.2f GB/s of copies, "
               "bytes / time %.2f GB/s\n",
-              procs, bytes >> 20, stream ? "streaming" : "cached", sec * 1e3,
+              procs, bytes >> 20, stream ? "streaming" : "cached",
+              ring ? ", through a 2 MiB ring from one writer" : "", sec * 1e3,
               static_cast<double>(procs) * static_cast<double>(bytes) / sec / 1e9,
               static_cast<double>(bytes) / sec / 1e9);
   return 0;

@@ -114,17 +114,18 @@ class Roofline(unittest.TestCase):
         size = compare.ROOFLINE_BYTES
         # all_gather at np=4: algbw 4.0 GB/s -> busbw 3.00; chorus 64 MiB in 20 ms, Open MPI in 40.
         med = {("chorus", 4, "all_gather", size): 20000.0, ("openmpi", 4, "all_gather", size): 40000.0}
-        text = compare.roofline_table([4], med, {(4, "all_gather"): 4.0, (4, "broadcast"): 5.0})
+        text = compare.roofline_table([4], med, {(4, "all_gather"): 4.0, (4, "broadcast"): 5.0,
+                                                 (4, "broadcast/ring"): 4.5})
         rows = [l for l in text.splitlines() if l.startswith("| 4 |")]
         self.assertEqual(len(rows), 2)
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         chorus_busbw = size / 20000.0 / 1e3 * 0.75
         ompi_busbw = size / 40000.0 / 1e3 * 0.75
-        self.assertEqual(cells, ["4", "all_gather", "3.00 GB/s", f"{chorus_busbw:.2f} GB/s",
+        self.assertEqual(cells, ["4", "all_gather", "3.00 GB/s", "-", f"{chorus_busbw:.2f} GB/s",
                                  f"{ompi_busbw:.2f} GB/s", f"{3.0 / ompi_busbw:.2f}x"])
-        # No medians for broadcast: the roofline is still printed, the rest is "-".
+        # No medians for broadcast: the rooflines are still printed (busbw = algbw), the rest "-".
         cells = [c.strip() for c in rows[1].strip("|").split("|")]
-        self.assertEqual(cells, ["4", "broadcast", "5.00 GB/s", "-", "-", "-"])
+        self.assertEqual(cells, ["4", "broadcast", "5.00 GB/s", "4.50 GB/s", "-", "-", "-"])
 
 
 if __name__ == "__main__":

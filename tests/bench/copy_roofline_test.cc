@@ -29,21 +29,26 @@ Result run(const std::string& args) {
   return r;
 }
 
-// procs, MiB, store kind, ms per round, GB/s of copies, bytes / time.
+// procs, MiB, store kind, through a ring, ms per round, GB/s of copies, bytes / time.
 const std::regex kLine(
-    R"(procs (\d+), (\d+) MiB each, (streaming|cached) stores: ([0-9.]+) ms per round, )"
-    R"(([0-9.]+) GB/s of copies, bytes / time ([0-9.]+) GB/s)");
+    R"(procs (\d+), (\d+) MiB each, (streaming|cached) stores(, through a 2 MiB ring from one )"
+    R"(writer)?: ([0-9.]+) ms per round, ([0-9.]+) GB/s of copies, bytes / time ([0-9.]+) GB/s)");
 
+// Each store kind, straight from the source and through the ring: the processes' copies are
+// checked against the source by the tool itself (a failed one exits non-zero).
 TEST(CopyRoofline, PrintsConsistentFiguresForEachStoreKind) {
-  for (const char* store : {"stream", "cached"}) {
-    const Result r = run(std::string("--procs 3 --bytes 3M --iters 2 --store ") + store);
-    ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* mode : {"--store stream", "--store cached", "--store stream --ring",
+                           "--store cached --ring"}) {
+    const std::string m_ = mode;
+    const Result r = run("--procs 3 --bytes 3M --iters 2 " + m_);
+    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.out;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.out, m, kLine)) << r.out;
     EXPECT_EQ(m[1], "3");
     EXPECT_EQ(m[2], "3");
-    EXPECT_EQ(m[3], std::string(store) == "stream" ? "streaming" : "cached");
-    const double ms = std::stod(m[4]), copies = std::stod(m[5]), each = std::stod(m[6]);
+    EXPECT_EQ(m[3], m_.find("stream") != std::string::npos ? "streaming" : "cached");
+    EXPECT_EQ(m[4].matched, m_.find("--ring") != std::string::npos) << r.out;
+    const double ms = std::stod(m[5]), copies = std::stod(m[6]), each = std::stod(m[7]);
     EXPECT_GT(ms, 0);
     EXPECT_GT(each, 0);
     // Three processes: the copies are three times one buffer per round (both printed rounded).
