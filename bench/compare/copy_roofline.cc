@@ -18,6 +18,7 @@
 // target is from what the machine allows. Usage:
 //   chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] [--store stream|cached] [--ring]
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chorus/kernels/cpu.h"
 
@@ -40,6 +42,16 @@ constexpr uint64_t kRingDepth = 8;
 
 struct alignas(64) Counter {
   std::atomic<uint64_t> value;
+};
+
+// Shared by all the processes.
+struct Control {
+  std::atomic<int> ready;  // processes set up and waiting for `go`
+  std::atomic<int> go;
+  std::atomic<int> done;  // copying processes finished
+  // When the last copying process finished (steady_clock, which is CLOCK_MONOTONIC: one clock for
+  // all processes). The parent sleeps in wait() meanwhile, so that it takes no turn on the cores.
+  std::atomic<int64_t> finished;
 };
 
 template <class Pred>
@@ -118,11 +130,7 @@ int main(int argc, char** argv) {
 
   auto* source = static_cast<std::byte*>(map_shared(bytes));
   std::memset(source, 0x3c, bytes);
-  // [0]: processes ready, [1]: go, [2]: processes done copying; `finished`: when the last one
-  // was (steady_clock, which is CLOCK_MONOTONIC: one clock for all processes). The parent sleeps
-  // in wait() meanwhile, so that it takes no turn on the cores.
-  auto* control = static_cast<std::atomic<int>*>(map_shared(4096));
-  auto* finished = reinterpret_cast<std::atomic<int64_t>*>(control + 16);
+  auto* control = static_cast<Control*>(map_shared(sizeof(Control)));
   // --ring: the ring, chunks written into it ([0]) and chunks each reader consumed ([1 + p]).
   const uint64_t ring_chunks = bytes / kRingChunk * static_cast<uint64_t>(iters);
   auto* ring_data = ring ? static_cast<std::byte*>(map_shared(kRingChunk * kRingDepth)) : nullptr;
@@ -133,15 +141,31 @@ int main(int argc, char** argv) {
     else
       std::memcpy(dst, src, n);
   };
-  if (ring) {
+  // A process that fails makes the others wait forever (for its chunks, or for it to be ready):
+  // the parent then stops them all.
+  std::vector<pid_t> children;
+  auto stop_all = [&] {
+    for (pid_t c : children) ::kill(c, SIGKILL);
+    while (::wait(nullptr) > 0) {
+    }
+  };
+  auto spawn = [&](auto&& body) {
     const pid_t pid = fork();
     if (pid < 0) {
       std::perror("chorus-copy-roofline: fork");
-      return 1;
+      stop_all();
+      std::exit(1);
     }
-    if (pid == 0) {  // the writer
-      control[0].fetch_add(1);
-      while (control[1].load() == 0) sched_yield();
+    if (pid == 0) body();  // never returns
+    children.push_back(pid);
+  };
+  auto await_go = [&] {
+    control->ready.fetch_add(1);
+    while (control->go.load() == 0) sched_yield();
+  };
+  if (ring) {
+    spawn([&] {  // the writer
+      await_go();
       for (uint64_t i = 0; i < ring_chunks; ++i) {
         if (i >= kRingDepth)
           wait_until([&] {
@@ -154,21 +178,14 @@ int main(int argc, char** argv) {
         counters[0].value.store(i + 1, std::memory_order_release);
       }
       _exit(0);
-    }
+    });
   }
   const int processes = procs + (ring ? 1 : 0);
-  for (int p = 0; p < procs; ++p) {
-    const pid_t pid = fork();
-    if (pid < 0) {
-      std::perror("chorus-copy-roofline: fork");
-      return 1;
-    }
-    if (pid > 0) continue;
+  for (int p = 0; p < procs; ++p) spawn([&] {
     auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
     if (dst == nullptr) _exit(1);
     std::memset(dst, 0, bytes);  // fault the pages in before the clock starts
-    control[0].fetch_add(1);
-    while (control[1].load() == 0) sched_yield();
+    await_go();
     if (ring) {
       for (uint64_t i = 0; i < ring_chunks; ++i) {
         wait_until([&] { return counters[0].value.load(std::memory_order_acquire) > i; });
@@ -186,24 +203,31 @@ int main(int argc, char** argv) {
         }
     }
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-    if (control[2].fetch_add(1) + 1 == procs) finished->store(now);
+    if (control->done.fetch_add(1) + 1 == procs) control->finished.store(now);
     _exit(std::memcmp(dst, source, bytes) == 0 ? 0 : 3);
+  });
+  while (control->ready.load() < processes) {
+    if (::waitpid(-1, nullptr, WNOHANG) > 0) {  // one ended before the start: it failed
+      std::fprintf(stderr, "chorus-copy-roofline: a process failed to set up (out of memory?)\n");
+      stop_all();
+      return 1;
+    }
+    usleep(1000);
   }
-  while (control[0].load() < processes) usleep(1000);
   const auto start = std::chrono::steady_clock::now();
-  control[1].store(1);
-  bool ok = true;
-  for (int p = 0; p < processes; ++p) {
+  control->go.store(1);
+  for (int left = processes; left > 0; --left) {
     int status = 0;
-    if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
+    if (::wait(&status) < 0) break;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "chorus-copy-roofline: a copying process failed\n");
+      stop_all();
+      return 1;
+    }
   }
   const std::chrono::steady_clock::duration elapsed =
-      std::chrono::steady_clock::duration(finished->load()) - start.time_since_epoch();
+      std::chrono::steady_clock::duration(control->finished.load()) - start.time_since_epoch();
   const double sec = std::chrono::duration<double>(elapsed).count() / iters;
-  if (!ok) {
-    std::fprintf(stderr, "chorus-copy-roofline: a copying process failed\n");
-    return 1;
-  }
   std::printf("procs %d, %zu MiB each, %s stores%s: %.2f ms per round, %.2f GB/s of copies, "
               "bytes / time %.2f GB/s\n",
               procs, bytes >> 20, stream ? "streaming" : "cached",
