@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """chorus beside Open MPI, MPICH and Gloo on this machine, in one go.
 
-Builds chorus-bench, chorus-run and chorus-startup-probe (cmake --build), and the peers' anchor
-programs from ../shared/anchors (mpi_coll.cpp with Open MPI's mpicxx.openmpi and with MPICH's
-mpicxx.mpich, gloo_coll.cpp against libgloo-dev), plus mpi_reduce.cpp from this folder for the
-rooted reduce, which the anchors lack (timed by their bench_common.h; no Gloo column). Then, for each world size, runs them in
-alternating order for several rounds on the same sizes (Gloo first in every round, then the others
-rotated: round r starts with the r-th of them, so each follows Gloo equally often), and
-prints one markdown table per world size: the median over rounds of each library, chorus / best
-peer and chorus / Open MPI (above --all-peers-to ranks, default 4, Open MPI is the only peer).
-Then the start-up time (process start to the first completed 8-byte
-all-reduce, 2 ranks, chorus-run vs each mpirun; the median of --startup-runs launches), and with
---targets which of the performance targets are met.
+Builds chorus-bench, chorus-run, chorus-startup-probe and chorus-copy-roofline (cmake --build), and
+the peers' anchor programs from ../shared/anchors (mpi_coll.cpp with Open MPI's mpicxx.openmpi and
+with MPICH's mpicxx.mpich, gloo_coll.cpp against libgloo-dev), plus mpi_reduce.cpp from this folder
+for the rooted reduce, which the anchors lack (timed by their bench_common.h; no Gloo column). Then,
+for each world size, runs them in alternating order for several rounds on the same sizes (Gloo first
+in every round, then the others rotated: round r starts with the r-th of them, so each follows Gloo
+equally often), and prints one markdown table per world size: the median over rounds of each
+library, chorus / best peer and chorus / Open MPI (above --all-peers-to ranks, default 4, Open MPI
+is the only peer). With 64 MiB among the sizes, the copy roofline of all-gather and broadcast at
+that size (chorus-copy-roofline, plain and --ring; docs/PERFORMANCE.md). Then the start-up time
+(process start to the first completed 8-byte all-reduce, 2 ranks, chorus-run vs each mpirun; the
+median of --startup-runs launches), and with --targets which of the performance targets are met.
 
     bench/compare/compare.py --build build                         # np 2 and 4, all sizes, 3 rounds
     bench/compare/compare.py --build build --np 2,4,8 --targets    # every target (np=8: Open MPI only)

@@ -3,11 +3,9 @@
 // the marks and the JSON, not the speed.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,15 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "run_command.h"
+
 namespace {
 
 constexpr const char* kChorusRun = CHORUS_RUN_BIN;
 constexpr const char* kChorusBench = CHORUS_BENCH_BIN;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
+using Result = chorus::test::CommandResult;
 
 // Runs `chorus-run -n 2 chorus-bench ARGS` through the shell, without the test's CHORUS_*
 // variables (a CHORUS_ALGO would change what the selector picks).
@@ -35,17 +32,7 @@ Result run_bench(const std::string& args) {
     if (std::string_view(*e).starts_with("CHORUS_"))
       knobs.emplace_back(*e, std::string_view(*e).find('='));
   for (const std::string& name : knobs) ::unsetenv(name.c_str());
-  const std::string command =
-      std::string(kChorusRun) + " -n 2 " + kChorusBench + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer;
-  for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
-    r.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return chorus::test::run_command(std::string(kChorusRun) + " -n 2 " + kChorusBench + " " + args);
 }
 
 std::vector<std::string> data_lines(const std::string& text) {

@@ -2,31 +2,18 @@
 // prints (its figures agree with each other) and its answers to bad flags, not the speed.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <regex>
 #include <string>
 
+#include "run_command.h"
+
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
+using Result = chorus::test::CommandResult;
 
 Result run(const std::string& args) {
-  const std::string command = std::string(CHORUS_COPY_ROOFLINE_BIN) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer;
-  for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
-    r.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return chorus::test::run_command(std::string(CHORUS_COPY_ROOFLINE_BIN) + " " + args);
 }
 
 // procs, MiB, store kind, through a ring, ms per round, GB/s of copies, bytes / time.
@@ -37,17 +24,16 @@ const std::regex kLine(
 // Each store kind, straight from the source and through the ring: the processes' copies are
 // checked against the source by the tool itself (a failed one exits non-zero).
 TEST(CopyRoofline, PrintsConsistentFiguresForEachStoreKind) {
-  for (const char* mode : {"--store stream", "--store cached", "--store stream --ring",
-                           "--store cached --ring"}) {
-    const std::string m_ = mode;
-    const Result r = run("--procs 3 --bytes 3M --iters 2 " + m_);
-    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.out;
+  for (const std::string flags : {"--store stream", "--store cached", "--store stream --ring",
+                                  "--store cached --ring"}) {
+    const Result r = run("--procs 3 --bytes 3M --iters 2 " + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.out;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.out, m, kLine)) << r.out;
     EXPECT_EQ(m[1], "3");
     EXPECT_EQ(m[2], "3");
-    EXPECT_EQ(m[3], m_.find("stream") != std::string::npos ? "streaming" : "cached");
-    EXPECT_EQ(m[4].matched, m_.find("--ring") != std::string::npos) << r.out;
+    EXPECT_EQ(m[3], flags.find("stream") != std::string::npos ? "streaming" : "cached");
+    EXPECT_EQ(m[4].matched, flags.find("--ring") != std::string::npos) << r.out;
     const double ms = std::stod(m[5]), copies = std::stod(m[6]), each = std::stod(m[7]);
     EXPECT_GT(ms, 0);
     EXPECT_GT(each, 0);
