@@ -295,6 +295,7 @@ std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size
       // The FIFO variants only where they differ: some peer is read single-copy. A forced or
       // tuned one is listed anyway, since it is what runs.
       if (path == algo::Path::kFifo && fifo_from_bytes == 0 && v != chosen) continue;
+      if (path == algo::Path::kFifo && !algo::has_paths(e.algo) && v != chosen) continue;
       AlgorithmEstimate est;
       est.algorithm = std::string(algo::to_string(v));
       est.chosen = v == chosen;

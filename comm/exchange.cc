@@ -162,6 +162,32 @@ Exchange::RequestId Exchange::post_forward(RequestId from, int peer) {
   return id;
 }
 
+void Exchange::post_fan_out(const void* src, size_t bytes) {
+  CHORUS_CHECK(transport_.fans_out(), "fan-out over the ", transport_.name(), " transport");
+  for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
+    if (p == rank_) continue;
+    transport::Request r;
+    r.kind = transport::Request::Kind::kSend;
+    r.shared = true;
+    r.peer = p;
+    r.src = static_cast<const std::byte*>(src);
+    r.bytes = bytes;
+    post(r);
+  }
+}
+
+Exchange::RequestId Exchange::post_fan_in(int peer, void* dst, size_t bytes, bool stream) {
+  CHORUS_CHECK(transport_.fans_out(), "fan-out over the ", transport_.name(), " transport");
+  transport::Request r;
+  r.kind = transport::Request::Kind::kRecv;
+  r.shared = true;
+  r.peer = peer;
+  r.dst = static_cast<std::byte*>(dst);
+  r.bytes = bytes;
+  r.stream_dst = stream;
+  return post(r);
+}
+
 bool Exchange::progress() {
   bool moved = false;
   for (size_t i = 0; i < active_.size();) {

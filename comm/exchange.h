@@ -73,6 +73,14 @@ class Exchange {
   // is not read back; elsewhere the send starts once the receive is done.
   RequestId post_forward(RequestId from, int peer);
 
+  // Fan-out (Transport::fans_out(), which is the same on every rank): the same `bytes` at src to
+  // every peer, written once into this rank's shared buffer and copied out of it by each peer;
+  // wait_all() waits for all of them to have it. Every peer receives it with post_fan_in(this
+  // rank, ...), and must: a rank's shared buffer carries every message to every peer, in order.
+  bool fans_out() const { return transport_.fans_out(); }
+  void post_fan_out(const void* src, size_t bytes);
+  RequestId post_fan_in(int peer, void* dst, size_t bytes, bool stream = false);
+
   // The one-shot pattern of the direct algorithms, one message of `bytes` per pair: this rank
   // sends src + p * src_stride to each peer p of `to` and receives from each peer p of `from`
   // into inbox + p * inbox_stride, and returns when all have gone and arrived. `to` and `from`

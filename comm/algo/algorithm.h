@@ -22,12 +22,13 @@
 
 namespace chorus::algo {
 
-enum class Algorithm : uint8_t { kRing, kTree, kDirect, kHier, kTwoShot };
+enum class Algorithm : uint8_t { kRing, kTree, kDirect, kHier, kTwoShot, kFanout };
 std::string_view to_string(Algorithm a);
 std::optional<Algorithm> parse_algorithm(std::string_view name);
-// "ring, tree, direct, hier, twoshot": every algorithm name, for error messages.
+// "ring, tree, direct, hier, twoshot, fanout": every algorithm name, for error messages.
 std::string algorithm_names();
-// Whether `a` applies to a communicator spanning `hosts` hosts (hier needs more than one).
+// Whether `a` applies to a communicator spanning `hosts` hosts (hier needs more than one, fanout
+// one host).
 bool runs_on_hosts(Algorithm a, int hosts);
 
 // How the messages of an operation travel between ranks of one host, above the transport's
@@ -50,6 +51,9 @@ struct Variant {
   friend bool operator==(const Variant&, const Variant&) = default;
   friend auto operator<=>(const Variant&, const Variant&) = default;
 };
+// Whether the algorithm's sends differ between the two paths. Fanout's do not: its root writes
+// into a shared buffer, neither single copy nor through a FIFO ("fanout/fifo" names the same).
+bool has_paths(Algorithm a);
 // Static storage: "ring", "ring/fifo", ...
 std::string_view to_string(Variant v);
 std::optional<Variant> parse_variant(std::string_view name);
@@ -227,6 +231,7 @@ void all_gather_direct(Context&, const CollArgs&);
 void broadcast_ring(Context&, const CollArgs&);
 void broadcast_tree(Context&, const CollArgs&);
 void broadcast_direct(Context&, const CollArgs&);
+void broadcast_fanout(Context&, const CollArgs&);
 void reduce_ring(Context&, const CollArgs&);
 void reduce_tree(Context&, const CollArgs&);
 void reduce_direct(Context&, const CollArgs&);

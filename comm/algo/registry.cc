@@ -29,6 +29,8 @@ constexpr AlgoEntry kAlgorithms[] = {
     {Collective::kBroadcast, Algorithm::kRing, broadcast_ring, "pipelined chain from the root"},
     {Collective::kBroadcast, Algorithm::kTree, broadcast_tree, "pipelined binary tree"},
     {Collective::kBroadcast, Algorithm::kDirect, broadcast_direct, "root sends to all"},
+    {Collective::kBroadcast, Algorithm::kFanout, broadcast_fanout,
+     "root writes each piece once into a shared buffer every rank copies out of; one host"},
     {Collective::kReduce, Algorithm::kRing, reduce_ring, "pipelined chain to the root"},
     {Collective::kReduce, Algorithm::kTree, reduce_tree, "pipelined binary tree"},
     {Collective::kReduce, Algorithm::kDirect, reduce_direct, "all send to the root"},
@@ -52,13 +54,14 @@ std::string_view to_string(Algorithm a) {
     case Algorithm::kDirect: return "direct";
     case Algorithm::kHier: return "hier";
     case Algorithm::kTwoShot: return "twoshot";
+    case Algorithm::kFanout: return "fanout";
   }
   return "?";
 }
 
 namespace {
 constexpr Algorithm kEveryAlgorithm[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect,
-                                         Algorithm::kHier, Algorithm::kTwoShot};
+                                         Algorithm::kHier, Algorithm::kTwoShot, Algorithm::kFanout};
 }  // namespace
 
 std::optional<Algorithm> parse_algorithm(std::string_view name) {
@@ -74,7 +77,13 @@ std::string algorithm_names() {
   return names + " (each also as <name>/fifo)";
 }
 
-bool runs_on_hosts(Algorithm a, int hosts) { return a != Algorithm::kHier || hosts > 1; }
+bool runs_on_hosts(Algorithm a, int hosts) {
+  if (a == Algorithm::kHier) return hosts > 1;
+  if (a == Algorithm::kFanout) return hosts == 1;
+  return true;
+}
+
+bool has_paths(Algorithm a) { return a != Algorithm::kFanout; }
 
 std::string_view to_string(Variant v) {
   if (v.path == Path::kSingleCopy) return to_string(v.algo);
@@ -84,6 +93,7 @@ std::string_view to_string(Variant v) {
     case Algorithm::kDirect: return "direct/fifo";
     case Algorithm::kHier: return "hier/fifo";
     case Algorithm::kTwoShot: return "twoshot/fifo";
+    case Algorithm::kFanout: return "fanout/fifo";
   }
   return "?";
 }

@@ -149,6 +149,7 @@ std::optional<Variant> TuneTable::fastest(int world_size, Collective coll, size_
   for (const AlgoEntry& e : all_algorithms()) {
     if (e.coll != coll || !runs_on_hosts(e.algo, 1)) continue;  // the table is of one host
     for (Path path : {Path::kSingleCopy, Path::kFifo}) {
+      if (path == Path::kFifo && !has_paths(e.algo)) continue;
       const Variant v{e.algo, path};
       auto us = predict_us(world_size, coll, v, bytes);
       if (us && (!best || *us < best_us)) {

@@ -92,6 +92,11 @@ struct Request {
   // A send that must not go single copy (algo::Path::kFifo): it copies through the transport's
   // buffers whatever its size. The receiver accepts either way.
   bool fifo_only = false;
+  // Through the sender's shared buffer (Transport::fans_out): a send marked so is one of a set,
+  // one to every peer, of the same bytes, which the sender writes once into a buffer that every
+  // peer copies out of; a receive marked so reads the peer's shared buffer instead of its FIFO.
+  // Both sides mark alike (Exchange::post_fan_out / post_fan_in).
+  bool shared = false;
   // Receives: write dst with streaming (non-temporal) stores. The algorithm sets it for large
   // results it will not read again, which then cost no read for ownership (kernels::copy_stream).
   bool stream_dst = false;
@@ -155,6 +160,10 @@ class Transport {
   // (Request::forward), since the transport was made: how often forwarding took the one-pass
   // path rather than sending the result after the receive.
   virtual uint64_t forwarded_in_pass_bytes() const { return 0; }
+  // Whether this rank can send one message to all its peers through a shared buffer that it
+  // writes once and every peer reads (Request::shared): one host, every rank on this transport,
+  // host memory. The same on every rank of a communicator.
+  virtual bool fans_out() const { return false; }
 
   // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
   // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it

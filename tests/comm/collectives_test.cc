@@ -118,6 +118,8 @@ TEST_P(Collectives, AllToAll) { run_matrix(Collective::kAllToAll); }
 const RunOptions kSmallSlots{std::chrono::milliseconds(240000),
                              {{"CHORUS_SHM_SLOT_BYTES", "256"},
                               {"CHORUS_SHM_DEPTH", "3"},
+                              {"CHORUS_SHM_FAN_SLOT_BYTES", "256"},
+                              {"CHORUS_SHM_FAN_DEPTH", "2"},
                               {"CHORUS_CHUNK_BYTES", "1024"},
                               {"CHORUS_SHM_CMA_THRESHOLD", "4096"},
                               {"CHORUS_STREAM_FROM", "1"}},

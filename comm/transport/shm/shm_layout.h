@@ -9,7 +9,16 @@
 // no wrap). Each counter has its own cache line: they are written by different ranks.
 //
 //   [SegmentHeader][FifoCtrl x world_size][pad to 4 KiB][slots of sender 0][slots of sender 1]...
+//   [FanCtrl x world_size][pad to 4 KiB][fan slots]
 //   slots of one sender: depth x ([SlotHeader][slot_bytes of payload])
+//   fan slots: fan_depth x ([SlotHeader][fan_slot_bytes of payload])
+//
+// The fan slots are the one thing in a segment that flows *out* of its rank: its shared buffer,
+// written by this rank alone and read by every peer (Request::shared: a broadcast root writes
+// each piece once, however many receive it). Its slots are EAGER slots, published like a FIFO's;
+// each reader r keeps its own count of slots consumed in FanCtrl[r], and a slot is written again
+// only once every peer has consumed it. So every peer reads every message of a rank's fan slots,
+// in order: a message goes to all peers or to none.
 //
 // A slot is INLINE (a whole message of at most 16 bytes, in the header line itself, where
 // `offset` and `addr` would be: the receiver's one poll brings the payload with it), EAGER
@@ -30,7 +39,7 @@
 
 namespace chorus::transport::shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x63686f7275730005ull;  // "chorus", layout v5
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730006ull;  // "chorus", layout v6
 
 // What a rank tells its peers about itself through its own segment (see PeerStatus).
 struct alignas(64) SegmentHeader {
@@ -40,6 +49,8 @@ struct alignas(64) SegmentHeader {
   int32_t pid;
   uint32_t slot_bytes;
   uint32_t depth;
+  uint32_t fan_slot_bytes;
+  uint32_t fan_depth;
   uint64_t probe;  // a known value peers read with process_vm_readv to test single-copy access
   // shm::device_ipc_signature(): ranks that all publish the same non-empty one exchange device
   // memory through IPC. Written before the segment is announced, never changed.
@@ -63,6 +74,12 @@ struct FifoCtrl {
   std::atomic<uint32_t> cma_ok;                 // receiver can read the sender's memory
 };
 
+// In the writer's segment, one per reader: slots of the writer's fan buffer that reader consumed.
+struct FanCtrl {
+  alignas(64) std::atomic<uint64_t> tail;
+};
+static_assert(sizeof(FanCtrl) == 64);
+
 enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2, kInline = 3, kDeviceRendezvous = 4 };
 
 struct alignas(64) SlotHeader {
@@ -85,6 +102,7 @@ inline const std::byte* inline_payload(const SlotHeader* h) {
 
 struct Layout {
   size_t world_size, slot_bytes, depth;
+  size_t fan_slot_bytes, fan_depth;
 
   static constexpr size_t kCtrlOffset = (sizeof(SegmentHeader) + 63) / 64 * 64;
   size_t slot_stride() const { return sizeof(SlotHeader) + slot_bytes; }
@@ -92,7 +110,13 @@ struct Layout {
     return (kCtrlOffset + world_size * sizeof(FifoCtrl) + 4095) / 4096 * 4096;
   }
   size_t fifo_offset(int sender) const { return slots_offset() + sender * depth * slot_stride(); }
-  size_t total_bytes() const { return fifo_offset(static_cast<int>(world_size)); }
+  static size_t page_up(size_t n) { return (n + 4095) / 4096 * 4096; }
+  size_t fan_ctrl_offset() const { return page_up(fifo_offset(static_cast<int>(world_size))); }
+  size_t fan_slots_offset() const {
+    return page_up(fan_ctrl_offset() + world_size * sizeof(FanCtrl));
+  }
+  size_t fan_slot_stride() const { return sizeof(SlotHeader) + fan_slot_bytes; }
+  size_t total_bytes() const { return fan_slots_offset() + fan_depth * fan_slot_stride(); }
 };
 
 }  // namespace chorus::transport::shm

@@ -32,6 +32,12 @@ const IntKnob kCmaThreshold{"CHORUS_SHM_CMA_THRESHOLD", 32 << 10,
 const IntKnob kCma{"CHORUS_SHM_CMA", 1, "1 = allow single-copy process_vm_readv between ranks"};
 const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
                              "pipelining unit when every peer is read single-copy"};
+// The shared buffer a rank sends one message to every peer through (a broadcast root): 8 slots of
+// 256 KiB, the geometry chorus-copy-roofline --ring measures (docs/PERFORMANCE.md).
+const IntKnob kFanSlotBytes{"CHORUS_SHM_FAN_SLOT_BYTES", 256 << 10,
+                            "payload bytes per slot of a rank's shared fan-out buffer (multiple of "
+                            "64)"};
+const IntKnob kFanDepth{"CHORUS_SHM_FAN_DEPTH", 8, "slots of a rank's shared fan-out buffer"};
 const StringKnob kHostId{"CHORUS_HOST_ID", "",
                          "identity of this host (default hostname + boot id); ranks with equal "
                          "ids share memory"};
@@ -81,9 +87,17 @@ ShmOptions ShmOptions::from_env() {
   o.depth = static_cast<size_t>(kDepth.get());
   o.cma_threshold = static_cast<size_t>(kCmaThreshold.get());
   o.cma = kCma.get() != 0;
+  o.fan_slot_bytes = static_cast<size_t>(kFanSlotBytes.get());
+  o.fan_depth = static_cast<size_t>(kFanDepth.get());
   CHORUS_ARG_CHECK(o.slot_bytes >= 64 && o.slot_bytes % 64 == 0 && o.slot_bytes <= (1u << 30),
                    "CHORUS_SHM_SLOT_BYTES=", o.slot_bytes, " must be a multiple of 64 in [64, 1G]");
   CHORUS_ARG_CHECK(o.depth >= 2 && o.depth <= 1024, "CHORUS_SHM_DEPTH=", o.depth,
+                   " must be in [2, 1024]");
+  CHORUS_ARG_CHECK(o.fan_slot_bytes >= 64 && o.fan_slot_bytes % 64 == 0 &&
+                       o.fan_slot_bytes <= (1u << 30),
+                   "CHORUS_SHM_FAN_SLOT_BYTES=", o.fan_slot_bytes,
+                   " must be a multiple of 64 in [64, 1G]");
+  CHORUS_ARG_CHECK(o.fan_depth >= 2 && o.fan_depth <= 1024, "CHORUS_SHM_FAN_DEPTH=", o.fan_depth,
                    " must be in [2, 1024]");
   return o;
 }
@@ -113,6 +127,8 @@ class ShmLink : public Link {
         out_ctrl_(reinterpret_cast<shm::FifoCtrl*>(peer_base + shm::Layout::kCtrlOffset) + rank),
         in_slots_(own_base + layout.fifo_offset(peer)),
         out_slots_(peer_base + layout.fifo_offset(rank)),
+        fan_in_slots_(peer_base + layout.fan_slots_offset()),
+        fan_in_ctrl_(reinterpret_cast<shm::FanCtrl*>(peer_base + layout.fan_ctrl_offset()) + rank),
         peer_header_(*reinterpret_cast<const shm::SegmentHeader*>(peer_base)),
         peer_bell_(reinterpret_cast<shm::SegmentHeader*>(peer_base)->bell),
         staging_(staging),
@@ -126,12 +142,16 @@ class ShmLink : public Link {
   bool single_copy() const { return out_ctrl_->cma_ok.load(std::memory_order_acquire) != 0; }
 
   bool progress_send(Request& r) override {
+    if (r.shared) [[unlikely]]
+      return send_shared(r);
     if (device_ != nullptr) [[unlikely]]
       return send_device(r);
     return send_host(r);
   }
 
   bool progress_recv(Request& r) override {
+    if (r.shared) [[unlikely]]
+      return recv_shared(r);
     if (device_ != nullptr) [[unlikely]]
       return recv_device(r);
     return recv_host(r);
@@ -287,6 +307,52 @@ class ShmLink : public Link {
     return moved || forwarded;
   }
 
+  // ---- the shared buffer (Request::shared; ShmTransport::fan_join) ------------------------------
+
+  // One of the sends of a fan-out: writes what the readers have made room for, and is done once
+  // this peer has consumed the message's last slot.
+  bool send_shared(Request& r) {
+    CHORUS_CHECK(device_ == nullptr, "a shared send of device memory");
+    if (r.phase == 0) {
+      owner_.fan_join(r);
+      r.phase = kFanning;
+    }
+    bool moved = owner_.fan_fill();
+    if (owner_.fan_consumed(peer_) >= r.token) {
+      r.done = true;
+      moved = true;
+    }
+    return moved;
+  }
+
+  // Copies (or reduces) the peer's fan slots in order into the receive's destination; the peer
+  // may reuse each slot once every reader has counted it consumed.
+  bool recv_shared(Request& r) {
+    CHORUS_CHECK(device_ == nullptr, "a shared receive into device memory");
+    bool moved = false;
+    while (!r.done) {
+      const auto* h = fan_slot(fan_received_);
+      if (h->seq.load(std::memory_order_acquire) != fan_received_ + 1) break;
+      check_slot(h, r);
+      CHORUS_CHECK_EQ(h->offset, r.offset, "shared slot out of order from rank ", peer_);
+      deliver(r, r.offset, payload(h), h->bytes);
+      r.offset += h->bytes;
+      ++fan_received_;
+      fan_in_ctrl_->tail.store(fan_received_, std::memory_order_release);
+      moved = true;
+      r.done = r.offset == r.bytes;
+    }
+    if (moved) {
+      peer_bell_.ring();  // the writer may wait for room, or for this rank to finish
+      __builtin_prefetch(fan_slot(fan_received_));
+    }
+    return moved;
+  }
+  const shm::SlotHeader* fan_slot(uint64_t index) const {
+    return reinterpret_cast<const shm::SlotHeader*>(
+        fan_in_slots_ + (index % layout_.fan_depth) * layout_.fan_slot_stride());
+  }
+
   // ---- forwarding (Request::forward), called on the link the result goes out on ----------------
 
   // Publishes the next slot of forward `f` with n bytes of payload already written to it.
@@ -349,6 +415,7 @@ class ShmLink : public Link {
   static constexpr uint8_t kAwaitingAck = 1;
   static constexpr uint8_t kAwaitingCopy = 2;  // receive: the device copy / reduce is queued
   static constexpr uint8_t kThroughFifo = 3;   // send: device memory that cannot be exported
+  static constexpr uint8_t kFanning = 4;       // shared send: joined its message (token: end)
 
   void check_slot(const shm::SlotHeader* h, const Request& r) const {
     check_slot(h, r.stamp, r.bytes);
@@ -651,6 +718,8 @@ class ShmLink : public Link {
   shm::FifoCtrl* out_ctrl_;
   std::byte* in_slots_;
   std::byte* out_slots_;
+  const std::byte* fan_in_slots_;  // the peer's shared buffer
+  shm::FanCtrl* fan_in_ctrl_;      // this rank's count of its slots consumed, in the peer's segment
   const shm::SegmentHeader& peer_header_;  // stays mapped after the peer's process ends
   Doorbell& peer_bell_;
   std::vector<std::byte>& staging_;
@@ -659,6 +728,7 @@ class ShmLink : public Link {
   uint64_t tail_seen_ = 0;  // the receiver's tail as last read
   uint64_t received_ = 0;   // slots this rank consumed from the peer
   uint64_t rndv_sent_ = 0;  // rendezvous messages this rank sent to the peer
+  uint64_t fan_received_ = 0;  // slots of the peer's shared buffer this rank consumed
   // Device memory: the operation's context (null: host), the event that ends a queued device
   // copy, the peer's allocations mapped here, and device memory for reducing host messages.
   const DeviceContext* device_ = nullptr;
@@ -696,10 +766,12 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
                            const std::string& segment_prefix, std::chrono::milliseconds timeout,
                            const ShmOptions& options, std::span<const int> members)
     : rank_(rank), world_size_(world_size), members_(members.begin(), members.end()),
-      options_(options) {
+      options_(options),
+      layout_{static_cast<size_t>(world_size), options.slot_bytes, options.depth,
+              options.fan_slot_bytes, options.fan_depth} {
   if (members_.empty())
     for (int p = 0; p < world_size; ++p) members_.push_back(p);
-  const shm::Layout layout{static_cast<size_t>(world_size), options.slot_bytes, options.depth};
+  const shm::Layout& layout = layout_;
   const std::string name = segment_prefix + "-" + std::to_string(rank);
   own_ = ShmSegment::create(name, layout.total_bytes());
   auto* hdr = header();
@@ -709,6 +781,8 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   hdr->pid = ::getpid();
   hdr->slot_bytes = static_cast<uint32_t>(options.slot_bytes);
   hdr->depth = static_cast<uint32_t>(options.depth);
+  hdr->fan_slot_bytes = static_cast<uint32_t>(options.fan_slot_bytes);
+  hdr->fan_depth = static_cast<uint32_t>(options.fan_depth);
   hdr->probe = shm::kSegmentMagic ^ static_cast<uint64_t>(rank);
   const std::string signature = shm::device_ipc_signature();
   std::memcpy(hdr->gpu_signature, signature.c_str(), signature.size() + 1);
@@ -719,6 +793,8 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
                            " ", host));
 
   auto* own_base = static_cast<std::byte*>(own_.data());
+  fan_ctrl_ = reinterpret_cast<shm::FanCtrl*>(own_base + layout.fan_ctrl_offset());
+  fan_slots_ = own_base + layout.fan_slots_offset();
   auto* in_ctrl = reinterpret_cast<shm::FifoCtrl*>(own_base + shm::Layout::kCtrlOffset);
   std::vector<pid_t> pids(world_size, 0);
   peers_.resize(world_size);
@@ -748,8 +824,12 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
     peers_[p] = ShmSegment::open(peer_name, layout.total_bytes());
     const auto* peer_hdr = static_cast<const shm::SegmentHeader*>(peers_[p].data());
     CHORUS_CHECK_EQ(peer_hdr->magic, shm::kSegmentMagic, "segment of rank ", p);
-    CHORUS_CHECK(peer_hdr->slot_bytes == options.slot_bytes && peer_hdr->depth == options.depth,
-                 "rank ", p, " uses different CHORUS_SHM_SLOT_BYTES / CHORUS_SHM_DEPTH");
+    CHORUS_CHECK(peer_hdr->slot_bytes == options.slot_bytes && peer_hdr->depth == options.depth &&
+                     peer_hdr->fan_slot_bytes == options.fan_slot_bytes &&
+                     peer_hdr->fan_depth == options.fan_depth,
+                 "rank ", p,
+                 " uses different CHORUS_SHM_SLOT_BYTES / CHORUS_SHM_DEPTH / "
+                 "CHORUS_SHM_FAN_SLOT_BYTES / CHORUS_SHM_FAN_DEPTH");
     // Can this rank read peer p's memory directly? Then p may send to us single-copy.
     uint64_t probe = 0;
     const bool cma = options.cma && cma_read(pids[p], &probe, probe_addr, sizeof probe) == 0 &&
@@ -902,6 +982,51 @@ void ShmTransport::count_completed() {
   auto& done = header()->ops_done;
   done.store(done.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
+
+void ShmTransport::fan_join(Request& r) {
+  const int readers = static_cast<int>(members_.size()) - 1;
+  const bool same = fan_.src == r.src && fan_.bytes == r.bytes && fan_.stamp == r.stamp;
+  if (!same || fan_.joined == readers) {
+    CHORUS_CHECK(fan_.written == fan_.bytes && (fan_.joined == 0 || fan_.joined == readers),
+                 "a shared send began before the previous one went to every peer");
+    const size_t slots = (r.bytes + layout_.fan_slot_bytes - 1) / layout_.fan_slot_bytes;
+    fan_ = FanOut{r.src, r.bytes, r.stamp, 0, fan_sent_ + slots, 0};
+  }
+  ++fan_.joined;
+  r.token = fan_.end;
+}
+
+bool ShmTransport::fan_fill() {
+  bool moved = false;
+  while (fan_.written < fan_.bytes) {
+    if (fan_sent_ - fan_min_tail_ >= layout_.fan_depth) {
+      uint64_t slowest = UINT64_MAX;
+      for (int p : members_)
+        if (p != rank_) slowest = std::min(slowest, fan_consumed(p));
+      fan_min_tail_ = slowest;
+      if (fan_sent_ - fan_min_tail_ >= layout_.fan_depth) break;
+    }
+    const size_t n = std::min(layout_.fan_slot_bytes, fan_.bytes - fan_.written);
+    shm::SlotHeader* h = fan_slot(fan_sent_);
+    h->kind = shm::SlotKind::kEager;
+    h->bytes = static_cast<uint32_t>(n);
+    h->total = fan_.bytes;
+    h->offset = fan_.written;
+    h->stamp = fan_.stamp;
+    std::memcpy(reinterpret_cast<std::byte*>(h + 1), fan_.src + fan_.written, n);
+    fan_.written += n;
+    h->seq.store(++fan_sent_, std::memory_order_release);
+    moved = true;
+  }
+  if (moved)
+    for (int p : members_)
+      if (p != rank_) const_cast<shm::SegmentHeader&>(peer_header(p)).bell.ring();
+  return moved;
+}
+
+// A failed operation may have left a message half written; the communicator is not used again,
+// but nothing may go on reading the caller's buffer.
+void ShmTransport::abandon() { fan_ = FanOut{}; }
 
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);

@@ -26,6 +26,8 @@ struct ShmOptions {
   size_t depth;            // CHORUS_SHM_DEPTH
   size_t cma_threshold;    // CHORUS_SHM_CMA_THRESHOLD: messages this large go single-copy
   bool cma;                // CHORUS_SHM_CMA
+  size_t fan_slot_bytes;   // CHORUS_SHM_FAN_SLOT_BYTES
+  size_t fan_depth;        // CHORUS_SHM_FAN_DEPTH
   static ShmOptions from_env();
 };
 
@@ -48,6 +50,8 @@ class ShmTransport : public Transport {
   bool single_copy_anywhere() const override;
   size_t single_copy_threshold() const override { return options_.cma_threshold; }
   uint64_t forwarded_in_pass_bytes() const override { return forwarded_in_pass_; }
+  // Every rank of the communicator is on this host (no other transport beside this one).
+  bool fans_out() const override { return members_.size() == static_cast<size_t>(world_size_); }
   uint32_t arm_sleep() override { return header()->bell.arm(); }
   void disarm_sleep() override { header()->bell.disarm(); }
   void sleep(uint32_t token, long max_ns) override {
@@ -67,6 +71,7 @@ class ShmTransport : public Transport {
   void announce_exit() override;
   void count_completed() override;
   bool process_alive(int peer) override;
+  void abandon() override;
 
   // Whether sends to `peer` may use the single-copy path (for tests and logs).
   bool single_copy_to(int peer) const;
@@ -83,6 +88,28 @@ class ShmTransport : public Transport {
   gpu::Stream host_copy_stream(int device);
 
   shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
+
+  // The writer of this rank's fan slots (shm_layout.h; Request::shared). The sends of one
+  // message, one to each peer, join the message being written (fan_join), and any of them
+  // writes as many slots as the slowest reader has freed (fan_fill). A send is done once its
+  // peer has consumed the message's last slot: when fan_consumed(peer) reaches its token.
+  struct FanOut {
+    const std::byte* src = nullptr;
+    size_t bytes = 0;
+    OpStamp stamp;
+    size_t written = 0;  // bytes published
+    uint64_t end = 0;    // fan_sent_ once the whole message is published
+    int joined = 0;      // sends that joined it
+  };
+  void fan_join(Request& r);
+  bool fan_fill();
+  uint64_t fan_consumed(int peer) const {
+    return fan_ctrl_[peer].tail.load(std::memory_order_acquire);
+  }
+  shm::SlotHeader* fan_slot(uint64_t index) const {
+    return reinterpret_cast<shm::SlotHeader*>(fan_slots_ + (index % layout_.fan_depth) *
+                                                               layout_.fan_slot_stride());
+  }
   const shm::SegmentHeader& peer_header(int peer) const;
   void announce(PeerStatus status);
 
@@ -90,10 +117,16 @@ class ShmTransport : public Transport {
   int world_size_;
   std::vector<int> members_;  // ranks this transport connects (this host), including rank_
   ShmOptions options_;
+  shm::Layout layout_;
   ShmSegment own_;
   std::vector<ShmSegment> peers_;
   std::vector<std::unique_ptr<ShmLink>> links_;
   uint64_t forwarded_in_pass_ = 0;  // forwarded_in_pass_bytes(), counted by the links
+  shm::FanCtrl* fan_ctrl_ = nullptr;  // in this rank's segment: each reader's consumed slots
+  std::byte* fan_slots_ = nullptr;
+  FanOut fan_;
+  uint64_t fan_sent_ = 0;      // fan slots published
+  uint64_t fan_min_tail_ = 0;  // the slowest reader's consumed count, as last read
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
   std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
   bool device_ipc_ = false;
