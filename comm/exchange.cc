@@ -162,7 +162,7 @@ Exchange::RequestId Exchange::post_forward(RequestId from, int peer) {
   return id;
 }
 
-void Exchange::post_fan_out(const void* src, size_t bytes) {
+void Exchange::post_fan_out(const void* src, size_t bytes, void* copy_to, bool stream) {
   CHORUS_CHECK(transport_.fans_out(), "fan-out over the ", transport_.name(), " transport");
   for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
     if (p == rank_) continue;
@@ -171,6 +171,8 @@ void Exchange::post_fan_out(const void* src, size_t bytes) {
     r.shared = true;
     r.peer = p;
     r.src = static_cast<const std::byte*>(src);
+    r.dst = static_cast<std::byte*>(copy_to);
+    r.stream_dst = stream;
     r.bytes = bytes;
     post(r);
   }

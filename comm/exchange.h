@@ -78,7 +78,9 @@ class Exchange {
   // wait_all() waits for all of them to have it. Every peer receives it with post_fan_in(this
   // rank, ...), and must: a rank's shared buffer carries every message to every peer, in order.
   bool fans_out() const { return transport_.fans_out(); }
-  void post_fan_out(const void* src, size_t bytes);
+  // `copy_to`: also copy the bytes there (this rank's own result), from the shared buffer as it is
+  // written, with streaming stores if `stream`.
+  void post_fan_out(const void* src, size_t bytes, void* copy_to = nullptr, bool stream = false);
   RequestId post_fan_in(int peer, void* dst, size_t bytes, bool stream = false);
 
   // The one-shot pattern of the direct algorithms, one message of `bytes` per pair: this rank

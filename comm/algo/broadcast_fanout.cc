@@ -18,16 +18,10 @@ void broadcast_fanout(Context& c, const CollArgs& a) {
     c.ex.wait(c.ex.post_fan_in(a.root, a.recv, bytes, stream_results(c, a, bytes)));
     return;
   }
-  c.ex.post_fan_out(a.send, bytes);
-  if (a.send != a.recv) {
-    // The root's own copy, a chunk at a time between passes that refill the shared buffer as the
-    // readers free it.
-    const bool stream = stream_results(c, a, bytes);
-    for (size_t lo = 0; lo < bytes; lo += c.chunk_bytes) {
-      c.ex.poke();
-      copy_if_distinct(a, a.recv + lo, a.send + lo, std::min(c.chunk_bytes, bytes - lo), stream);
-    }
-  }
+  // Out of place, the root's own copy is taken from each piece of the shared buffer just
+  // written, still in cache.
+  c.ex.post_fan_out(a.send, bytes, a.send != a.recv ? a.recv : nullptr,
+                    stream_results(c, a, bytes));
   c.ex.wait_all();
 }
 

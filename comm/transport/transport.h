@@ -95,7 +95,9 @@ struct Request {
   // Through the sender's shared buffer (Transport::fans_out): a send marked so is one of a set,
   // one to every peer, of the same bytes, which the sender writes once into a buffer that every
   // peer copies out of; a receive marked so reads the peer's shared buffer instead of its FIFO.
-  // Both sides mark alike (Exchange::post_fan_out / post_fan_in).
+  // Both sides mark alike (Exchange::post_fan_out / post_fan_in). `dst` on such a send, when
+  // set, receives a copy too, taken from the shared buffer while it is in cache (the root's own
+  // result of an out-of-place broadcast), with streaming stores when stream_dst says so.
   bool shared = false;
   // Receives: write dst with streaming (non-temporal) stores. The algorithm sets it for large
   // results it will not read again, which then cost no read for ownership (kernels::copy_stream).

@@ -483,15 +483,54 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
     const Result r =
         run({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out", out});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    // ring, tree and direct, each on one path or two (two where single copy is possible)
+    // ring, tree and direct, each on one path or two (two where single copy is possible), and
+    // fanout, which has one
     const int curves = count("2 broadcast ");
-    EXPECT_TRUE(curves == 3 || curves == 6) << curves;
+    EXPECT_TRUE(curves == 4 || curves == 7) << curves;
     EXPECT_EQ(count("2 broadcast/in-place "), curves) << "in-place curves: one per variant";
     EXPECT_GE(count("2 gather "), 1) << "the gather lines of the first run were lost";
   }
   const Result show = run({"-n", "1", kTune, "--show", "--file", out});
   ASSERT_EQ(show.exit_code, 0) << show.err;
   EXPECT_NE(show.out.find("broadcast/in-place direct"), std::string::npos) << show.out;
+  std::filesystem::remove(out);
+}
+
+// --algos measures only the algorithms it names and keeps the file's other curves of the same
+// collectives; names that no measured collective has are an error.
+TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
+  const std::string out = ::testing::TempDir() + "chorus_tune_algos_test.txt";
+  std::filesystem::remove(out);
+  const auto lines = [&] {
+    std::ifstream f(out);
+    std::vector<std::string> all;
+    for (std::string line; std::getline(f, line);)
+      if (!line.empty() && line[0] != '#') all.push_back(line);
+    return all;
+  };
+  Result r = run({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> before = lines();
+  r = run({"-n", "2", kTune, "--colls", "broadcast", "--algos", "fanout", "--max-bytes", "1K",
+           "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> after = lines();
+  ASSERT_EQ(after.size(), before.size());
+  int fanout = 0, kept = 0;
+  for (const std::string& line : after) {
+    const bool is_fanout = line.find(" fanout ") != std::string::npos;
+    fanout += is_fanout;
+    if (!is_fanout) kept += std::find(before.begin(), before.end(), line) != before.end();
+  }
+  EXPECT_EQ(fanout, 2) << "one fanout curve out of place and one in place";
+  EXPECT_EQ(kept, static_cast<int>(after.size()) - 2) << "the other curves must stay as they were";
+
+  r = run({"-n", "2", kTune, "--colls", "gather", "--algos", "fanout", "--out", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("names no algorithm"), std::string::npos) << r.err;
+  r = run({"-n", "1", kTune, "--algos", "nosuch"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown algorithm 'nosuch'"), std::string::npos) << r.err;
   std::filesystem::remove(out);
 }
 

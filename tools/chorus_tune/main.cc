@@ -44,6 +44,9 @@ whose curve predicts the shortest time; chorus-bench --explain prints predicted 
                      job on this host then loads unless CHORUS_TUNE_FILE names another)
   --max-bytes SIZE   largest size measured, K/M/G suffixes allowed (default 64M)
   --colls LIST       comma-separated subset of the collectives above
+  --algos LIST       comma-separated subset of the algorithms (as --sweep-algos names them:
+                     ring, ring/fifo, fanout, ...); the file's other curves of these
+                     collectives are kept, so a new algorithm can be added to a table
   --show             print the table in effect (or --file FILE), with latency (alpha, us) and
                      inverse bandwidth (beta, us per MiB) per curve; no launcher needed
   --print            also print the measured lines to stdout (rank 0)
@@ -60,6 +63,7 @@ struct Options {
                                    Collective::kAllGather, Collective::kBroadcast,
                                    Collective::kReduce,    Collective::kGather,
                                    Collective::kScatter};
+  std::vector<std::string> algos;  // empty: every algorithm
   bool show = false;
   bool print = false;
 };
@@ -103,6 +107,14 @@ Options parse(int argc, char** argv) {
         if (!found) usage_error("unknown collective '" + name + "' in --colls");
       }
       if (o.colls.empty()) usage_error("--colls names no collective");
+    } else if (arg == "--algos") {
+      std::stringstream list(value());
+      std::string name;
+      while (std::getline(list, name, ',')) {
+        if (!algo::parse_variant(name)) usage_error("unknown algorithm '" + name + "' in --algos");
+        o.algos.push_back(name);
+      }
+      if (o.algos.empty()) usage_error("--algos names no algorithm");
     } else if (arg == "--show") {
       o.show = true;
     } else if (arg == "--print") {
@@ -219,7 +231,15 @@ int tune(const Options& o) {
   for (size_t b = 8; b < o.max_bytes; b *= b < (512u << 10) ? 4 : 2) sizes.push_back(b);
   sizes.push_back(o.max_bytes);
   const size_t max_elems = o.max_bytes / sizeof(float) + 1;
-  std::vector<float> send(max_elems * static_cast<size_t>(n), 1.0f), recv(max_elems * static_cast<size_t>(n));
+  // A size counts the whole buffer of reduce_scatter and all_gather, but one rank's part of
+  // gather's and scatter's: only those two need n times the largest size (np=8 at 256 MiB
+  // would otherwise hold 4 GiB per rank).
+  const auto measures = [&](Collective c) {
+    return std::find(o.colls.begin(), o.colls.end(), c) != o.colls.end();
+  };
+  const size_t ranks = static_cast<size_t>(n);
+  std::vector<float> send(max_elems * (measures(Collective::kScatter) ? ranks : 1), 1.0f);
+  std::vector<float> recv(max_elems * (measures(Collective::kGather) ? ranks : 1));
 
   algo::TuneTable measured;
   using Clock = std::chrono::steady_clock;
@@ -259,8 +279,13 @@ int tune(const Options& o) {
     std::sort(blocks.begin(), blocks.end());
     return blocks[blocks.size() / 2];
   };
+  const auto wanted = [&](const std::string& name) {
+    return o.algos.empty() || std::find(o.algos.begin(), o.algos.end(), name) != o.algos.end();
+  };
   for (Collective c : o.colls) {
-    const std::vector<AlgorithmEstimate> algos = comm.explain(c, 8);
+    std::vector<AlgorithmEstimate> algos = comm.explain(c, 8);
+    std::erase_if(algos, [&](const AlgorithmEstimate& e) { return !wanted(e.algorithm); });
+    if (algos.empty()) continue;
     for (bool in_place : {false, true}) {
       if (in_place && c != Collective::kBroadcast) continue;
       std::vector<std::vector<algo::TuneTable::Point>> curves(algos.size());
@@ -277,6 +302,11 @@ int tune(const Options& o) {
     if (comm.rank() == 0)
       std::fprintf(stderr, "chorus-tune: np=%d %s measured\n", n, std::string(to_string(c)).c_str());
   }
+  if (measured.empty()) {  // the same on every rank
+    if (comm.rank() == 0)
+      std::fprintf(stderr, "chorus-tune: --algos names no algorithm of the collectives measured\n");
+    return 2;
+  }
   if (comm.rank() != 0) return 0;
 
   // Keep the other world sizes' lines of an existing table; replace this one's.
@@ -289,11 +319,12 @@ int tune(const Options& o) {
       std::istringstream f(line);
       int np = 0;
       if (line.empty() || line[0] == '#' || !(f >> np)) continue;
+      std::string coll, variant;
+      f >> coll >> variant;
+      if (coll.ends_with("/in-place")) coll.resize(coll.size() - std::string_view("/in-place").size());
       bool ours = false;
-      for (Collective c : o.colls)
-        for (const char* placement : {" ", "/in-place "})
-          ours |= line.find(" " + std::string(to_string(c)) + placement) != std::string::npos;
-      if (np == n && ours) continue;
+      for (Collective c : o.colls) ours |= coll == to_string(c);
+      if (np == n && ours && wanted(variant)) continue;
       kept += line + "\n";
     }
   }

@@ -310,19 +310,17 @@ class ShmLink : public Link {
   // ---- the shared buffer (Request::shared; ShmTransport::fan_join) ------------------------------
 
   // One of the sends of a fan-out: writes what the readers have made room for, and is done once
-  // this peer has consumed the message's last slot.
+  // the whole message is in the shared buffer (like an eager send: the caller's buffer is free
+  // then, and the buffer's slots are not reused before every reader has had them).
   bool send_shared(Request& r) {
     CHORUS_CHECK(device_ == nullptr, "a shared send of device memory");
     if (r.phase == 0) {
       owner_.fan_join(r);
       r.phase = kFanning;
     }
-    bool moved = owner_.fan_fill();
-    if (owner_.fan_consumed(peer_) >= r.token) {
-      r.done = true;
-      moved = true;
-    }
-    return moved;
+    const bool moved = owner_.fan_fill();
+    r.done = owner_.fan_sent_ >= r.token;
+    return moved || r.done;
   }
 
   // Copies (or reduces) the peer's fan slots in order into the receive's destination; the peer
@@ -789,8 +787,9 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
 
   const std::string host = local_host_id();
   store.set("shm/" + std::to_string(rank),
-            detail::concat(::getpid(), " ", reinterpret_cast<uint64_t>(&hdr->probe), " ", name,
-                           " ", host));
+            detail::concat(::getpid(), " ", reinterpret_cast<uint64_t>(&hdr->probe), " ",
+                           options.slot_bytes, " ", options.depth, " ", options.fan_slot_bytes,
+                           " ", options.fan_depth, " ", name, " ", host));
 
   auto* own_base = static_cast<std::byte*>(own_.data());
   fan_ctrl_ = reinterpret_cast<shm::FanCtrl*>(own_base + layout.fan_ctrl_offset());
@@ -813,8 +812,20 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
     long pid = 0;
     uint64_t probe_addr = 0;
     std::string peer_name, peer_host;
-    in >> pid >> probe_addr >> peer_name;
+    size_t settings[4] = {};
+    in >> pid >> probe_addr >> settings[0] >> settings[1] >> settings[2] >> settings[3] >> peer_name;
     std::getline(in >> std::ws, peer_host);
+    // Checked before mapping: the settings size the segment.
+    const size_t mine[4] = {options.slot_bytes, options.depth, options.fan_slot_bytes,
+                            options.fan_depth};
+    constexpr const char* kSettingNames[4] = {"CHORUS_SHM_SLOT_BYTES", "CHORUS_SHM_DEPTH",
+                                              "CHORUS_SHM_FAN_SLOT_BYTES", "CHORUS_SHM_FAN_DEPTH"};
+    for (int k = 0; k < 4; ++k)
+      if (settings[k] != mine[k])
+        throw InvalidArgument(detail::concat("rank ", p, " runs with ", kSettingNames[k], "=",
+                                             settings[k], " and this rank with ", mine[k],
+                                             ": every rank must use the same"),
+                              rank);
     if (peer_host != host)
       throw Error(ErrorKind::kInvalidArgument,
                   detail::concat("rank ", p, " runs on another host (", peer_host, " vs ", host,
@@ -827,9 +838,7 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
     CHORUS_CHECK(peer_hdr->slot_bytes == options.slot_bytes && peer_hdr->depth == options.depth &&
                      peer_hdr->fan_slot_bytes == options.fan_slot_bytes &&
                      peer_hdr->fan_depth == options.fan_depth,
-                 "rank ", p,
-                 " uses different CHORUS_SHM_SLOT_BYTES / CHORUS_SHM_DEPTH / "
-                 "CHORUS_SHM_FAN_SLOT_BYTES / CHORUS_SHM_FAN_DEPTH");
+                 "rank ", p, "'s segment does not hold the settings it published");
     // Can this rank read peer p's memory directly? Then p may send to us single-copy.
     uint64_t probe = 0;
     const bool cma = options.cma && cma_read(pids[p], &probe, probe_addr, sizeof probe) == 0 &&
@@ -990,7 +999,7 @@ void ShmTransport::fan_join(Request& r) {
     CHORUS_CHECK(fan_.written == fan_.bytes && (fan_.joined == 0 || fan_.joined == readers),
                  "a shared send began before the previous one went to every peer");
     const size_t slots = (r.bytes + layout_.fan_slot_bytes - 1) / layout_.fan_slot_bytes;
-    fan_ = FanOut{r.src, r.bytes, r.stamp, 0, fan_sent_ + slots, 0};
+    fan_ = FanOut{r.src, r.dst, r.stream_dst, r.bytes, r.stamp, 0, fan_sent_ + slots, 0};
   }
   ++fan_.joined;
   r.token = fan_.end;
@@ -1013,7 +1022,14 @@ bool ShmTransport::fan_fill() {
     h->total = fan_.bytes;
     h->offset = fan_.written;
     h->stamp = fan_.stamp;
-    std::memcpy(reinterpret_cast<std::byte*>(h + 1), fan_.src + fan_.written, n);
+    std::byte* slot = reinterpret_cast<std::byte*>(h + 1);
+    std::memcpy(slot, fan_.src + fan_.written, n);
+    if (fan_.copy_to != nullptr) {
+      if (fan_.stream)
+        kernels::copy_stream(fan_.copy_to + fan_.written, slot, n);
+      else
+        std::memcpy(fan_.copy_to + fan_.written, slot, n);
+    }
     fan_.written += n;
     h->seq.store(++fan_sent_, std::memory_order_release);
     moved = true;

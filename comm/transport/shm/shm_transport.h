@@ -91,10 +91,12 @@ class ShmTransport : public Transport {
 
   // The writer of this rank's fan slots (shm_layout.h; Request::shared). The sends of one
   // message, one to each peer, join the message being written (fan_join), and any of them
-  // writes as many slots as the slowest reader has freed (fan_fill). A send is done once its
-  // peer has consumed the message's last slot: when fan_consumed(peer) reaches its token.
+  // writes as many slots as the slowest reader has freed (fan_fill). A send is done once the
+  // message's last slot is published: when fan_sent_ reaches its token.
   struct FanOut {
     const std::byte* src = nullptr;
+    std::byte* copy_to = nullptr;  // Request::dst of the sends: the writer's own copy
+    bool stream = false;
     size_t bytes = 0;
     OpStamp stamp;
     size_t written = 0;  // bytes published
