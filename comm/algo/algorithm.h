@@ -228,6 +228,7 @@ void reduce_scatter_ring(Context&, const CollArgs&);
 void reduce_scatter_direct(Context&, const CollArgs&);
 void all_gather_ring(Context&, const CollArgs&);
 void all_gather_direct(Context&, const CollArgs&);
+void all_gather_fanout(Context&, const CollArgs&);
 void broadcast_ring(Context&, const CollArgs&);
 void broadcast_tree(Context&, const CollArgs&);
 void broadcast_direct(Context&, const CollArgs&);

@@ -26,6 +26,8 @@ constexpr AlgoEntry kAlgorithms[] = {
     {Collective::kReduceScatter, Algorithm::kDirect, reduce_scatter_direct, "one-shot"},
     {Collective::kAllGather, Algorithm::kRing, all_gather_ring, "ring, n-1 steps"},
     {Collective::kAllGather, Algorithm::kDirect, all_gather_direct, "one-shot"},
+    {Collective::kAllGather, Algorithm::kFanout, all_gather_fanout,
+     "every rank writes its block once into a shared buffer all others copy out of; one host"},
     {Collective::kBroadcast, Algorithm::kRing, broadcast_ring, "pipelined chain from the root"},
     {Collective::kBroadcast, Algorithm::kTree, broadcast_tree, "pipelined binary tree"},
     {Collective::kBroadcast, Algorithm::kDirect, broadcast_direct, "root sends to all"},
