@@ -29,7 +29,8 @@ struct Fd {
               detail::concat("cannot size shared memory segment /dev/shm", name, " to ", bytes >> 20,
                              " MiB (", std::strerror(err), "); /dev/shm has ", avail,
                              " free. Free space in /dev/shm or enlarge it (docker: --shm-size=1g; "
-                             "or lower CHORUS_SHM_SLOT_BYTES / CHORUS_SHM_DEPTH)"));
+                             "or lower CHORUS_SHM_SLOT_BYTES / CHORUS_SHM_DEPTH / "
+                             "CHORUS_SHM_FAN_SLOT_BYTES / CHORUS_SHM_FAN_DEPTH)"));
 }
 
 void* map(int fd, size_t bytes, const std::string& name) {
