@@ -95,6 +95,34 @@ TEST(Fanout, ASlotIsReusedOnlyOnceEveryReaderHasIt) {
   }, options);
 }
 
+// Many messages of mixed sizes in a row through a buffer of 1 KiB (pieces of at most 256 bytes):
+// inline pieces, pieces that do not fit before the end of the ring (a skip to its start) and
+// whole messages that wrap it, with the writer running ahead of its readers as far as the room
+// allows, and readers that fall behind at times. Every message must arrive whole and in order.
+TEST(Fanout, MixedSizesWrapTheBufferInOrder) {
+  RunOptions options;
+  options.env["CHORUS_SHM_FAN_SLOT_BYTES"] = "256";
+  options.env["CHORUS_SHM_FAN_DEPTH"] = "3";
+  static constexpr size_t kCounts[] = {1, 3, 4, 5, 17, 64, 70, 100, 1, 250};
+  run_wired(3, [&](int rank, transport::Wiring&, Exchange& ex) {
+    for (uint64_t seq = 1; seq <= 400; ++seq) {
+      const size_t count = kCounts[seq % std::size(kCounts)];
+      const int root = seq % 7 == 0 ? 2 : 0;
+      const std::vector<float> x = values(count, static_cast<int>(seq));
+      std::vector<float> got(count, -1.0f);
+      ex.begin("fanout", static_cast<int64_t>(seq), "test", kTimeout, stamp_for(seq, count, root));
+      if (rank == root) {
+        ex.post_fan_out(x.data(), count * sizeof(float));
+      } else {
+        if (rank == 1 && seq % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ex.post_fan_in(root, got.data(), count * sizeof(float));
+      }
+      ex.wait_all();
+      if (rank != root) ASSERT_EQ(got, x) << "message " << seq << " at rank " << rank;
+    }
+  }, options);
+}
+
 // The writer's sends finish once the whole message is in the shared buffer: at once for a
 // message that fits (its caller may reuse its buffer while a late reader has not started), only
 // after the slowest reader has made room for the rest of one that does not.

@@ -11,13 +11,19 @@
 //   [SegmentHeader][FifoCtrl x world_size][pad to 4 KiB][slots of sender 0][slots of sender 1]...
 //   [FanCtrl x world_size][pad to 4 KiB][fan slots]
 //   slots of one sender: depth x ([SlotHeader][slot_bytes of payload])
-//   fan slots: fan_depth x ([SlotHeader][fan_slot_bytes of payload])
+//   fan buffer: fan_capacity() bytes
 //
-// The fan slots are the one thing in a segment that flows *out* of its rank: its shared buffer,
-// written by this rank alone and read by every peer (Request::shared: a broadcast root writes
-// each piece once, however many receive it). Its slots are EAGER slots, published like a FIFO's;
-// each reader r keeps its own count of slots consumed in FanCtrl[r], and a slot is written again
-// only once every peer has consumed it. So every peer reads every message of a rank's fan slots,
+// The fan buffer is the one thing in a segment that flows *out* of its rank: written by this
+// rank alone and read by every peer (Request::shared: a broadcast root writes each piece once,
+// however many receive it). It is a byte ring of pieces, each a SlotHeader and its payload
+// rounded up to 64 bytes (at most fan_slot_bytes; none for an INLINE piece of at most 16 bytes),
+// so that many small messages fit at once and a large one goes in large pieces. Positions count
+// bytes from the start and only grow. A piece at position p publishes itself by storing p + 1 in
+// its `seq` last, and before that the writer zeroes the `seq` word at the position after it,
+// so a reader polling there never takes stale bytes of an earlier lap for a header. A piece
+// that would cross the end of the ring is preceded by a SKIP header that sends the readers to
+// its start. Each reader r keeps its position in FanCtrl[r]; the writer writes over bytes only
+// once every peer has read past them. So every peer reads every message of a rank's fan buffer,
 // in order: a message goes to all peers or to none.
 //
 // A slot is INLINE (a whole message of at most 16 bytes, in the header line itself, where
@@ -80,7 +86,13 @@ struct FanCtrl {
 };
 static_assert(sizeof(FanCtrl) == 64);
 
-enum class SlotKind : uint32_t { kEager = 1, kRendezvous = 2, kInline = 3, kDeviceRendezvous = 4 };
+enum class SlotKind : uint32_t {
+  kEager = 1,
+  kRendezvous = 2,
+  kInline = 3,
+  kDeviceRendezvous = 4,
+  kSkip = 5,  // fan buffer: the rest of the ring is unused, the next piece is at its start
+};
 
 struct alignas(64) SlotHeader {
   std::atomic<uint64_t> seq;  // index of the slot's message in the FIFO + 1, stored last
@@ -116,7 +128,10 @@ struct Layout {
     return page_up(fan_ctrl_offset() + world_size * sizeof(FanCtrl));
   }
   size_t fan_slot_stride() const { return sizeof(SlotHeader) + fan_slot_bytes; }
-  size_t total_bytes() const { return fan_slots_offset() + fan_depth * fan_slot_stride(); }
+  // fan_depth of the largest pieces, and the line the writer zeroes after the last one: with
+  // fan_depth >= 2 a piece always fits after a skip once the readers have caught up.
+  size_t fan_capacity() const { return fan_depth * fan_slot_stride() + sizeof(SlotHeader); }
+  size_t total_bytes() const { return fan_slots_offset() + fan_capacity(); }
 };
 
 }  // namespace chorus::transport::shm

@@ -32,12 +32,16 @@ const IntKnob kCmaThreshold{"CHORUS_SHM_CMA_THRESHOLD", 32 << 10,
 const IntKnob kCma{"CHORUS_SHM_CMA", 1, "1 = allow single-copy process_vm_readv between ranks"};
 const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
                              "pipelining unit when every peer is read single-copy"};
-// The shared buffer a rank sends one message to every peer through (a broadcast root): 8 slots of
-// 256 KiB, the geometry chorus-copy-roofline --ring measures (docs/PERFORMANCE.md).
-const IntKnob kFanSlotBytes{"CHORUS_SHM_FAN_SLOT_BYTES", 256 << 10,
-                            "payload bytes per slot of a rank's shared fan-out buffer (multiple of "
-                            "64)"};
-const IntKnob kFanDepth{"CHORUS_SHM_FAN_DEPTH", 8, "slots of a rank's shared fan-out buffer"};
+// The shared buffer a rank sends one message to every peer through (a broadcast root): room for
+// 8 pieces of 64 KiB; smaller messages take only their own size, so many fit at once. A 2 MiB
+// buffer (256 KiB pieces) moved 64 MiB no faster and let the writer of small messages run so
+// far ahead that its readers copied from beyond L2: np=2 4 KiB broadcast 1.8-3.5 us per call
+// against 0.36-0.39 (docs/PERFORMANCE.md, "The fan-out buffer").
+const IntKnob kFanSlotBytes{"CHORUS_SHM_FAN_SLOT_BYTES", 64 << 10,
+                            "largest piece (payload bytes, multiple of 64) of a rank's shared "
+                            "fan-out buffer"};
+const IntKnob kFanDepth{"CHORUS_SHM_FAN_DEPTH", 8,
+                        "a rank's shared fan-out buffer holds this many of its largest pieces"};
 const StringKnob kHostId{"CHORUS_HOST_ID", "",
                          "identity of this host (default hostname + boot id); ranks with equal "
                          "ids share memory"};
@@ -319,36 +323,45 @@ class ShmLink : public Link {
       r.phase = kFanning;
     }
     const bool moved = owner_.fan_fill();
-    r.done = owner_.fan_sent_ >= r.token;
+    r.done = owner_.fan_written(r);
     return moved || r.done;
   }
 
-  // Copies (or reduces) the peer's fan slots in order into the receive's destination; the peer
-  // may reuse each slot once every reader has counted it consumed.
+  // Copies (or reduces) the peer's fan-buffer pieces in order into the receive's destination;
+  // the peer may write over them once every reader has moved its position past them.
   bool recv_shared(Request& r) {
     CHORUS_CHECK(device_ == nullptr, "a shared receive into device memory");
+    constexpr uint64_t kLine = sizeof(shm::SlotHeader);
+    const uint64_t capacity = layout_.fan_capacity();
     bool moved = false;
     while (!r.done) {
-      const auto* h = fan_slot(fan_received_);
+      const uint64_t at = fan_received_ % capacity;
+      const auto* h = reinterpret_cast<const shm::SlotHeader*>(fan_in_slots_ + at);
       if (h->seq.load(std::memory_order_acquire) != fan_received_ + 1) break;
-      check_slot(h, r);
-      CHORUS_CHECK_EQ(h->offset, r.offset, "shared slot out of order from rank ", peer_);
-      deliver(r, r.offset, payload(h), h->bytes);
-      r.offset += h->bytes;
-      ++fan_received_;
+      if (h->kind == shm::SlotKind::kSkip) {
+        fan_received_ += capacity - at;
+      } else {
+        check_slot(h, r);
+        if (h->kind == shm::SlotKind::kInline) {
+          deliver(r, 0, shm::inline_payload(h), h->bytes);
+          fan_received_ += kLine;
+        } else {
+          CHORUS_CHECK(h->kind == shm::SlotKind::kEager && h->offset == r.offset,
+                       "fan-out piece out of order from rank ", peer_);
+          deliver(r, r.offset, payload(h), h->bytes);
+          fan_received_ += kLine + (h->bytes + kLine - 1) / kLine * kLine;
+        }
+        r.offset += h->bytes;
+        r.done = r.offset == r.bytes;
+      }
       fan_in_ctrl_->tail.store(fan_received_, std::memory_order_release);
       moved = true;
-      r.done = r.offset == r.bytes;
     }
     if (moved) {
-      peer_bell_.ring();  // the writer may wait for room, or for this rank to finish
-      __builtin_prefetch(fan_slot(fan_received_));
+      peer_bell_.ring();  // the writer may wait for room
+      __builtin_prefetch(fan_in_slots_ + fan_received_ % capacity);
     }
     return moved;
-  }
-  const shm::SlotHeader* fan_slot(uint64_t index) const {
-    return reinterpret_cast<const shm::SlotHeader*>(
-        fan_in_slots_ + (index % layout_.fan_depth) * layout_.fan_slot_stride());
   }
 
   // ---- forwarding (Request::forward), called on the link the result goes out on ----------------
@@ -717,7 +730,7 @@ class ShmLink : public Link {
   std::byte* in_slots_;
   std::byte* out_slots_;
   const std::byte* fan_in_slots_;  // the peer's shared buffer
-  shm::FanCtrl* fan_in_ctrl_;      // this rank's count of its slots consumed, in the peer's segment
+  shm::FanCtrl* fan_in_ctrl_;      // this rank's position in it, in the peer's segment
   const shm::SegmentHeader& peer_header_;  // stays mapped after the peer's process ends
   Doorbell& peer_bell_;
   std::vector<std::byte>& staging_;
@@ -726,7 +739,7 @@ class ShmLink : public Link {
   uint64_t tail_seen_ = 0;  // the receiver's tail as last read
   uint64_t received_ = 0;   // slots this rank consumed from the peer
   uint64_t rndv_sent_ = 0;  // rendezvous messages this rank sent to the peer
-  uint64_t fan_received_ = 0;  // slots of the peer's shared buffer this rank consumed
+  uint64_t fan_received_ = 0;  // bytes of the peer's fan buffer this rank has read past
   // Device memory: the operation's context (null: host), the event that ends a queued device
   // copy, the peer's allocations mapped here, and device memory for reducing host messages.
   const DeviceContext* device_ = nullptr;
@@ -998,40 +1011,65 @@ void ShmTransport::fan_join(Request& r) {
   if (!same || fan_.joined == readers) {
     CHORUS_CHECK(fan_.written == fan_.bytes && (fan_.joined == 0 || fan_.joined == readers),
                  "a shared send began before the previous one went to every peer");
-    const size_t slots = (r.bytes + layout_.fan_slot_bytes - 1) / layout_.fan_slot_bytes;
-    fan_ = FanOut{r.src, r.dst, r.stream_dst, r.bytes, r.stamp, 0, fan_sent_ + slots, 0};
+    fan_ = FanOut{r.src, r.dst, r.stream_dst, r.bytes, r.stamp, 0, ++fan_messages_, 0};
   }
   ++fan_.joined;
-  r.token = fan_.end;
+  r.token = fan_.number;
+}
+
+void ShmTransport::fan_publish(shm::SlotHeader* h, uint64_t bytes) {
+  // The next header's place is free (fan_fill reserved it): no reader can be polling there yet,
+  // and once this piece is visible it holds zero, never stale bytes that could pass for a seq.
+  fan_at(fan_pos_ + bytes)->seq.store(0, std::memory_order_relaxed);
+  h->seq.store(fan_pos_ + 1, std::memory_order_release);
+  fan_pos_ += bytes;
 }
 
 bool ShmTransport::fan_fill() {
   bool moved = false;
+  const uint64_t capacity = layout_.fan_capacity();
+  constexpr uint64_t kLine = sizeof(shm::SlotHeader);
   while (fan_.written < fan_.bytes) {
-    if (fan_sent_ - fan_min_tail_ >= layout_.fan_depth) {
+    const size_t n = std::min(layout_.fan_slot_bytes, fan_.bytes - fan_.written);
+    const bool inline_piece = fan_.bytes <= shm::kInlineBytes;
+    const uint64_t piece = kLine + (inline_piece ? 0 : (n + kLine - 1) / kLine * kLine);
+    const uint64_t at = fan_pos_ % capacity;
+    const uint64_t skip = at + piece > capacity ? capacity - at : 0;
+    // Room for the skip, the piece and the next header's line, past the slowest reader.
+    const auto room = [&] { return fan_pos_ + skip + piece + kLine - fan_min_tail_ <= capacity; };
+    if (!room()) {
       uint64_t slowest = UINT64_MAX;
       for (int p : members_)
         if (p != rank_) slowest = std::min(slowest, fan_consumed(p));
       fan_min_tail_ = slowest;
-      if (fan_sent_ - fan_min_tail_ >= layout_.fan_depth) break;
+      if (!room()) break;
     }
-    const size_t n = std::min(layout_.fan_slot_bytes, fan_.bytes - fan_.written);
-    shm::SlotHeader* h = fan_slot(fan_sent_);
-    h->kind = shm::SlotKind::kEager;
+    if (skip > 0) {
+      shm::SlotHeader* s = fan_at(fan_pos_);
+      s->kind = shm::SlotKind::kSkip;
+      fan_publish(s, skip);
+    }
+    shm::SlotHeader* h = fan_at(fan_pos_);
+    h->kind = inline_piece ? shm::SlotKind::kInline : shm::SlotKind::kEager;
     h->bytes = static_cast<uint32_t>(n);
     h->total = fan_.bytes;
-    h->offset = fan_.written;
     h->stamp = fan_.stamp;
-    std::byte* slot = reinterpret_cast<std::byte*>(h + 1);
-    std::memcpy(slot, fan_.src + fan_.written, n);
+    std::byte* data;
+    if (inline_piece) {
+      data = shm::inline_payload(h);
+    } else {
+      h->offset = fan_.written;
+      data = reinterpret_cast<std::byte*>(h + 1);
+    }
+    std::memcpy(data, fan_.src + fan_.written, n);
     if (fan_.copy_to != nullptr) {
       if (fan_.stream)
-        kernels::copy_stream(fan_.copy_to + fan_.written, slot, n);
+        kernels::copy_stream(fan_.copy_to + fan_.written, data, n);
       else
-        std::memcpy(fan_.copy_to + fan_.written, slot, n);
+        std::memcpy(fan_.copy_to + fan_.written, data, n);
     }
     fan_.written += n;
-    h->seq.store(++fan_sent_, std::memory_order_release);
+    fan_publish(h, piece);
     moved = true;
   }
   if (moved)

@@ -89,10 +89,10 @@ class ShmTransport : public Transport {
 
   shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
 
-  // The writer of this rank's fan slots (shm_layout.h; Request::shared). The sends of one
+  // The writer of this rank's fan buffer (shm_layout.h; Request::shared). The sends of one
   // message, one to each peer, join the message being written (fan_join), and any of them
-  // writes as many slots as the slowest reader has freed (fan_fill). A send is done once the
-  // message's last slot is published: when fan_sent_ reaches its token.
+  // writes as many pieces as the slowest reader has made room for (fan_fill). A send is done
+  // once its message's last piece is published (fan_written).
   struct FanOut {
     const std::byte* src = nullptr;
     std::byte* copy_to = nullptr;  // Request::dst of the sends: the writer's own copy
@@ -100,17 +100,22 @@ class ShmTransport : public Transport {
     size_t bytes = 0;
     OpStamp stamp;
     size_t written = 0;  // bytes published
-    uint64_t end = 0;    // fan_sent_ once the whole message is published
-    int joined = 0;      // sends that joined it
+    uint64_t number = 0;  // messages begun before it + 1
+    int joined = 0;       // sends that joined it
   };
   void fan_join(Request& r);
   bool fan_fill();
+  bool fan_written(const Request& r) const {
+    return fan_.number > r.token || (fan_.number == r.token && fan_.written == fan_.bytes);
+  }
   uint64_t fan_consumed(int peer) const {
     return fan_ctrl_[peer].tail.load(std::memory_order_acquire);
   }
-  shm::SlotHeader* fan_slot(uint64_t index) const {
-    return reinterpret_cast<shm::SlotHeader*>(fan_slots_ + (index % layout_.fan_depth) *
-                                                               layout_.fan_slot_stride());
+  // Publishes a piece of `bytes` (header included, a multiple of 64) at fan_pos_, whose header
+  // the caller has filled but for `seq`.
+  void fan_publish(shm::SlotHeader* h, uint64_t bytes);
+  shm::SlotHeader* fan_at(uint64_t pos) const {
+    return reinterpret_cast<shm::SlotHeader*>(fan_slots_ + pos % layout_.fan_capacity());
   }
   const shm::SegmentHeader& peer_header(int peer) const;
   void announce(PeerStatus status);
@@ -124,11 +129,12 @@ class ShmTransport : public Transport {
   std::vector<ShmSegment> peers_;
   std::vector<std::unique_ptr<ShmLink>> links_;
   uint64_t forwarded_in_pass_ = 0;  // forwarded_in_pass_bytes(), counted by the links
-  shm::FanCtrl* fan_ctrl_ = nullptr;  // in this rank's segment: each reader's consumed slots
+  shm::FanCtrl* fan_ctrl_ = nullptr;  // in this rank's segment: each reader's position
   std::byte* fan_slots_ = nullptr;
   FanOut fan_;
-  uint64_t fan_sent_ = 0;      // fan slots published
-  uint64_t fan_min_tail_ = 0;  // the slowest reader's consumed count, as last read
+  uint64_t fan_messages_ = 0;  // messages begun
+  uint64_t fan_pos_ = 0;       // bytes of the fan buffer published
+  uint64_t fan_min_tail_ = 0;  // the slowest reader's position, as last read
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
   std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
   bool device_ipc_ = false;
