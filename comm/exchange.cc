@@ -72,6 +72,7 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   deadline_ = kNoDeadline;
   stamp_ = stamp;
   fifo_only_ = fifo_only;
+  fanned_out_ = false;
   const size_t bytes = stamp.count * dtype_size(static_cast<DataType>(stamp.dtype));
   yield_ns_ = bytes >= policy_.yield_from_bytes ? policy_.yield_ns : 0;
   if (static_cast<Collective>(stamp.coll) != Collective::kSend) {
@@ -164,6 +165,8 @@ Exchange::RequestId Exchange::post_forward(RequestId from, int peer) {
 
 void Exchange::post_fan_out(const void* src, size_t bytes, void* copy_to, bool stream) {
   CHORUS_CHECK(transport_.fans_out(), "fan-out over the ", transport_.name(), " transport");
+  CHORUS_CHECK(!fanned_out_, "a second fan-out in one operation");
+  fanned_out_ = true;
   for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
     if (p == rank_) continue;
     transport::Request r;

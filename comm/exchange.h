@@ -77,6 +77,7 @@ class Exchange {
   // every peer, written once into this rank's shared buffer and copied out of it by each peer;
   // wait_all() waits for all of them to have it. Every peer receives it with post_fan_in(this
   // rank, ...), and must: a rank's shared buffer carries every message to every peer, in order.
+  // At most one fan-out per operation (its sends join one message as the links reach them).
   bool fans_out() const { return transport_.fans_out(); }
   // `copy_to`: also copy the bytes there (this rank's own result), from the shared buffer as it is
   // written, with streaming stores if `stream`.
@@ -141,6 +142,7 @@ class Exchange {
   std::chrono::milliseconds timeout_{0};
   transport::OpStamp stamp_;
   bool fifo_only_ = false;  // begin(): sends of this operation never go single copy
+  bool fanned_out_ = false;  // post_fan_out() was called in this operation
   long yield_ns_ = 0;       // begin(): policy_.yield_ns if the operation is large enough
   // This rank's recent collectives (a ring: history_[k % size] is the k-th begun).
   std::array<transport::OpStamp, 64> history_{};
