@@ -66,7 +66,7 @@ TEST(Fanout, EveryRankReachesEveryOtherAtEverySize) {
           }
           ex.wait_all();
           if (rank != root || own_copy)
-            EXPECT_EQ(std::memcmp(got.data(), x.data(), bytes), 0) << "rank " << rank;
+            EXPECT_EQ(got, x) << "rank " << rank;
           if (rank == (root + 1) % n) EXPECT_EQ(next, between);
         }
   });
