@@ -292,10 +292,12 @@ std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size
     if (e.coll != coll || !algo::runs_on_hosts(e.algo, hosts)) continue;
     for (algo::Path path : {algo::Path::kSingleCopy, algo::Path::kFifo}) {
       const algo::Variant v{e.algo, path};
-      // The FIFO variants only where they differ: some peer is read single-copy. A forced or
-      // tuned one is listed anyway, since it is what runs.
-      if (path == algo::Path::kFifo && fifo_from_bytes == 0 && v != chosen) continue;
-      if (path == algo::Path::kFifo && !algo::has_paths(e.algo) && v != chosen) continue;
+      // The FIFO variants only where they differ: some peer is read single-copy, and the
+      // algorithm has two paths (algo::has_paths). A forced or tuned one is listed anyway, since
+      // it is what runs.
+      if (path == algo::Path::kFifo && (fifo_from_bytes == 0 || !algo::has_paths(e.algo)) &&
+          v != chosen)
+        continue;
       AlgorithmEstimate est;
       est.algorithm = std::string(algo::to_string(v));
       est.chosen = v == chosen;

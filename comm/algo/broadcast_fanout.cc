@@ -4,8 +4,6 @@
 // read n - 1 times, where a chain (broadcast ring) writes and reads it n - 1 times each and a
 // single-copy direct broadcast has n - 1 readers pin the root's pages in the kernel. Where the
 // transport has no shared buffer (ranks on several hosts, device memory) it runs the chain.
-#include <algorithm>
-
 #include "algo/algorithm.h"
 
 namespace chorus::algo {

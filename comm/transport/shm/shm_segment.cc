@@ -71,11 +71,8 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
   if (fd.fd < 0) throw_system_error("shm_open(" + name + ") of a peer's segment", errno);
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) throw_system_error("fstat of " + name, errno);
-  if (static_cast<size_t>(st.st_size) != bytes)
-    throw InvalidArgument(detail::concat(
-        "the peer's shared-memory segment ", name, " is ", st.st_size, " bytes where this rank's "
-        "settings make ", bytes, ": every rank must use the same CHORUS_SHM_SLOT_BYTES, "
-        "CHORUS_SHM_DEPTH, CHORUS_SHM_FAN_SLOT_BYTES and CHORUS_SHM_FAN_DEPTH"));
+  // The transport compares the settings that size a segment before it opens one.
+  CHORUS_CHECK_EQ(static_cast<size_t>(st.st_size), bytes, "size of peer segment ", name);
   ShmSegment seg;
   seg.name_ = name;
   seg.data_ = map(fd.fd, bytes, name);

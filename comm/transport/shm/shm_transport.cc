@@ -327,7 +327,7 @@ class ShmLink : public Link {
     return moved || r.done;
   }
 
-  // Copies (or reduces) the peer's fan-buffer pieces in order into the receive's destination;
+  // Copies the peer's fan-buffer pieces in order into the receive's destination;
   // the peer may write over them once every reader has moved its position past them.
   bool recv_shared(Request& r) {
     CHORUS_CHECK(device_ == nullptr, "a shared receive into device memory");
@@ -426,7 +426,7 @@ class ShmLink : public Link {
   static constexpr uint8_t kAwaitingAck = 1;
   static constexpr uint8_t kAwaitingCopy = 2;  // receive: the device copy / reduce is queued
   static constexpr uint8_t kThroughFifo = 3;   // send: device memory that cannot be exported
-  static constexpr uint8_t kFanning = 4;       // shared send: joined its message (token: end)
+  static constexpr uint8_t kFanning = 4;       // shared send: joined its message (token: its number)
 
   void check_slot(const shm::SlotHeader* h, const Request& r) const {
     check_slot(h, r.stamp, r.bytes);
