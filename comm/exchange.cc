@@ -361,6 +361,49 @@ void Exchange::exchange_small(int to, const std::byte* src, size_t src_stride, i
   throw_mismatch(m);
 }
 
+void Exchange::fan_small(const void* src, void* copy_to, int from, std::byte* inbox,
+                         size_t inbox_stride, size_t bytes) try {
+  const int n = static_cast<int>(links_.size());
+  CHORUS_CHECK_EQ(pending_, 0u, "fan_small with requests pending");
+  if (bytes == 0) return;  // nothing travels (as a posted fan-out of no bytes)
+  auto in = [&](int p) { return p != rank_ && (from == kAllPeers || from == p); };
+  auto target = [&](int p) { return inbox + static_cast<size_t>(p) * inbox_stride; };
+  const bool try_fast = bytes <= kFanSmallBytes && n <= 64;
+  bool fast = try_fast;
+  if (src != nullptr) {
+    if (try_fast && transport_.fan_send_now(src, bytes, copy_to, stamp_)) {
+      CHORUS_CHECK(!fanned_out_, "a second fan-out in one operation");
+      fanned_out_ = true;
+      for (int p = 0; p < n; ++p)
+        if (p != rank_) link(p).notify();
+    } else {
+      fast = false;
+      post_fan_out(src, bytes, copy_to);
+    }
+  }
+  uint64_t missing = 0;
+  if (try_fast) {
+    for (int p = 0; p < n; ++p)
+      if (in(p)) missing |= uint64_t{1} << p;
+    for (int pass = 0; missing != 0; ++pass) {
+      for (uint64_t m = missing; m != 0; m &= m - 1) {
+        const int p = __builtin_ctzll(m);
+        if (link(p).fan_recv_now(target(p), bytes, stamp_)) missing &= ~(uint64_t{1} << p);
+      }
+      if (missing == 0 || pass >= policy_.spin_passes) break;
+      // Our own fan-out, when it waits for room, moves on while we wait for the others'.
+      if (!fast) poke();
+      transport::cpu_relax();
+    }
+    if (missing == 0 && fast) return;
+  }
+  for (int p = 0; p < n; ++p)
+    if (in(p) && (!try_fast || (missing >> p & 1))) post_fan_in(p, target(p), bytes);
+  wait_all();
+} catch (const transport::StampMismatch& m) {
+  throw_mismatch(m);
+}
+
 void Exchange::wait(RequestId id) {
   wait_until([&] { return requests_[id].done; });
 }

@@ -95,6 +95,14 @@ class Exchange {
   static constexpr int kAllPeers = -1, kNoPeer = -2;
   void exchange_small(int to, const std::byte* src, size_t src_stride, int from, std::byte* inbox,
                       size_t inbox_stride, size_t bytes);
+  // The same through the shared buffers (fans_out() must hold): when src is set, this rank
+  // fans out `bytes` at src to every peer (and copies them to copy_to, when set); it receives
+  // each peer p of `from` (one rank, kAllPeers or kNoPeer) into inbox + p * inbox_stride. Up to
+  // kFanSmallBytes the message is written whole at once (Transport::fan_send_now) and arrivals
+  // are polled for directly while the wait policy spins; the rest becomes posted requests.
+  static constexpr size_t kFanSmallBytes = 32 << 10;
+  void fan_small(const void* src, void* copy_to, int from, std::byte* inbox, size_t inbox_stride,
+                 size_t bytes);
 
   void wait(RequestId id);
   void wait_all();

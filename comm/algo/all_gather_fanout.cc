@@ -14,6 +14,11 @@ void all_gather_fanout(Context& c, const CollArgs& a) {
   const bool stream = stream_results(c, a, bytes * static_cast<size_t>(n));
   std::byte* own = a.recv + static_cast<size_t>(r) * bytes;
   c.ex.step("fan-out blocks");
+  if (bytes <= Exchange::kFanSmallBytes) {  // latency-bound: each block goes whole at once
+    c.ex.fan_small(a.send, a.send != own ? own : nullptr, Exchange::kAllPeers, a.recv, bytes,
+                   bytes);
+    return;
+  }
   c.ex.post_fan_out(a.send, bytes, a.send != own ? own : nullptr, stream);
   // Readers start at different writers (rank + 1, rank + 2, ...), so no writer waits for all of
   // them at once.

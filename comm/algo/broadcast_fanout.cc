@@ -12,6 +12,14 @@ void broadcast_fanout(Context& c, const CollArgs& a) {
   if (a.mem != nullptr || !c.ex.fans_out()) return broadcast_ring(c, a);
   const size_t bytes = a.bytes();
   c.ex.step("fan-out");
+  if (bytes <= Exchange::kFanSmallBytes) {  // latency-bound: the message goes whole at once
+    if (c.rank == a.root)
+      c.ex.fan_small(a.send, a.send != a.recv ? a.recv : nullptr, Exchange::kNoPeer, nullptr, 0,
+                     bytes);
+    else
+      c.ex.fan_small(nullptr, nullptr, a.root, a.recv, 0, bytes);
+    return;
+  }
   if (c.rank != a.root) {
     c.ex.wait(c.ex.post_fan_in(a.root, a.recv, bytes, stream_results(c, a, bytes)));
     return;

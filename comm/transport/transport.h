@@ -145,6 +145,13 @@ class Link {
     (void)dst, (void)bytes, (void)stamp;
     return false;
   }
+  // The same for the peer's shared buffer (Transport::fan_send_now; Request::shared): takes the
+  // peer's next shared message into dst if it has arrived whole in one piece, else returns false
+  // and leaves it to a posted shared receive.
+  virtual bool fan_recv_now(void* dst, size_t bytes, const OpStamp& stamp) {
+    (void)dst, (void)bytes, (void)stamp;
+    return false;
+  }
 };
 
 class Transport {
@@ -166,6 +173,14 @@ class Transport {
   // writes once and every peer reads (Request::shared): one host, every rank on this transport,
   // host memory. The same on every rank of a communicator.
   virtual bool fans_out() const { return false; }
+  // The small-message path of the shared buffer (Exchange::fan_small): writes a whole message of
+  // `bytes` host bytes into it at once, as one piece, and copies it to `copy_to` too when that is
+  // set; returns false, having done nothing, when it cannot (no shared buffer, too large, no
+  // room, a message still being written). Wakes no peer: the caller notify()s their links.
+  virtual bool fan_send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp) {
+    (void)src, (void)bytes, (void)copy_to, (void)stamp;
+    return false;
+  }
 
   // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
   // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it

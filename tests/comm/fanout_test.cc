@@ -2,7 +2,8 @@
 // buffer and every other rank copies it out. Every rank as the writer in turn, messages from 0
 // bytes to several times the buffer, the writer's own copy, and a reader that comes late (the
 // writer must not reuse a slot before every reader has it); then the fanout broadcast's failures:
-// a killed reader or writer, and ranks that call different broadcasts.
+// a killed reader or writer, and ranks that call different broadcasts; and the small-message
+// path (Exchange::fan_small) between posted fan-outs.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -119,6 +120,58 @@ TEST(Fanout, MixedSizesWrapTheBufferInOrder) {
       }
       ex.wait_all();
       if (rank != root) ASSERT_EQ(got, x) << "message " << seq << " at rank " << rank;
+    }
+  }, options);
+}
+
+// The small-message path (Exchange::fan_small) between fan-outs of posted requests, as an
+// all-gather (every rank writes, every rank reads every other) and a broadcast (one writer) in
+// turn, through a buffer of 1 KiB: whole messages written at once where one piece holds them and
+// there is room, posted requests where not (too large for a piece, no room while a reader is
+// late, a piece that has not arrived), skips to the ring's start, and empty messages. Every
+// message must arrive whole and in order, and the writer's own copy be made.
+TEST(Fanout, TheSmallPathAndPostedFanOutsInterleave) {
+  RunOptions options;
+  options.env["CHORUS_SHM_FAN_SLOT_BYTES"] = "256";
+  options.env["CHORUS_SHM_FAN_DEPTH"] = "3";
+  static constexpr size_t kCounts[] = {1, 3, 0, 4, 5, 17, 64, 70, 100, 1, 250, 40};
+  constexpr int n = 3;
+  run_wired(n, [&](int rank, transport::Wiring&, Exchange& ex) {
+    for (uint64_t seq = 1; seq <= 600; ++seq) {
+      const size_t count = kCounts[seq % std::size(kCounts)];
+      const size_t bytes = count * sizeof(float);
+      SCOPED_TRACE(::testing::Message() << "message " << seq << " count " << count);
+      ex.begin("fanout", static_cast<int64_t>(seq), "test", kTimeout, stamp_for(seq, count, 0));
+      if (rank == 1 && seq % 40 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (seq % 3 != 0) {  // all-gather
+        std::vector<float> mine = values(count, static_cast<int>(seq) * n + rank);
+        std::vector<float> all(count * n, -1.0f);
+        const bool posted = seq % 5 == 0;
+        if (posted) {
+          ex.post_fan_out(mine.data(), bytes, all.data() + rank * count);
+          for (int p = 0; p < n; ++p)
+            if (p != rank) ex.post_fan_in(p, all.data() + p * count, bytes);
+          ex.wait_all();
+        } else {
+          ex.fan_small(mine.data(), all.data() + rank * count, Exchange::kAllPeers,
+                       reinterpret_cast<std::byte*>(all.data()), bytes, bytes);
+        }
+        std::fill(mine.begin(), mine.end(), -2.0f);  // sent: the buffer is the caller's again
+        for (int p = 0; p < n; ++p) {
+          const std::vector<float> want = values(count, static_cast<int>(seq) * n + p);
+          ASSERT_TRUE(std::equal(want.begin(), want.end(), all.begin() + p * count))
+              << "rank " << rank << ": block of rank " << p << (posted ? " (posted)" : "");
+        }
+      } else {  // broadcast from rank seq % n
+        const int root = static_cast<int>(seq % n);
+        const std::vector<float> x = values(count, static_cast<int>(seq));
+        std::vector<float> got(count, -1.0f);
+        if (rank == root)
+          ex.fan_small(x.data(), got.data(), Exchange::kNoPeer, nullptr, 0, bytes);
+        else
+          ex.fan_small(nullptr, nullptr, root, reinterpret_cast<std::byte*>(got.data()), 0, bytes);
+        ASSERT_EQ(got, x) << "rank " << rank;
+      }
     }
   }, options);
 }

@@ -364,6 +364,41 @@ class ShmLink : public Link {
     return moved;
   }
 
+  // The peer's next shared message if it is here whole, in one piece (Link::fan_recv_now). A skip
+  // before it is read past: a posted receive would do the same.
+  bool fan_recv_now(void* dst, size_t bytes, const OpStamp& stamp) override {
+    if (device_ != nullptr) return false;
+    constexpr uint64_t kLine = sizeof(shm::SlotHeader);
+    const uint64_t capacity = layout_.fan_capacity();
+    uint64_t at = fan_received_ % capacity;
+    const auto* h = reinterpret_cast<const shm::SlotHeader*>(fan_in_slots_ + at);
+    if (h->seq.load(std::memory_order_acquire) != fan_received_ + 1) return false;
+    if (h->kind == shm::SlotKind::kSkip) {
+      fan_received_ += capacity - at;
+      fan_in_ctrl_->tail.store(fan_received_, std::memory_order_release);
+      at = 0;
+      h = reinterpret_cast<const shm::SlotHeader*>(fan_in_slots_);
+      if (h->seq.load(std::memory_order_acquire) != fan_received_ + 1) return false;
+    }
+    const std::byte* data;
+    uint64_t piece = kLine;
+    if (h->kind == shm::SlotKind::kInline) {
+      data = shm::inline_payload(h);
+    } else if (h->kind == shm::SlotKind::kEager && h->offset == 0 && h->bytes == h->total) {
+      data = payload(h);
+      piece += (h->bytes + kLine - 1) / kLine * kLine;
+    } else {
+      return false;
+    }
+    check_slot(h, stamp, bytes);
+    std::memcpy(dst, data, bytes);
+    fan_received_ += piece;
+    fan_in_ctrl_->tail.store(fan_received_, std::memory_order_release);
+    peer_bell_.ring();  // the writer may wait for room
+    __builtin_prefetch(fan_in_slots_ + fan_received_ % capacity);
+    return true;
+  }
+
   // ---- forwarding (Request::forward), called on the link the result goes out on ----------------
 
   // Publishes the next slot of forward `f` with n bytes of payload already written to it.
@@ -1078,6 +1113,50 @@ bool ShmTransport::fan_fill() {
   return moved;
 }
 
+bool ShmTransport::fan_send_now(const void* src, size_t bytes, void* copy_to,
+                                const OpStamp& stamp) {
+  constexpr uint64_t kLine = sizeof(shm::SlotHeader);
+  if (!fans_out() || device_op_ || bytes == 0 || bytes > layout_.fan_slot_bytes || fan_.written != fan_.bytes)
+    return false;
+  const uint64_t capacity = layout_.fan_capacity();
+  const bool inline_piece = bytes <= shm::kInlineBytes;
+  const uint64_t piece = kLine + (inline_piece ? 0 : (bytes + kLine - 1) / kLine * kLine);
+  const uint64_t at = fan_pos_ % capacity;
+  const uint64_t skip = at + piece > capacity ? capacity - at : 0;
+  const auto room = [&] { return fan_pos_ + skip + piece + kLine - fan_min_tail_ <= capacity; };
+  if (!room()) {
+    uint64_t slowest = UINT64_MAX;
+    for (int p : members_)
+      if (p != rank_) slowest = std::min(slowest, fan_consumed(p));
+    fan_min_tail_ = slowest;
+    if (!room()) return false;
+  }
+  if (skip > 0) {
+    shm::SlotHeader* s = fan_at(fan_pos_);
+    s->kind = shm::SlotKind::kSkip;
+    fan_publish(s, skip);
+  }
+  shm::SlotHeader* h = fan_at(fan_pos_);
+  h->kind = inline_piece ? shm::SlotKind::kInline : shm::SlotKind::kEager;
+  h->bytes = static_cast<uint32_t>(bytes);
+  h->total = bytes;
+  h->stamp = stamp;
+  std::byte* data;
+  if (inline_piece) {
+    data = shm::inline_payload(h);
+  } else {
+    h->offset = 0;
+    data = reinterpret_cast<std::byte*>(h + 1);
+  }
+  if (bytes > 0) std::memcpy(data, src, bytes);
+  fan_publish(h, piece);
+  ++fan_messages_;
+  // The own copy comes from src, not from the piece the peers are reading now (4 KiB all_gather,
+  // np=2: 0.95 -> 0.87 us).
+  if (copy_to != nullptr && bytes > 0) std::memcpy(copy_to, src, bytes);
+  return true;
+}
+
 // A failed operation may have left a message half written; the communicator is not used again,
 // but nothing may go on reading the caller's buffer.
 void ShmTransport::abandon() { fan_ = FanOut{}; }
@@ -1097,6 +1176,7 @@ void ShmTransport::set_device_memory(const DeviceContext* device) {
     throw Error(ErrorKind::kTransport,
                 "the shm transport cannot move device memory here: " + no_device_ipc_, rank_);
   if (device != nullptr) device_ = *device;
+  device_op_ = device != nullptr;
   device_copies_ = 0;  // a failed operation may have left one unaccounted for
   for (auto& l : links_)
     if (l) l->set_device(device != nullptr ? &device_ : nullptr);
