@@ -111,9 +111,10 @@ Exchange::RequestId Exchange::post(transport::Request r) {
   return id;
 }
 
-Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes) {
+Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes, bool assist) {
   transport::Request r;
   r.kind = transport::Request::Kind::kSend;
+  r.assist = assist;
   r.fifo_only = fifo_only_;
   r.peer = peer;
   r.src = static_cast<const std::byte*>(src);

@@ -60,7 +60,10 @@ class Exchange {
   // for that peer.
   static constexpr size_t kEagerPostBytes = 4096;
 
-  RequestId post_send(int peer, const void* src, size_t bytes);
+  // `assist`: this rank waits for the send with nothing else to do; the receiver of a large
+  // message it reads single copy may hand part of the copy back to this rank's wait
+  // (transport::Request::assist).
+  RequestId post_send(int peer, const void* src, size_t bytes, bool assist = false);
   // `stream`: write dst with streaming stores (a large result the algorithm does not read again;
   // transport::Request::stream_dst).
   RequestId post_recv(int peer, void* dst, size_t bytes, bool stream = false);

@@ -17,7 +17,7 @@ void barrier_direct(Context& c, const CollArgs&) {
 
 void send_direct(Context& c, const CollArgs& a) {
   c.ex.step("send");
-  c.ex.wait(c.ex.post_send(a.peer, a.send, a.bytes()));
+  c.ex.wait(c.ex.post_send(a.peer, a.send, a.bytes(), /*assist=*/true));
 }
 
 void recv_direct(Context& c, const CollArgs& a) {

@@ -17,8 +17,10 @@ void broadcast_direct(Context& c, const CollArgs& a) {
     return;
   }
   if (c.rank == a.root) {
+    // With one receiver the root may take part of its single-copy read; with more, their reads
+    // are staggered instead (the shm transport's receive_rendezvous).
     for (int p = 0; p < c.size; ++p)
-      if (p != a.root) c.ex.post_send(p, a.send, a.bytes());
+      if (p != a.root) c.ex.post_send(p, a.send, a.bytes(), /*assist=*/c.size == 2);
     c.ex.poke();  // the peers read while the root copies its own
     copy_if_distinct(a, a.recv, a.send, a.bytes());
     c.ex.wait_all();

@@ -24,7 +24,8 @@ void broadcast_ring(Context& c, const CollArgs& a) {
       const Exchange::RequestId id = c.ex.post_recv(prev, a.recv + lo * es, len * es, stream);
       if (next >= 0) c.ex.post_forward(id, next);
     } else if (next >= 0) {
-      c.ex.post_send(next, a.send + lo * es, len * es);
+      // The root only waits: it may take part of the next rank's single-copy read.
+      c.ex.post_send(next, a.send + lo * es, len * es, /*assist=*/true);
     }
     if (pos == 0 && a.send != a.recv) {
       // The root's own copy, a chunk at a time while the next rank reads the chunks posted.

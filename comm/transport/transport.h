@@ -99,6 +99,10 @@ struct Request {
   // set, receives a copy too, taken from the shared buffer while it is in cache (the root's own
   // result of an out-of-place broadcast), with streaming stores when stream_dst says so.
   bool shared = false;
+  // Sends: the sender has nothing else to do until this send is done. A receiver of a large
+  // message read single copy may then hand part of the copy back to the sender, so that both
+  // copy at once (the shm transport's shared rendezvous, FifoCtrl::assist).
+  bool assist = false;
   // Receives: write dst with streaming (non-temporal) stores. The algorithm sets it for large
   // results it will not read again, which then cost no read for ownership (kernels::copy_stream).
   bool stream_dst = false;
@@ -114,6 +118,7 @@ struct Request {
   // Progress state, owned by the transport.
   size_t offset = 0;
   uint64_t token = 0;
+  uint64_t addr = 0;
   uint8_t phase = 0;
   // Set by the link from the transport's device context (set_device_memory) when it first
   // touches the request.
@@ -169,6 +174,9 @@ class Transport {
   // (Request::forward), since the transport was made: how often forwarding took the one-pass
   // path rather than sending the result after the receive.
   virtual uint64_t forwarded_in_pass_bytes() const { return 0; }
+  // Bytes this rank wrote into its receivers' memory for them (Request::assist), since the
+  // transport was made: how often the receivers of its waited-for sends shared their copy.
+  virtual uint64_t assisted_bytes() const { return 0; }
   // Whether this rank can send one message to all its peers through a shared buffer that it
   // writes once and every peer reads (Request::shared): one host, every rank on this transport,
   // host memory. The same on every rank of a communicator.

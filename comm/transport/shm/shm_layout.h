@@ -45,7 +45,7 @@
 
 namespace chorus::transport::shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x63686f7275730006ull;  // "chorus", layout v6
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730007ull;  // "chorus", layout v7
 
 // What a rank tells its peers about itself through its own segment (see PeerStatus).
 struct alignas(64) SegmentHeader {
@@ -78,7 +78,17 @@ struct FifoCtrl {
   alignas(64) std::atomic<uint64_t> tail;       // slots consumed by the receiver
   alignas(64) std::atomic<uint64_t> rndv_done;  // rendezvous reads finished by the receiver
   std::atomic<uint32_t> cma_ok;                 // receiver can read the sender's memory
+  // A shared copy of a rendezvous (SlotHeader::offset = 1: the sender waits for it with nothing
+  // else to do): the receiver offers the sender the bytes [assist_offset, + assist_bytes) of the
+  // message, to write with process_vm_writev to assist_addr in the receiver's memory while the
+  // receiver reads the rest. `assist` is (rendezvous number << 2) | Assist; the fields before
+  // it are written first. The sender takes an offer (Offered -> Taken) and marks it Done, or
+  // Offered again if its write failed; the receiver takes back one not taken (Offered ->
+  // Revoked) once it has read its own part, and copies that part too.
+  alignas(64) std::atomic<uint64_t> assist;
+  uint64_t assist_offset, assist_bytes, assist_addr;
 };
+enum Assist : uint64_t { kAssistOffered = 1, kAssistTaken = 2, kAssistDone = 3, kAssistRevoked = 0 };
 
 // In the writer's segment, one per reader: slots of the writer's fan buffer that reader consumed.
 struct FanCtrl {
@@ -99,7 +109,8 @@ struct alignas(64) SlotHeader {
   SlotKind kind;
   uint32_t bytes;   // eager: payload bytes in this slot
   uint64_t total;   // bytes of the whole message
-  uint64_t offset;  // eager: where this slot's payload starts in the message
+  uint64_t offset;  // eager: where this slot's payload starts in the message; rendezvous: 1 when
+                    // the sender would copy part of it (FifoCtrl::assist), else 0
   uint64_t addr;    // rendezvous: the message in the sender's address space
   OpStamp stamp;    // the sender's operation, compared with the receiver's
 };

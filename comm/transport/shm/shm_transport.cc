@@ -70,6 +70,23 @@ int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
   return 0;
 }
 
+// Writes `bytes` at `local` to `remote` in process `pid`; returns errno or 0.
+int cma_write(pid_t pid, const void* local, uint64_t remote, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec l{const_cast<char*>(static_cast<const char*>(local)) + done, bytes - done};
+    iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
+    ssize_t n = ::process_vm_writev(pid, &l, 1, &r, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EFAULT;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 // A peer that published a failure (shm_layout.h) is reported as it said: its own error text,
 // and the rank that started it.
 void throw_if_failed(const shm::SegmentHeader& h, int p) {
@@ -203,7 +220,8 @@ class ShmLink : public Link {
  private:
   bool send_host(Request& r) {
     if (r.phase == kAwaitingAck) {
-      if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < r.token) return false;
+      const bool assisted = r.assist && assist(r);
+      if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < r.token) return assisted;
       r.done = true;
       return true;
     }
@@ -213,7 +231,10 @@ class ShmLink : public Link {
       h->kind = shm::SlotKind::kRendezvous;
       h->bytes = 0;
       h->total = r.bytes;
-      h->offset = 0;
+      // The receiver may share the copy when this rank can write its memory (it can read it).
+      r.assist = r.assist && device_ == nullptr && r.bytes >= kAssistFromBytes &&
+                 in_ctrl_->cma_ok.load(std::memory_order_acquire) != 0;
+      h->offset = r.assist ? 1 : 0;
       h->addr = reinterpret_cast<uint64_t>(r.src);
       h->stamp = r.stamp;
       r.token = ++rndv_sent_;
@@ -258,6 +279,11 @@ class ShmLink : public Link {
   }
 
   bool recv_host(Request& r) {
+    if (r.phase == kAwaitingAssist) {
+      if (!finish_assisted(r)) return false;
+      acknowledge(r);
+      return true;
+    }
     // Forwarding: the link to the peer the result goes on to, when that peer is on this host too.
     ShmLink* out = nullptr;
     if (r.forward_now && r.forward->peer != owner_.rank_) {
@@ -273,9 +299,9 @@ class ShmLink : public Link {
       check_slot(h, r);
       if (h->kind == shm::SlotKind::kRendezvous) {
         const uint64_t addr = h->addr;
+        const bool assisted = h->offset == 1;
         consume_slot();
-        receive_rendezvous(r, addr);
-        acknowledge(r);
+        if (receive_rendezvous(r, addr, assisted)) acknowledge(r);
         return true;
       }
       if (h->kind == shm::SlotKind::kDeviceRendezvous) [[unlikely]] {
@@ -462,6 +488,9 @@ class ShmLink : public Link {
   static constexpr uint8_t kAwaitingCopy = 2;  // receive: the device copy / reduce is queued
   static constexpr uint8_t kThroughFifo = 3;   // send: device memory that cannot be exported
   static constexpr uint8_t kFanning = 4;       // shared send: joined its message (token: its number)
+  // Receive of an assisted rendezvous (token: its number, addr: the message in the sender's
+  // memory): the sender writes its part.
+  static constexpr uint8_t kAwaitingAssist = 5;
 
   void check_slot(const shm::SlotHeader* h, const Request& r) const {
     check_slot(h, r.stamp, r.bytes);
@@ -725,8 +754,74 @@ class ShmLink : public Link {
                 -1, {}, -1, peer_);
   }
 
+  // ---- the shared rendezvous copy (Request::assist, FifoCtrl::assist) ---------------------------
+
+  // Sender: takes the receiver's offer for this rendezvous, if there is one, and writes that part
+  // of the message into the receiver's memory. A failed write hands the part back (Offered
+  // again; the receiver then reads it) and asks for no more.
+  bool assist(Request& r) {
+    const uint64_t offered = r.token << 2 | shm::kAssistOffered;
+    uint64_t state = out_ctrl_->assist.load(std::memory_order_acquire);
+    if (state != offered ||
+        !out_ctrl_->assist.compare_exchange_strong(state, r.token << 2 | shm::kAssistTaken,
+                                                   std::memory_order_acq_rel))
+      return false;
+    const uint64_t offset = out_ctrl_->assist_offset, bytes = out_ctrl_->assist_bytes;
+    CHORUS_CHECK(offset <= r.bytes && bytes <= r.bytes - offset, "rank ", peer_,
+                 " offered bytes ", offset, "+", bytes, " of a ", r.bytes, "-byte message");
+    const int err = cma_write(peer_pid_, r.src + offset, out_ctrl_->assist_addr, bytes);
+    if (err == 0) owner_.assisted_ += bytes;
+    if (err != 0) {
+      CHORUS_INFO(kLogShm, "to rank ", peer_, ": shared copy refused (", std::strerror(err),
+                  "); the receiver copies alone");
+      r.assist = false;
+    }
+    out_ctrl_->assist.store(r.token << 2 | (err == 0 ? shm::kAssistDone : shm::kAssistOffered),
+                            std::memory_order_release);
+    peer_bell_.ring();
+    return true;
+  }
+
+  // Receiver of an assisted rendezvous: whether the whole message is here. The part offered is
+  // taken back and read here if the sender has not taken it; else it is here once the sender has
+  // written it (Done), or is read here if the sender handed it back.
+  bool finish_assisted(Request& r) {
+    uint64_t state = in_ctrl_->assist.load(std::memory_order_acquire);
+    if (state == (r.token << 2 | shm::kAssistOffered) &&
+        in_ctrl_->assist.compare_exchange_strong(state, r.token << 2 | shm::kAssistRevoked,
+                                                 std::memory_order_acq_rel)) {
+      const uint64_t offset = in_ctrl_->assist_offset;
+      if (int err = cma_read(peer_pid_, r.dst + offset, r.addr + offset, r.bytes - offset))
+        throw_read_error(err);
+    } else if (state != (r.token << 2 | shm::kAssistDone)) {
+      return false;
+    }
+    return true;
+  }
+
+  // From this size a receive shares the copy with a sender that offers to (the second system
+  // call and the hand-shake cost about what a 64 KiB copy does).
+  static constexpr size_t kAssistFromBytes = 256 << 10;
   static constexpr size_t kRotateFromBytes = 256 << 10;
-  void receive_rendezvous(Request& r, uint64_t addr) {
+  // Reads a rendezvous message; returns false when the sender is still writing its part of it
+  // (the request then waits in phase kAwaitingAssist).
+  bool receive_rendezvous(Request& r, uint64_t addr, bool assisted) {
+    if (r.kind == Request::Kind::kRecv && assisted && r.bytes >= kAssistFromBytes) {
+      // The sender waits with nothing else to do: it writes the second half while this rank
+      // reads the first, unless this rank is done first and takes it back.
+      const uint64_t token = in_ctrl_->rndv_done.load(std::memory_order_relaxed) + 1;
+      const size_t half = r.bytes / 2 / 4096 * 4096;
+      in_ctrl_->assist_offset = half;
+      in_ctrl_->assist_bytes = r.bytes - half;
+      in_ctrl_->assist_addr = reinterpret_cast<uint64_t>(r.dst + half);
+      in_ctrl_->assist.store(token << 2 | shm::kAssistOffered, std::memory_order_release);
+      peer_bell_.ring();
+      if (int err = cma_read(peer_pid_, r.dst, addr, half)) throw_read_error(err);
+      r.token = token;
+      r.addr = addr;  // should the second half come back
+      r.phase = kAwaitingAssist;
+      return finish_assisted(r);
+    }
     if (r.kind == Request::Kind::kRecv) {
       // Several ranks often read one sender's buffer at once (a broadcast's receivers), and each
       // read pins the sender's pages one after the other: readers in step bounce every page's
@@ -744,7 +839,7 @@ class ShmLink : public Link {
           throw_read_error(err);
       if (int err = cma_read(peer_pid_, r.dst, addr, from > 0 ? from : r.bytes))
         throw_read_error(err);
-      return;
+      return true;
     }
     // Reduce: pull a cache-sized piece, combine it while it is hot.
     if (staging_.size() < kStagingBytes) staging_.resize(kStagingBytes);
@@ -754,6 +849,7 @@ class ShmLink : public Link {
       if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_read_error(err);
       deliver(r, off, staging_.data(), n);
     }
+    return true;
   }
 
   ShmTransport& owner_;

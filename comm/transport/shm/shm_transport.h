@@ -50,6 +50,7 @@ class ShmTransport : public Transport {
   bool single_copy_anywhere() const override;
   size_t single_copy_threshold() const override { return options_.cma_threshold; }
   uint64_t forwarded_in_pass_bytes() const override { return forwarded_in_pass_; }
+  uint64_t assisted_bytes() const override { return assisted_; }
   // Every rank of the communicator is on this host (no other transport beside this one).
   bool fans_out() const override { return members_.size() == static_cast<size_t>(world_size_); }
   bool fan_send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp) override;
@@ -130,6 +131,7 @@ class ShmTransport : public Transport {
   std::vector<ShmSegment> peers_;
   std::vector<std::unique_ptr<ShmLink>> links_;
   uint64_t forwarded_in_pass_ = 0;  // forwarded_in_pass_bytes(), counted by the links
+  uint64_t assisted_ = 0;           // assisted_bytes(), counted by the links
   shm::FanCtrl* fan_ctrl_ = nullptr;  // in this rank's segment: each reader's position
   std::byte* fan_slots_ = nullptr;
   FanOut fan_;
