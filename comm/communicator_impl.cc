@@ -257,7 +257,12 @@ algo::Variant Communicator::Impl::choose(Collective coll, size_t bytes) const {
   std::optional<algo::Variant> a;
   // The tune table is measured on one host; across hosts the hierarchical rules apply.
   const algo::Algorithm fixed = algo::select_default(coll, bytes, size, host_of);
-  if (hosts == 1 && tune) a = tune->fastest(size, coll, bytes, fixed);
+  // Broadcast by its in-place curves: the receivers' work is the same either way, and in place
+  // is how a broadcast is mostly called (MPI_Bcast, torch.distributed.broadcast, the span
+  // overload); an out-of-place root adds its own copy to any algorithm. Every rank chooses
+  // alike, whatever its own buffers.
+  if (hosts == 1 && tune)
+    a = tune->fastest(size, coll, bytes, fixed, coll == Collective::kBroadcast);
   // Below the single-copy threshold no message can go single copy: the "/fifo" variant is the
   // same code as the plain one, and only noise in the table could have picked it.
   if (a && a->path == algo::Path::kFifo && (fifo_from_bytes == 0 || bytes < fifo_from_bytes))
@@ -268,20 +273,19 @@ algo::Variant Communicator::Impl::choose(Collective coll, size_t bytes) const {
 
 // A receiver takes a message of either kind, single copy or through the FIFO, so a rank may pick
 // the path of its own sends without the others knowing (the pipelining unit stays the agreed
-// variant's). The root of an in-place broadcast uses that: it only sends, and the selector's
-// curves are of out-of-place calls, where the root also copies its buffer into place while a
-// single-copy receiver reads. In place it has nothing to do meanwhile, and from a few MiB the
-// copy shared through the FIFO is faster (docs/PERFORMANCE.md). So it follows the table's
-// in-place curves of the chosen algorithm, when there are both and the selector chose (not a
-// forced algorithm), for host memory, from the single-copy threshold up (below it every send goes
-// through the FIFO anyway).
+// variant's). The root of a broadcast uses that: the selector chose the algorithm and its path by
+// the table's in-place curves (choose()), but an out-of-place root also copies its buffer into
+// place meanwhile, and single copy then often wins where in place the copy shared through the
+// FIFO does (docs/PERFORMANCE.md). So the root follows the chosen algorithm's curves of its own
+// placement, when there are both and the selector chose (not a forced algorithm), for host
+// memory, from the single-copy threshold up (below it every send goes through the FIFO anyway).
 bool Communicator::Impl::sends_through_fifo(const algo::CollArgs& a, algo::Variant v,
                                             size_t bytes, bool on_device) const {
   const bool agreed = v.path == algo::Path::kFifo;
-  if (a.coll != Collective::kBroadcast || a.root != rank || a.send != a.recv || on_device ||
-      forced || !tune || hosts != 1 || fifo_from_bytes == 0 || bytes < fifo_from_bytes)
+  if (a.coll != Collective::kBroadcast || a.root != rank || on_device || forced || !tune ||
+      hosts != 1 || fifo_from_bytes == 0 || bytes < fifo_from_bytes)
     return agreed;
-  const auto path = tune->in_place_path(size, a.coll, v.algo, bytes);
+  const auto path = tune->path_for(size, a.coll, v.algo, bytes, a.send == a.recv);
   return path ? *path == algo::Path::kFifo : agreed;
 }
 
@@ -301,8 +305,13 @@ std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size
       AlgorithmEstimate est;
       est.algorithm = std::string(algo::to_string(v));
       est.chosen = v == chosen;
-      if (tune && hosts == 1)
-        if (auto us = tune->predict_us(size, coll, v, bytes)) est.predicted_us = *us;
+      if (tune && hosts == 1) {
+        // What the choice compared: broadcast's in-place curve where there is one.
+        auto us = coll == Collective::kBroadcast ? tune->predict_us(size, coll, v, bytes, true)
+                                                 : std::nullopt;
+        if (!us) us = tune->predict_us(size, coll, v, bytes);
+        if (us) est.predicted_us = *us;
+      }
       out.push_back(std::move(est));
     }
   }

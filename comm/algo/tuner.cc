@@ -143,7 +143,11 @@ std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, C
 }
 
 std::optional<Variant> TuneTable::fastest(int world_size, Collective coll, size_t bytes,
-                                          std::optional<Variant> preferred) const {
+                                          std::optional<Variant> preferred, bool in_place) const {
+  const auto predict_us = [&](int w, Collective c, Variant v, size_t b) {
+    auto us = in_place ? this->predict_us(w, c, v, b, true) : std::nullopt;
+    return us ? us : this->predict_us(w, c, v, b);
+  };
   std::optional<Variant> best;
   double best_us = 0;
   for (const AlgoEntry& e : all_algorithms()) {
@@ -173,10 +177,10 @@ std::optional<Variant> TuneTable::fastest(int world_size, Collective coll, size_
   return best;
 }
 
-std::optional<Path> TuneTable::in_place_path(int world_size, Collective coll, Algorithm algo,
-                                             size_t bytes) const {
-  const auto single = predict_us(world_size, coll, Variant{algo}, bytes, true);
-  const auto fifo = predict_us(world_size, coll, Variant{algo, Path::kFifo}, bytes, true);
+std::optional<Path> TuneTable::path_for(int world_size, Collective coll, Algorithm algo,
+                                        size_t bytes, bool in_place) const {
+  const auto single = predict_us(world_size, coll, Variant{algo}, bytes, in_place);
+  const auto fifo = predict_us(world_size, coll, Variant{algo, Path::kFifo}, bytes, in_place);
   if (!single || !fifo) return std::nullopt;
   return *single <= *fifo ? Path::kSingleCopy : Path::kFifo;
 }

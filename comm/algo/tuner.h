@@ -18,8 +18,9 @@
 //   <world size> <collective>[/in-place] <variant> <bytes>:<us> <bytes>:<us> ...
 // where <variant> is an algorithm name, alone (single copy) or with "/fifo" (algorithm.h, Path).
 // Curves are of out-of-place calls. "/in-place" marks a curve of in-place calls: chorus-tune
-// measures them for broadcast, whose in-place root alone picks the path of its sends from them
-// (in_place_path()); the selector never reads them.
+// measures them for broadcast, which the selector chooses by them (fastest(..., in_place)); the
+// root of a broadcast then picks the path of its own sends by the curves of its own placement
+// (path_for()).
 #pragma once
 
 #include <cstddef>
@@ -61,14 +62,16 @@ class TuneTable {
   // one yields to it. A `preferred` variant predicted within kTieMargin of the fastest is kept: curves measured
   // on a busy machine differ by that much from run to run, and a flip between near-equal
   // predictions can pick an algorithm with more steps.
+  // `in_place`: by the in-place curves, where a variant has one (else its out-of-place one).
   static constexpr double kTieMargin = 0.10;
   std::optional<Variant> fastest(int world_size, Collective coll, size_t bytes,
-                                 std::optional<Variant> preferred = std::nullopt) const;
-  // The faster path for `algo` in place, by its two in-place curves; nullopt when either is
-  // missing. (No tie margin: the caller asks only from the single-copy threshold up, where the
+                                 std::optional<Variant> preferred = std::nullopt,
+                                 bool in_place = false) const;
+  // The faster path for `algo`, by its two curves in place or out of place; nullopt when either
+  // is missing. (No tie margin: the caller asks only from the single-copy threshold up, where the
   // two paths are different code.)
-  std::optional<Path> in_place_path(int world_size, Collective coll, Algorithm algo,
-                                    size_t bytes) const;
+  std::optional<Path> path_for(int world_size, Collective coll, Algorithm algo, size_t bytes,
+                               bool in_place) const;
 
   std::string origin;  // where it was loaded from (for logs and chorus-tune --show)
 

@@ -110,7 +110,7 @@ TEST(Tuner, FifoVariantsRoundTripAndCompeteWithSingleCopy) {
 }
 
 // "<collective>/in-place" curves: broadcast measured in place. They round-trip, the selector
-// never reads them, and in_place_path() compares an algorithm's two paths by them.
+// chooses broadcasts by them, and path_for() compares an algorithm's two paths by them.
 TEST(Tuner, InPlaceCurvesRoundTripAndPickTheRootsPath) {
   const TuneTable t = TuneTable::parse("2 broadcast direct 8:1 1000000:10\n"
                                        "2 broadcast/in-place direct 8:1 1000000:10\n"
@@ -123,15 +123,24 @@ TEST(Tuner, InPlaceCurvesRoundTripAndPickTheRootsPath) {
   EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kBroadcast, Algorithm::kDirect, 8), 1);
   EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kBroadcast, fifo, 1000000, true), 5);
   EXPECT_FALSE(t.predict_us(2, Collective::kBroadcast, fifo, 1000000));  // no such out-of-place curve
-  EXPECT_EQ(t.in_place_path(2, Collective::kBroadcast, Algorithm::kDirect, 8),
+  EXPECT_EQ(t.path_for(2, Collective::kBroadcast, Algorithm::kDirect, 8, true),
             algo::Path::kSingleCopy);
-  EXPECT_EQ(t.in_place_path(2, Collective::kBroadcast, Algorithm::kDirect, 1000000),
+  EXPECT_EQ(t.path_for(2, Collective::kBroadcast, Algorithm::kDirect, 1000000, true),
             algo::Path::kFifo);
-  EXPECT_FALSE(t.in_place_path(2, Collective::kBroadcast, Algorithm::kRing, 8));  // no curves
-  EXPECT_FALSE(t.in_place_path(4, Collective::kBroadcast, Algorithm::kDirect, 8));  // one path only
-  // In-place curves alone cover nothing for the selector, which reads out-of-place ones only.
+  EXPECT_FALSE(t.path_for(2, Collective::kBroadcast, Algorithm::kRing, 8, true));  // no curves
+  EXPECT_FALSE(t.path_for(4, Collective::kBroadcast, Algorithm::kDirect, 8, true));  // one path only
+  // In-place curves alone do not cover a collective (covers() counts out-of-place ones).
   EXPECT_FALSE(t.covers(4, Collective::kBroadcast));
   EXPECT_EQ(t.fastest(2, Collective::kBroadcast, 1000000), Algorithm::kDirect);
+  // By the in-place curves where an algorithm has one (the selector's choice for broadcast).
+  const TuneTable both = TuneTable::parse("2 broadcast direct 8:1 1000000:10\n"
+                                          "2 broadcast ring 8:1 1000000:12\n"
+                                          "2 broadcast tree 8:1 1000000:11\n"
+                                          "2 broadcast/in-place direct 8:1 1000000:10\n"
+                                          "2 broadcast/in-place ring 8:1 1000000:6\n",
+                                          "both");
+  EXPECT_EQ(both.fastest(2, Collective::kBroadcast, 1000000), Algorithm::kDirect);
+  EXPECT_EQ(both.fastest(2, Collective::kBroadcast, 1000000, std::nullopt, true), Algorithm::kRing);
   const auto ab = t.alpha_beta(2, Collective::kBroadcast, fifo, true);
   ASSERT_TRUE(ab);
   EXPECT_DOUBLE_EQ(ab->first, 2);
@@ -258,14 +267,14 @@ TEST(Tuner, EveryRankFollowsRankZerosTable) {
   });
 }
 
-// The root of an in-place broadcast picks the path of its sends from the table's in-place curves;
-// out of place, the selector's choice stands. Here the selector picks `direct` (single copy) and
-// the in-place curves say FIFO. A FIFO send of 256 KiB fits the FIFO (8 x 64 KiB slots) and
-// finishes without its receiver; a single-copy one cannot finish until the receiver has read it.
-// Rank 1 calls the first broadcast only once rank 0's has returned (a pipe outside the
-// transport), so a root that went single copy would time out here; the second call, out of
-// place, must still wait for the receiver.
-TEST(Tuner, TheRootOfAnInPlaceBroadcastFollowsTheInPlaceCurves) {
+// The selector chooses a broadcast by the table's in-place curves, and its root picks the path
+// of its sends by the curves of its own placement. Here the in-place curves say `direct/fifo`,
+// the out-of-place ones `direct` (single copy). A FIFO send of 256 KiB fits the FIFO
+// (8 x 64 KiB slots) and finishes without its receiver; a single-copy one cannot finish until
+// the receiver has read it. Rank 1 calls the first broadcast only once rank 0's has returned (a
+// pipe outside the transport), so a root that went single copy would time out here; the second
+// call, out of place, must wait for the receiver.
+TEST(Tuner, TheRootOfABroadcastFollowsTheCurvesOfItsPlacement) {
   const std::string path = write_table("tune_in_place.txt",
                                        "2 broadcast direct 8:1 100000000:10\n"
                                        "2 broadcast direct/fifo 8:2 100000000:20\n"
@@ -285,7 +294,7 @@ TEST(Tuner, TheRootOfAnInPlaceBroadcastFollowsTheInPlaceCurves) {
       std::printf("single copy is unavailable here: every send goes through the FIFO\n");
       return;
     }
-    ASSERT_EQ(comm.algorithm_for(Collective::kBroadcast, kCount * 4), "direct");
+    ASSERT_EQ(comm.algorithm_for(Collective::kBroadcast, kCount * 4), "direct/fifo");
     std::vector<int32_t> buf(kCount), out(kCount);
     if (comm.rank() == 0) {
       ::close(go[0]);
@@ -293,7 +302,7 @@ TEST(Tuner, TheRootOfAnInPlaceBroadcastFollowsTheInPlaceCurves) {
       comm.broadcast(buf.data(), buf.data(), kCount, DataType::kI32, 0);  // in place
       char byte = 1;
       ASSERT_EQ(::write(go[1], &byte, 1), 1);
-      // Out of place: single copy, as the selector chose. The receiver is let go a little later,
+      // Out of place: single copy, by the out-of-place curves. The receiver is let go a little later,
       // and the call cannot have returned before.
       std::atomic<bool> released{false};
       std::thread release([&] {
