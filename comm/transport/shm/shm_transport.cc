@@ -1,6 +1,7 @@
 #include "transport/shm/shm_transport.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -926,6 +927,14 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   hdr->fan_slot_bytes = static_cast<uint32_t>(options.fan_slot_bytes);
   hdr->fan_depth = static_cast<uint32_t>(options.fan_depth);
   hdr->probe = shm::kSegmentMagic ^ static_cast<uint64_t>(rank);
+  // Single copy is ptrace-class access between sibling processes, which the Yama LSM's default
+  // scope (1, "relational": Ubuntu's default) refuses unless the process being read names its
+  // reader. Ranks cannot name each other (one tracer per process), so a rank that allows single
+  // copy (CHORUS_SHM_CMA=1) lets any process of its user read it; the kernel's ownership check
+  // still applies. Without Yama the call fails with EINVAL and changes nothing.
+#ifdef PR_SET_PTRACER
+  if (options.cma) (void)::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
   const std::string signature = shm::device_ipc_signature();
   std::memcpy(hdr->gpu_signature, signature.c_str(), signature.size() + 1);
 
