@@ -405,6 +405,11 @@ void Exchange::fan_small(const void* src, void* copy_to, int from, std::byte* in
   throw_mismatch(m);
 }
 
+void Exchange::put(int peer, const void* src, uint64_t remote, size_t bytes) {
+  CHORUS_CHECK(puts(), "put over the ", transport_.name(), " transport");
+  link(peer).put(src, remote, bytes);
+}
+
 void Exchange::wait(RequestId id) {
   wait_until([&] { return requests_[id].done; });
 }

@@ -103,6 +103,12 @@ class Exchange {
   // each peer p of `from` (one rank, kAllPeers or kNoPeer) into inbox + p * inbox_stride. Up to
   // kFanSmallBytes the message is written whole at once (Transport::fan_send_now) and arrivals
   // are polled for directly while the wait policy spins; the rest becomes posted requests.
+  // Puts (Transport::puts_to_all(), the same on every rank; never on the FIFO path): this rank
+  // writes `bytes` at src into a peer's memory at `remote`, an address the peer sent it, one
+  // copy on this rank's core. The peer learns of it only from a message sent after.
+  bool puts() const { return !fifo_only_ && transport_.puts_to_all(); }
+  void put(int peer, const void* src, uint64_t remote, size_t bytes);
+
   static constexpr size_t kFanSmallBytes = 32 << 10;
   void fan_small(const void* src, void* copy_to, int from, std::byte* inbox, size_t inbox_stride,
                  size_t bytes);

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chorus/error.h"
 #include "chorus/gpu/runtime.h"
 #include "chorus/types.h"
 #include "transport/futex.h"
@@ -150,6 +151,13 @@ class Link {
     (void)dst, (void)bytes, (void)stamp;
     return false;
   }
+  // Writes `bytes` at src straight into the peer's memory at `remote` (an address the peer
+  // made known), one copy; only where Transport::puts_to_all() holds. Throws chorus::Error
+  // naming the peer when the write fails (PeerFailure when the peer's process is gone).
+  virtual void put(const void* src, uint64_t remote, size_t bytes) {
+    (void)src, (void)remote, (void)bytes;
+    throw Error(ErrorKind::kInternal, "put over a link that has none");
+  }
   // The same for the peer's shared buffer (Transport::fan_send_now; Request::shared): takes the
   // peer's next shared message into dst if it has arrived whole in one piece, else returns false
   // and leaves it to a posted shared receive.
@@ -181,6 +189,9 @@ class Transport {
   // writes once and every peer reads (Request::shared): one host, every rank on this transport,
   // host memory. The same on every rank of a communicator.
   virtual bool fans_out() const { return false; }
+  // Whether every rank can write every other rank's memory (Link::put): one host, every rank on
+  // this transport, single copy allowed between every pair. The same on every rank.
+  virtual bool puts_to_all() const { return false; }
   // The small-message path of the shared buffer (Exchange::fan_small): writes a whole message of
   // `bytes` host bytes into it at once, as one piece, and copies it to `copy_to` too when that is
   // set; returns false, having done nothing, when it cannot (no shared buffer, too large, no

@@ -1,9 +1,11 @@
-// The shared rendezvous copy (Request::assist; the shm transport's FifoCtrl::assist): a sender
+// Single copy driven by the sender. The shared rendezvous copy (Request::assist; the shm
+// transport's FifoCtrl::assist): a sender
 // that only waits for a large single-copy send may write part of the message into the
 // receiver's buffer while the receiver reads the rest. Whoever is first takes the offered part:
 // the sender when it waits (a late receiver), the receiver itself when the sender is busy
 // elsewhere (a late sender). Either way the receiver must get exactly the bytes sent, and the
 // sender's send may finish only once both parts are in place: it overwrites its buffer at once.
+// And puts (Exchange::put), with which the direct all-gather pushes each block into place.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -133,6 +135,63 @@ TEST(AssistedRendezvous, BroadcastAndSendDeliverEveryByte) {
       ASSERT_EQ(got, values(count, 8));
     }
   });
+}
+
+// Puts (Exchange::put): every rank writes its block straight into every peer's result, where
+// single copy is allowed between every pair. Sizes from the 1 MiB the direct all-gather pushes
+// from, odd ones whose chunks end inside a page, in place and out of place, at 2, 3 and 4
+// ranks, checked element by element; the pull (CHORUS_SHM_CMA=0: no puts) and the FIFO path
+// (direct/fifo) must give the same.
+void all_gather_pushed(int n, const RunOptions& options) {
+  run_ranks(n, [&](Communicator& comm) {
+    for (const char* algo : {"direct", "direct/fifo"}) {
+      comm.set_algorithm(algo);
+      for (size_t count : {size_t{1} << 18, size_t{262147}, size_t{1} << 20})
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << algo << " count " << count
+                                            << (in_place ? " in place" : ""));
+          const size_t r = static_cast<size_t>(comm.rank());
+          std::vector<float> out(count * static_cast<size_t>(n), -1.0f);
+          std::vector<float> mine = values(count, comm.rank() + 1);
+          if (in_place) {
+            std::copy(mine.begin(), mine.end(), out.begin() + r * count);
+            comm.all_gather(out.data() + r * count, out.data(), count, DataType::kF32);
+          } else {
+            comm.all_gather(mine.data(), out.data(), count, DataType::kF32);
+          }
+          for (int p = 0; p < n; ++p) {
+            const std::vector<float> want = values(count, p + 1);
+            ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin() + p * count))
+                << "rank " << comm.rank() << ": block of rank " << p;
+          }
+        }
+    }
+  }, options);
+}
+
+TEST(Puts, TheDirectAllGatherPushesEveryBlockIntoPlace) {
+  for (int n : {2, 3, 4}) {
+    SCOPED_TRACE(::testing::Message() << n << " ranks");
+    all_gather_pushed(n, {});
+  }
+}
+
+TEST(Puts, WithoutSingleCopyTheDirectAllGatherPulls) {
+  RunOptions options;
+  options.env["CHORUS_SHM_CMA"] = "0";
+  all_gather_pushed(3, options);
+}
+
+// Where single copy is allowed between every pair, every rank says so; where not, none does.
+TEST(Puts, EveryRankAgreesWhetherItMayPut) {
+  for (const char* cma : {"1", "0"}) {
+    RunOptions options;
+    options.env["CHORUS_SHM_CMA"] = cma;
+    run_wired(3, [&](int, transport::Wiring& w, Exchange& ex) {
+      EXPECT_EQ(w.transport->puts_to_all(), std::string(cma) == "1");
+      EXPECT_EQ(ex.puts(), std::string(cma) == "1");
+    }, options);
+  }
 }
 
 }  // namespace

@@ -755,6 +755,21 @@ class ShmLink : public Link {
                 -1, {}, -1, peer_);
   }
 
+  void put(const void* src, uint64_t remote, size_t bytes) override {
+    CHORUS_CHECK(owner_.puts_to_all_ && device_ == nullptr, "a put to rank ", peer_,
+                 " where single copy is not allowed between every pair");
+    if (int err = cma_write(peer_pid_, src, remote, bytes)) {
+      throw_if_failed(peer_header_, peer_);
+      if (err == ESRCH)
+        throw PeerFailure(detail::concat("rank ", peer_, " (pid ", peer_pid_, ") died while this "
+                                         "rank was writing into its buffer"),
+                          -1, {}, -1, peer_);
+      throw Error(ErrorKind::kTransport, detail::concat("single-copy write to rank ", peer_,
+                                                        " failed: ", std::strerror(err)),
+                  -1, {}, -1, peer_);
+    }
+  }
+
   // ---- the shared rendezvous copy (Request::assist, FifoCtrl::assist) ---------------------------
 
   // Sender: takes the receiver's offer for this rendezvous, if there is one, and writes that part
@@ -1025,6 +1040,17 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   for (int p : members_) keys.push_back("shm_mapped/" + std::to_string(p));
   store.wait(keys, timeout);
   own_.unlink();
+
+  // Every rank has probed every peer by now (before its shm_mapped key), and each segment holds
+  // what its rank found: single copy between every pair, read from all segments alike, is the
+  // same answer on every rank. Writing a process's memory takes the same permission as reading.
+  puts_to_all_ = fans_out();
+  for (int q : members_) {
+    const std::byte* base = q == rank ? own_base : static_cast<const std::byte*>(peers_[q].data());
+    const auto* ctrl = reinterpret_cast<const shm::FifoCtrl*>(base + shm::Layout::kCtrlOffset);
+    for (int p : members_)
+      if (p != q && ctrl[p].cma_ok.load(std::memory_order_acquire) == 0) puts_to_all_ = false;
+  }
 
   // Liveness: a pidfd per peer becomes readable when that process ends.
   pidfds_.assign(world_size, -1);

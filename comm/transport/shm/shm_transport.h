@@ -54,6 +54,7 @@ class ShmTransport : public Transport {
   // Every rank of the communicator is on this host (no other transport beside this one).
   bool fans_out() const override { return members_.size() == static_cast<size_t>(world_size_); }
   bool fan_send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp) override;
+  bool puts_to_all() const override { return puts_to_all_; }
   uint32_t arm_sleep() override { return header()->bell.arm(); }
   void disarm_sleep() override { header()->bell.disarm(); }
   void sleep(uint32_t token, long max_ns) override {
@@ -144,6 +145,7 @@ class ShmTransport : public Transport {
   std::string no_device_ipc_;  // why not, when !device_ipc_
   DeviceContext device_;       // of the operation running on device memory
   bool device_op_ = false;     // an operation on device memory is running (set_device_memory)
+  bool puts_to_all_ = false;   // puts_to_all(), found at set-up
   int device_copies_ = 0;      // device copies / reductions the links have queued and not seen end
   static constexpr long kDeviceCopyPollNs = 20'000;
   std::vector<std::pair<int, gpu::OwnedStream>> host_copy_streams_;
