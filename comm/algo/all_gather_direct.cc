@@ -15,7 +15,7 @@
 namespace chorus::algo {
 namespace {
 
-constexpr size_t kPushFromBytes = 1 << 20;  // the whole result; below it the pull is as fast
+constexpr size_t kPushFromBytes = 128 << 10;  // the whole result; below it the pull is as fast
 constexpr size_t kPushChunkBytes = 256 << 10;
 
 void all_gather_push(Context& c, const CollArgs& a) {

@@ -138,7 +138,7 @@ TEST(AssistedRendezvous, BroadcastAndSendDeliverEveryByte) {
 }
 
 // Puts (Exchange::put): every rank writes its block straight into every peer's result, where
-// single copy is allowed between every pair. Sizes from the 1 MiB the direct all-gather pushes
+// single copy is allowed between every pair. Sizes above the 128 KiB the direct all-gather pushes
 // from, odd ones whose chunks end inside a page, in place and out of place, at 2, 3 and 4
 // ranks, checked element by element; the pull (CHORUS_SHM_CMA=0: no puts) and the FIFO path
 // (direct/fifo) must give the same.
