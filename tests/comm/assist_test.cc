@@ -7,6 +7,7 @@
 // sender's send may finish only once both parts are in place: it overwrites its buffer at once.
 // And puts (Exchange::put), with which the direct all-gather pushes each block into place.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
@@ -42,6 +43,10 @@ enum class Late { kNobody, kReceiver, kSender };
 enum class Expect { kAssisted, kNotAssisted, kEither };
 void send_many(Late late, Expect expect) {
   static constexpr size_t kCounts[] = {65536, 65537, 100003, 262144, 300001, 1 << 20};
+  // A late sender stays away until the receiver has the whole message (a pipe outside the
+  // transport), so whatever the timing it can never take the part offered.
+  int received[2];
+  ASSERT_EQ(::pipe(received), 0);
   run_wired(2, [&](int rank, transport::Wiring& w, Exchange& ex) {
     ASSERT_TRUE(w.transport->single_copy_anywhere()) << "ranks of one host read each other";
     std::vector<float> buf(kCounts[std::size(kCounts) - 1]);
@@ -57,7 +62,8 @@ void send_many(Late late, Expect expect) {
           ex.post_send(1, buf.data(), count * sizeof(float), /*assist=*/true);
           if (late == Late::kSender) {
             ex.poke();  // the message is announced; then this rank is busy elsewhere
-            std::this_thread::sleep_for(std::chrono::milliseconds(3));
+            char byte = 0;
+            ASSERT_EQ(::read(received[0], &byte, 1), 1);
           }
           ex.wait_all();
           std::fill(buf.begin(), buf.end(), -1.0f);  // the send is done: the buffer is ours
@@ -66,6 +72,10 @@ void send_many(Late late, Expect expect) {
           std::vector<float> got(count, -2.0f);
           ex.post_recv(0, got.data(), count * sizeof(float));
           ex.wait_all();
+          if (late == Late::kSender) {
+            const char byte = 1;
+            ASSERT_EQ(::write(received[1], &byte, 1), 1);
+          }
           ASSERT_EQ(got, x);
         }
       }
@@ -74,6 +84,8 @@ void send_many(Late late, Expect expect) {
     if (rank == 0 && expect == Expect::kNotAssisted)
       EXPECT_EQ(w.transport->assisted_bytes(), 0u) << "the busy sender took a part";
   });
+  ::close(received[0]);
+  ::close(received[1]);
 }
 
 TEST(AssistedRendezvous, AWaitingSenderWritesPartOfALateReceiversMessage) {
