@@ -16,6 +16,7 @@
 #include "chorus/communicator.h"
 #include "exchange.h"
 #include "multiproc.h"
+#include "reference.h"
 #include "transport/factory.h"
 #include "transport/transport.h"
 
@@ -23,12 +24,6 @@ namespace chorus::testing {
 namespace {
 
 constexpr std::chrono::milliseconds kTimeout{30000};
-
-std::vector<float> values(size_t count, int salt) {
-  std::vector<float> v(count);
-  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i * 7 + salt * 13) % 1000);
-  return v;
-}
 
 transport::OpStamp stamp_for(uint64_t seq, size_t count) {
   return {seq, count, static_cast<uint8_t>(Collective::kSend),

@@ -15,6 +15,14 @@
 
 namespace chorus::testing {
 
+// `count` floats, small integers (so sums of a few stay exact) that differ with `salt`: a
+// message whose every element shows where it came from.
+inline std::vector<float> values(size_t count, int salt) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i * 7 + salt * 13) % 1000);
+  return v;
+}
+
 // The logical input of `rank` at element `index`.
 int64_t input_value(DataType dtype, ReduceOp op, int rank, size_t index, int salt);
 

@@ -54,13 +54,15 @@ const IntKnob kIpcMappings{"CHORUS_GPU_IPC_MAPPINGS", 64,
 constexpr size_t kStagingBytes = 256 << 10;
 constexpr auto kHostCopyTimeout = std::chrono::minutes(5);
 
-// Reads `bytes` at `remote` in process `pid` into `local`; returns errno or 0.
-int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
+// Copies `bytes` between `local` and `remote` in process `pid`: reads them into local, or with
+// `write` writes local's to remote. Returns errno or 0.
+int cma_copy(pid_t pid, void* local, uint64_t remote, size_t bytes, bool write = false) {
   size_t done = 0;
   while (done < bytes) {
     iovec l{static_cast<char*>(local) + done, bytes - done};
     iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
-    ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    ssize_t n = write ? ::process_vm_writev(pid, &l, 1, &r, 1, 0)
+                      : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -70,22 +72,11 @@ int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
   }
   return 0;
 }
-
-// Writes `bytes` at `local` to `remote` in process `pid`; returns errno or 0.
+int cma_read(pid_t pid, void* local, uint64_t remote, size_t bytes) {
+  return cma_copy(pid, local, remote, bytes);
+}
 int cma_write(pid_t pid, const void* local, uint64_t remote, size_t bytes) {
-  size_t done = 0;
-  while (done < bytes) {
-    iovec l{const_cast<char*>(static_cast<const char*>(local)) + done, bytes - done};
-    iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
-    ssize_t n = ::process_vm_writev(pid, &l, 1, &r, 1, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return EFAULT;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
+  return cma_copy(pid, const_cast<void*>(local), remote, bytes, /*write=*/true);
 }
 
 // A peer that published a failure (shm_layout.h) is reported as it said: its own error text,
@@ -632,7 +623,7 @@ class ShmLink : public Link {
         const size_t piece = kStagingBytes / 64 * 64;
         for (size_t off = 0; off < r.bytes; off += piece) {
           const size_t n = std::min(piece, r.bytes - off);
-          if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_read_error(err);
+          if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_copy_error(err);
           deliver_to_device(r, off, staging_.data(), n);
         }
         acknowledge(r);
@@ -741,33 +732,27 @@ class ShmLink : public Link {
     }
   }
 
-  // A failed single-copy read: the sender's process ended (ESRCH) or its memory went away. A
-  // sender that failed first (e.g. because a third rank died) and then exited published why:
-  // that is reported, naming the rank that started it, rather than the sender's exit.
-  [[noreturn]] void throw_read_error(int err) const {
+  // A failed single-copy read, or write (`write`): the peer's process ended (ESRCH) or its memory
+  // went away. A peer that failed first (e.g. because a third rank died) and then exited
+  // published why: that is reported, naming the rank that started it, rather than its exit.
+  [[noreturn]] void throw_copy_error(int err, bool write = false) const {
     throw_if_failed(peer_header_, peer_);
     if (err == ESRCH)
-      throw PeerFailure(detail::concat("rank ", peer_, " (pid ", peer_pid_, ") died while this rank "
-                                       "was reading its message"),
+      throw PeerFailure(detail::concat("rank ", peer_, " (pid ", peer_pid_, ") died while this ",
+                                       "rank was ", write ? "writing into its buffer"
+                                                          : "reading its message"),
                         -1, {}, -1, peer_);
-    throw Error(ErrorKind::kTransport, detail::concat("single-copy read from rank ", peer_,
-                                                      " failed: ", std::strerror(err)),
+    throw Error(ErrorKind::kTransport,
+                detail::concat("single-copy ", write ? "write to" : "read from", " rank ", peer_,
+                               " failed: ", std::strerror(err)),
                 -1, {}, -1, peer_);
   }
+
 
   void put(const void* src, uint64_t remote, size_t bytes) override {
     CHORUS_CHECK(owner_.puts_to_all_ && device_ == nullptr, "a put to rank ", peer_,
                  " where single copy is not allowed between every pair");
-    if (int err = cma_write(peer_pid_, src, remote, bytes)) {
-      throw_if_failed(peer_header_, peer_);
-      if (err == ESRCH)
-        throw PeerFailure(detail::concat("rank ", peer_, " (pid ", peer_pid_, ") died while this "
-                                         "rank was writing into its buffer"),
-                          -1, {}, -1, peer_);
-      throw Error(ErrorKind::kTransport, detail::concat("single-copy write to rank ", peer_,
-                                                        " failed: ", std::strerror(err)),
-                  -1, {}, -1, peer_);
-    }
+    if (int err = cma_write(peer_pid_, src, remote, bytes)) throw_copy_error(err, /*write=*/true);
   }
 
   // ---- the shared rendezvous copy (Request::assist, FifoCtrl::assist) ---------------------------
@@ -808,7 +793,7 @@ class ShmLink : public Link {
                                                  std::memory_order_acq_rel)) {
       const uint64_t offset = in_ctrl_->assist_offset;
       if (int err = cma_read(peer_pid_, r.dst + offset, r.addr + offset, r.bytes - offset))
-        throw_read_error(err);
+        throw_copy_error(err);
     } else if (state != (r.token << 2 | shm::kAssistDone)) {
       return false;
     }
@@ -832,7 +817,7 @@ class ShmLink : public Link {
       in_ctrl_->assist_addr = reinterpret_cast<uint64_t>(r.dst + half);
       in_ctrl_->assist.store(token << 2 | shm::kAssistOffered, std::memory_order_release);
       peer_bell_.ring();
-      if (int err = cma_read(peer_pid_, r.dst, addr, half)) throw_read_error(err);
+      if (int err = cma_read(peer_pid_, r.dst, addr, half)) throw_copy_error(err);
       r.token = token;
       r.addr = addr;  // should the second half come back
       r.phase = kAwaitingAssist;
@@ -852,9 +837,9 @@ class ShmLink : public Link {
         from = r.bytes / w * static_cast<size_t>(owner_.rank_) / 4096 * 4096;
       if (from > 0)
         if (int err = cma_read(peer_pid_, r.dst + from, addr + from, r.bytes - from))
-          throw_read_error(err);
+          throw_copy_error(err);
       if (int err = cma_read(peer_pid_, r.dst, addr, from > 0 ? from : r.bytes))
-        throw_read_error(err);
+        throw_copy_error(err);
       return true;
     }
     // Reduce: pull a cache-sized piece, combine it while it is hot.
@@ -862,7 +847,7 @@ class ShmLink : public Link {
     const size_t piece = kStagingBytes / 64 * 64;
     for (size_t off = 0; off < r.bytes; off += piece) {
       const size_t n = std::min(piece, r.bytes - off);
-      if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_read_error(err);
+      if (int err = cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_copy_error(err);
       deliver(r, off, staging_.data(), n);
     }
     return true;
@@ -1191,31 +1176,37 @@ void ShmTransport::fan_publish(shm::SlotHeader* h, uint64_t bytes) {
   fan_pos_ += bytes;
 }
 
+shm::SlotHeader* ShmTransport::fan_reserve(uint64_t piece) {
+  constexpr uint64_t kLine = sizeof(shm::SlotHeader);
+  const uint64_t capacity = layout_.fan_capacity();
+  const uint64_t at = fan_pos_ % capacity;
+  const uint64_t skip = at + piece > capacity ? capacity - at : 0;
+  // Room for the skip, the piece and the next header's line, past the slowest reader.
+  const auto room = [&] { return fan_pos_ + skip + piece + kLine - fan_min_tail_ <= capacity; };
+  if (!room()) {
+    uint64_t slowest = UINT64_MAX;
+    for (int p : members_)
+      if (p != rank_) slowest = std::min(slowest, fan_consumed(p));
+    fan_min_tail_ = slowest;
+    if (!room()) return nullptr;
+  }
+  if (skip > 0) {
+    shm::SlotHeader* s = fan_at(fan_pos_);
+    s->kind = shm::SlotKind::kSkip;
+    fan_publish(s, skip);
+  }
+  return fan_at(fan_pos_);
+}
+
 bool ShmTransport::fan_fill() {
   bool moved = false;
-  const uint64_t capacity = layout_.fan_capacity();
   constexpr uint64_t kLine = sizeof(shm::SlotHeader);
   while (fan_.written < fan_.bytes) {
     const size_t n = std::min(layout_.fan_slot_bytes, fan_.bytes - fan_.written);
     const bool inline_piece = fan_.bytes <= shm::kInlineBytes;
     const uint64_t piece = kLine + (inline_piece ? 0 : (n + kLine - 1) / kLine * kLine);
-    const uint64_t at = fan_pos_ % capacity;
-    const uint64_t skip = at + piece > capacity ? capacity - at : 0;
-    // Room for the skip, the piece and the next header's line, past the slowest reader.
-    const auto room = [&] { return fan_pos_ + skip + piece + kLine - fan_min_tail_ <= capacity; };
-    if (!room()) {
-      uint64_t slowest = UINT64_MAX;
-      for (int p : members_)
-        if (p != rank_) slowest = std::min(slowest, fan_consumed(p));
-      fan_min_tail_ = slowest;
-      if (!room()) break;
-    }
-    if (skip > 0) {
-      shm::SlotHeader* s = fan_at(fan_pos_);
-      s->kind = shm::SlotKind::kSkip;
-      fan_publish(s, skip);
-    }
-    shm::SlotHeader* h = fan_at(fan_pos_);
+    shm::SlotHeader* h = fan_reserve(piece);
+    if (h == nullptr) break;
     h->kind = inline_piece ? shm::SlotKind::kInline : shm::SlotKind::kEager;
     h->bytes = static_cast<uint32_t>(n);
     h->total = fan_.bytes;
@@ -1249,25 +1240,10 @@ bool ShmTransport::fan_send_now(const void* src, size_t bytes, void* copy_to,
   constexpr uint64_t kLine = sizeof(shm::SlotHeader);
   if (!fans_out() || device_op_ || bytes == 0 || bytes > layout_.fan_slot_bytes || fan_.written != fan_.bytes)
     return false;
-  const uint64_t capacity = layout_.fan_capacity();
   const bool inline_piece = bytes <= shm::kInlineBytes;
   const uint64_t piece = kLine + (inline_piece ? 0 : (bytes + kLine - 1) / kLine * kLine);
-  const uint64_t at = fan_pos_ % capacity;
-  const uint64_t skip = at + piece > capacity ? capacity - at : 0;
-  const auto room = [&] { return fan_pos_ + skip + piece + kLine - fan_min_tail_ <= capacity; };
-  if (!room()) {
-    uint64_t slowest = UINT64_MAX;
-    for (int p : members_)
-      if (p != rank_) slowest = std::min(slowest, fan_consumed(p));
-    fan_min_tail_ = slowest;
-    if (!room()) return false;
-  }
-  if (skip > 0) {
-    shm::SlotHeader* s = fan_at(fan_pos_);
-    s->kind = shm::SlotKind::kSkip;
-    fan_publish(s, skip);
-  }
-  shm::SlotHeader* h = fan_at(fan_pos_);
+  shm::SlotHeader* h = fan_reserve(piece);
+  if (h == nullptr) return false;
   h->kind = inline_piece ? shm::SlotKind::kInline : shm::SlotKind::kEager;
   h->bytes = static_cast<uint32_t>(bytes);
   h->total = bytes;

@@ -117,6 +117,10 @@ class ShmTransport : public Transport {
   // Publishes a piece of `bytes` (header included, a multiple of 64) at fan_pos_, whose header
   // the caller has filled but for `seq`.
   void fan_publish(shm::SlotHeader* h, uint64_t bytes);
+  // The header of the next piece of `piece` bytes (header included, a multiple of 64), after a
+  // skip to the ring's start where it would not fit before the end; null while the slowest
+  // reader leaves no room for it.
+  shm::SlotHeader* fan_reserve(uint64_t piece);
   shm::SlotHeader* fan_at(uint64_t pos) const {
     return reinterpret_cast<shm::SlotHeader*>(fan_slots_ + pos % layout_.fan_capacity());
   }
