@@ -29,9 +29,12 @@ void all_gather_push(Context& c, const CollArgs& a) {
                       sizeof(uint64_t), sizeof(uint64_t));
   c.ex.step("push blocks");
   std::byte* own = a.recv + static_cast<size_t>(r) * bytes;
+  // Large results: the own copy with streaming stores, which still leave the chunk's source in
+  // cache for the writes that follow.
+  const bool stream = stream_results(c, a, bytes * static_cast<size_t>(n));
   for (size_t off = 0; off < bytes; off += kPushChunkBytes) {
     const size_t len = std::min(kPushChunkBytes, bytes - off);
-    copy_if_distinct(a, own + off, a.send + off, len);
+    copy_if_distinct(a, own + off, a.send + off, len, stream);
     // Peers in turn from rank + 1, so that no two ranks write into the same one at once.
     for (int k = 1; k < n; ++k) {
       const int p = (r + k) % n;

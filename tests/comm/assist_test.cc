@@ -183,6 +183,13 @@ TEST(Puts, TheDirectAllGatherPushesEveryBlockIntoPlace) {
   }
 }
 
+// Results past CHORUS_STREAM_FROM: the pushing rank's own copy uses streaming stores.
+TEST(Puts, StreamedOwnCopiesLandToo) {
+  RunOptions options;
+  options.env["CHORUS_STREAM_FROM"] = "65536";
+  all_gather_pushed(2, options);
+}
+
 TEST(Puts, WithoutSingleCopyTheDirectAllGatherPulls) {
   RunOptions options;
   options.env["CHORUS_SHM_CMA"] = "0";
