@@ -213,11 +213,15 @@ Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, const Bu
       // The same timed loop, with a clock read after every call.
       each_us = time_each(c, send, recv, &mean_us);
     } else {
-      comm_.barrier();
-      const auto start = Clock::now();
-      for (int i = 0; i < options_.iters; ++i) call(c, send, recv);
-      const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
-      mean_us = max_over_ranks(elapsed.count() / options_.iters);
+      std::vector<double> block_us;
+      for (int b = 0; b < options_.blocks; ++b) {
+        comm_.barrier();
+        const auto start = Clock::now();
+        for (int i = 0; i < options_.iters; ++i) call(c, send, recv);
+        const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
+        block_us.push_back(max_over_ranks(elapsed.count() / options_.iters));
+      }
+      mean_us = percentile_median(block_us);  // --blocks: the median block
     }
     algorithm = comm_.algorithm_for(to_collective(p.collective),
                                     selector_bytes(p.collective, bytes, p.dtype, p.world_size));
@@ -230,11 +234,15 @@ Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, const Bu
       for (Work& w : works) w.wait();
     };
     run_block(options_.warmup);
-    comm_.barrier();
-    const auto start = Clock::now();
-    run_block(options_.iters);
-    const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
-    mean_us = max_over_ranks(elapsed.count() / options_.iters);
+    std::vector<double> block_us;
+    for (int b = 0; b < options_.blocks; ++b) {
+      comm_.barrier();
+      const auto start = Clock::now();
+      run_block(options_.iters);
+      const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
+      block_us.push_back(max_over_ranks(elapsed.count() / options_.iters));
+    }
+    mean_us = percentile_median(block_us);  // --blocks: the median block
     algorithm = works.back().algorithm();
     // Percentiles need each call on its own: a second, blocking pass.
     if (options_.percentiles) each_us = time_each(c, send, recv, nullptr);
@@ -291,7 +299,8 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
   const std::optional<ReduceOp> op =
       reduces(collective) ? std::optional<ReduceOp>(o.op) : std::nullopt;
   const TableInfo info{collective,  n,          o.dtype,       op,        o.iters,       o.warmup,
-                       o.algorithm, o.blocking, o.percentiles, o.explain, o.sweep_algos, o.device};
+                       o.algorithm, o.blocking, o.percentiles, o.explain, o.sweep_algos, o.device,
+                       o.blocks};
   print(format_table_header(info));
 
   const std::vector<size_t> sizes = size_list(collective, o.sizes, o.dtype, n);

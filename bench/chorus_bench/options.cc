@@ -84,6 +84,7 @@ const std::vector<Flag>& flags() {
       {'c', "check", bool_flag(&Options::check)},
       {'z', "blocking", bool_flag(&Options::blocking)},
       {'I', "percentiles", bool_flag(&Options::percentiles)},
+      {0, "blocks", int_flag(&Options::blocks, 1, 1000)},
       {'d', "datatype",
        [](std::string_view value, Options& o) -> std::string {
          auto dtype = parse_dtype(value);
@@ -199,6 +200,8 @@ ParsedOptions parse_options(std::span<const std::string_view> args) {
   if (o.sweep_algos && !o.algorithm.empty() && o.algorithm != "auto")
     return fail("--sweep-algos runs every algorithm; it cannot be combined with --algo " +
                 o.algorithm);
+  if (o.blocks > 1 && o.percentiles)
+    return fail("--blocks times blocks of calls; -I 1 times each call: use one of them");
   if (o.sizes.max_bytes == 0) return fail("-e must be at least 1 byte");
   if (o.sizes.min_bytes > o.sizes.max_bytes)
     return fail("-b (" + std::to_string(o.sizes.min_bytes) + ") is larger than -e (" +
@@ -226,6 +229,10 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
                            this way)
   -I, --percentiles 0|1    1: also time each iteration on its own and print p50 and p99 columns
                            (us per call, max over ranks per iteration) (default 0)
+      --blocks N           time N blocks of -n calls each and report the median block, as the
+                           MPI and Gloo anchors do (each block: max over ranks of the mean per
+                           call); a stall inside one block then does not move the line
+                           (default 1: one block, its mean, as nccl-tests; not with -I 1)
   -d, --datatype TYPE      float, double, half, bfloat16, int8, uint8, int32, int64 (default float)
   -o, --op OP              sum, prod, min, max, avg (default sum)
   -r, --root N             root of broadcast, reduce, gather and scatter (default 0)

@@ -118,9 +118,13 @@ std::string format_time(double time_us) {
 
 std::string format_table_header(const TableInfo& info) {
   std::string s = printf_string(
-      "# chorus-bench: %s, %d ranks, %s, %s, %d iters, %d warmup, algo %s, %s\n",
+      "# chorus-bench: %s, %d ranks, %s, %s, %s, %d warmup, algo %s, %s\n",
       std::string(to_string(info.collective)).c_str(), info.world_size,
-      std::string(to_string(info.dtype)).c_str(), op_name(info.op).c_str(), info.iters, info.warmup,
+      std::string(to_string(info.dtype)).c_str(), op_name(info.op).c_str(),
+      (info.blocks > 1 ? printf_string("%d blocks x %d iters", info.blocks, info.iters)
+                       : printf_string("%d iters", info.iters))
+          .c_str(),
+      info.warmup,
       info.sweep_algos         ? "sweep"
       : info.algorithm.empty() ? "auto"
                                : info.algorithm.c_str(),
@@ -237,7 +241,8 @@ std::string format_json(const Options& options, int world_size, const std::vecto
   else
     s += printf_string("  \"step_factor\": %llu,\n",
                        static_cast<unsigned long long>(options.sizes.factor));
-  s += printf_string("  \"iters\": %d,\n  \"warmup\": %d,\n", options.iters, options.warmup);
+  s += printf_string("  \"iters\": %d,\n  \"blocks\": %d,\n  \"warmup\": %d,\n", options.iters,
+                     options.blocks, options.warmup);
   s += std::string("  \"check\": ") + (options.check ? "true" : "false") + ",\n";
   s += "  \"algorithm\": " + json_string(options.algorithm.empty() ? "auto" : options.algorithm) +
        ",\n";
@@ -245,7 +250,8 @@ std::string format_json(const Options& options, int world_size, const std::vecto
   s += std::string("  \"timing\": \"") +
        (options.blocking ? "blocking calls back to back"
                          : "async back-to-back, waited for at the end") +
-       ", max over ranks of the mean per iteration\",\n";
+       ", max over ranks of the mean per iteration" +
+       (options.blocks > 1 ? ", median over the timed blocks" : "") + "\",\n";
   s += std::string("  \"percentiles\": ") + (options.percentiles ? "true" : "false") + ",\n";
   s += std::string("  \"sweep_algos\": ") + (options.sweep_algos ? "true" : "false") + ",\n";
   s += std::string("  \"explain\": ") + (options.explain ? "true" : "false") + ",\n";

@@ -27,7 +27,8 @@ Conventions, both sides: float32, sum, out of place (broadcast: in place, see IN
 nccl-tests sizes and busbw
 (all-reduce, broadcast and reduce: the per-rank buffer; reduce-scatter and all-gather: the whole buffer). chorus-bench
 runs with -z 1 (blocking calls) like the anchors, which time blocking MPI/Gloo calls. A peer
-time is the anchor's median over its timed blocks; a chorus time is chorus-bench's time column.
+time is the anchor's median over its three timed blocks; a chorus time is chorus-bench's time column
+with --blocks 3: the median of three timed blocks as well (each block: the slowest rank's mean).
 Ratios are speed-ups: time of the peer / time of chorus (= busbw of chorus / busbw of the peer);
 above 1 chorus is faster.
 
@@ -206,15 +207,20 @@ def run_peer(peer, exes, n, colls, sizes, raw_path, tag, timeout):
     return times
 
 
+# Timed blocks per chorus line, the median reported: the anchors' default (bench_common.h, -r 3).
+BLOCKS = 3
+
+
 def chorus_iters(size):
-    """Enough iterations for ~0.1-0.5 s per line, at least 5; and a warm-up like the anchors'.
+    """Enough iterations for ~0.1-0.5 s per line, at least 5 (split into BLOCKS timed blocks of
+    at least 2 calls, as the anchors time theirs); and a warm-up like the anchors'.
     Their calibration (bench_common.h) calls the collective 1, 2, 4, ... times until one run
     takes 20 ms or 2000 calls: up to 4095 calls before the first timed one. Small calls right
     after the launch run several times slower than later ones on this VM (1 KiB all_gather,
     np=2: 1.1-3.7 us over 2000 calls after 200 warm-up calls, 0.6 us after 4000), so chorus gets
     as many: 4095 calls below 16 KiB, then about 64 MiB's worth, at least 2."""
     iters = max(5, min(2000, (1 << 29) // max(size, 1)))
-    return iters, max(2, min(4095, (1 << 26) // max(size, 1)))
+    return max(2, iters // BLOCKS), max(2, min(4095, (1 << 26) // max(size, 1)))
 
 
 def run_chorus(build, n, coll, size, blocking, timeout):
@@ -223,7 +229,8 @@ def run_chorus(build, n, coll, size, blocking, timeout):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         cmd = [os.path.join(build, "bin", "chorus-run"), "-n", str(n),
                os.path.join(build, "bin", "chorus-bench"), coll, "-b", str(size), "-e", str(size),
-               "-n", str(iters), "-w", str(warmup), "-z", str(blocking), "--json", f.name]
+               "-n", str(iters), "--blocks", str(BLOCKS), "-w", str(warmup), "-z", str(blocking),
+               "--json", f.name]
         rc, out, err = run(cmd, timeout)
         try:
             rows = json.load(open(f.name))["rows"]

@@ -134,8 +134,9 @@ Algorithm select_default(Collective coll, size_t bytes, int world_size) {
       // Two ranks: the ring and the direct exchange are the same single step, and the direct
       // one pushes its block (all_gather_direct.cc), which measured steadier from launch to
       // launch than the ring's pull (np=2, 256 KiB: 7.5-7.7 us against 7.7-9.4) and faster up
-      // to 64 MiB; past that the ring through the FIFO wins (256 MiB: 4.3 against 3.8 GB/s).
-      if (bytes <= 32 * 1024 || (world_size == 2 && bytes <= 64 * 1024 * 1024))
+      // to 32 MiB; past that the ring through the FIFO wins, and holds its time where the push
+      // does not (64 MiB: 4.8-5.0 GB/s against 3.5-5.5).
+      if (bytes <= 32 * 1024 || (world_size == 2 && bytes <= 32 * 1024 * 1024))
         return Algorithm::kDirect;
       return Algorithm::kRing;
     case Collective::kBroadcast:

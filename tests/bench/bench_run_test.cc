@@ -139,6 +139,24 @@ TEST(BenchRun, ExplainLinesAndNonBlocking) {
   EXPECT_EQ(std::count(line.begin(), line.end(), '*'), 1) << line;
 }
 
+// --blocks: the title says it, the JSON records it, and every block's calls are checked results.
+TEST(BenchRun, Blocks) {
+  for (const char* mode : {"-z 1", "-z 0"}) {
+    const std::string json = ::testing::TempDir() + "/blocks.json";
+    const Result r = run_bench(std::string("all_gather -b 4K -e 8K -n 3 -w 1 --blocks 3 ") + mode +
+                               " --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(", 3 blocks x 3 iters, 1 warmup,"), std::string::npos) << r.out;
+    const std::vector<std::string> rows = data_lines(r.out);
+    ASSERT_EQ(rows.size(), 2u) << r.out;
+    EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+    std::ifstream in(json);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"blocks\": 3,"), std::string::npos) << text;
+    EXPECT_NE(text.find("median over the timed blocks"), std::string::npos) << text;
+  }
+}
+
 TEST(BenchRun, BadFlagIsAUsageError) {
   const Result r = run_bench("all_reduce -z 7");
   EXPECT_EQ(r.exit_code, 2) << r.out;

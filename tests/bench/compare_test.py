@@ -45,6 +45,15 @@ class Helpers(unittest.TestCase):
         self.assertEqual(compare.human(1536), "1536 B")
         self.assertEqual(compare.human(1 << 30), "1 GiB")
 
+    def test_chorus_is_timed_in_blocks_like_the_anchors(self):
+        # Three blocks (the anchors' -r 3), each at least 2 calls; the warm-up as the anchors'
+        # calibration: up to 4095 calls, then about 64 MiB's worth, at least 2.
+        self.assertEqual(compare.BLOCKS, 3)
+        self.assertEqual(compare.chorus_iters(8), (666, 4095))
+        self.assertEqual(compare.chorus_iters(1 * MiB), (170, 64))
+        self.assertEqual(compare.chorus_iters(64 * MiB), (2, 2))
+        self.assertEqual(compare.chorus_iters(256 * MiB), (2, 2))
+
     def test_cells_are_time_below_64_kib_and_busbw_above(self):
         self.assertEqual(compare.fmt_cell(0.5, 8, 1.0), "0.50 us")
         # 64 MiB in 10 ms at busbw factor 1: 6.71 GB/s.

@@ -94,6 +94,20 @@ TEST(Options, BlockingPercentilesSweepExplain) {
   EXPECT_EQ(parse({"all_reduce", "--sweep-algos", "--algo", "auto"}).error, "");
 }
 
+TEST(Options, Blocks) {
+  EXPECT_EQ(parse({"all_reduce"}).options.blocks, 1);
+  ParsedOptions p = parse({"all_reduce", "--blocks", "3", "-z", "0"});
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(p.options.blocks, 3);
+  EXPECT_EQ(parse({"all_reduce", "--blocks=5"}).options.blocks, 5);
+  EXPECT_NE(parse({"all_reduce", "--blocks", "0"}).error, "");
+  EXPECT_NE(parse({"all_reduce", "--blocks", "x"}).error, "");
+  // A block's median and each call's percentiles are two ways of timing: one at a time.
+  p = parse({"all_reduce", "--blocks", "3", "-I", "1"});
+  EXPECT_NE(p.error.find("--blocks"), std::string::npos) << p.error;
+  EXPECT_EQ(parse({"all_reduce", "--blocks", "1", "-I", "1"}).error, "");
+}
+
 TEST(Options, Device) {
   EXPECT_FALSE(parse({"all_reduce"}).options.device);
   ParsedOptions p = parse({"--device", "all_gather", "-z", "0"});

@@ -118,6 +118,12 @@ TEST(Report, TitleSaysTheModeAndSweep) {
   EXPECT_EQ(header.substr(0, header.find('\n')),
             "# chorus-bench: broadcast, 2 ranks, float, none, 7 iters, 1 warmup, algo tree, "
             "non-blocking");
+  info.blocks = 3;
+  header = format_table_header(info);
+  EXPECT_EQ(header.substr(0, header.find('\n')),
+            "# chorus-bench: broadcast, 2 ranks, float, none, 3 blocks x 7 iters, 1 warmup, algo "
+            "tree, non-blocking");
+  info.blocks = 1;
   info.sweep_algos = true;
   info.algorithm.clear();
   header = format_table_header(info);

@@ -389,11 +389,11 @@ TEST(CommBehaviour, AlgorithmChoiceIsReportedAndForceable) {
     EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 1 << 20), "ring");
   }, RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_TUNE", "off"}}, ""});
   // Two ranks: the all-gather's ring and direct exchange are one step each, and the direct one
-  // (which pushes from 128 KiB) is the default up to 64 MiB.
+  // (which pushes from 128 KiB) is the default up to 32 MiB.
   run_ranks(2, [](Communicator& comm) {
     EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 256 << 10), "direct");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 64 << 20), "direct");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 256 << 20), "ring");
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 32 << 20), "direct");
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 64 << 20), "ring");
     EXPECT_EQ(comm.algorithm_for(Collective::kReduceScatter, 256 << 10), "ring");
   }, RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_TUNE", "off"}}, ""});
   run_ranks(2, [](Communicator& comm) {

@@ -27,6 +27,10 @@ struct Options {
   // the anchors time them); false: issue every iteration asynchronously, wait at the end.
   bool blocking = true;
   bool percentiles = false;  // -I 1: also time each iteration on its own, print p50 and p99
+  // --blocks N: N timed blocks of `iters` calls each; a line reports the median block's time,
+  // the statistic of the MPI and Gloo anchors (bench_common.h), which a stall inside one block
+  // does not move. 1: one block, its mean (nccl-tests').
+  int blocks = 1;
   bool sweep_algos = false;  // --sweep-algos: one line per (size, algorithm), then auto
   bool explain = false;      // --explain: the tuner's predicted time beside the measured one
   // --device: the buffers in GPU memory (device CHORUS_LOCAL_RANK % device count), every call
