@@ -207,21 +207,28 @@ Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, const Bu
   double mean_us = 0;
   std::string algorithm;
   std::vector<double> each_us;  // -I 1: per-iteration times, max over ranks
+  // --blocks timed blocks, each running -n calls through `block`: the median block's time per
+  // call (each block's: the slowest rank's mean).
+  const auto time_blocks = [&](const auto& block) {
+    std::vector<double> block_us;
+    for (int b = 0; b < options_.blocks; ++b) {
+      comm_.barrier();
+      const auto start = Clock::now();
+      block();
+      const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
+      block_us.push_back(max_over_ranks(elapsed.count() / options_.iters));
+    }
+    return percentile_median(block_us);
+  };
   if (options_.blocking) {
     for (int i = 0; i < options_.warmup; ++i) call(c, send, recv);
     if (options_.percentiles) {
       // The same timed loop, with a clock read after every call.
       each_us = time_each(c, send, recv, &mean_us);
     } else {
-      std::vector<double> block_us;
-      for (int b = 0; b < options_.blocks; ++b) {
-        comm_.barrier();
-        const auto start = Clock::now();
+      mean_us = time_blocks([&] {
         for (int i = 0; i < options_.iters; ++i) call(c, send, recv);
-        const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
-        block_us.push_back(max_over_ranks(elapsed.count() / options_.iters));
-      }
-      mean_us = percentile_median(block_us);  // --blocks: the median block
+      });
     }
     algorithm = comm_.algorithm_for(to_collective(p.collective),
                                     selector_bytes(p.collective, bytes, p.dtype, p.world_size));
@@ -234,15 +241,7 @@ Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, const Bu
       for (Work& w : works) w.wait();
     };
     run_block(options_.warmup);
-    std::vector<double> block_us;
-    for (int b = 0; b < options_.blocks; ++b) {
-      comm_.barrier();
-      const auto start = Clock::now();
-      run_block(options_.iters);
-      const std::chrono::duration<double, std::micro> elapsed = Clock::now() - start;
-      block_us.push_back(max_over_ranks(elapsed.count() / options_.iters));
-    }
-    mean_us = percentile_median(block_us);  // --blocks: the median block
+    mean_us = time_blocks([&] { run_block(options_.iters); });
     algorithm = works.back().algorithm();
     // Percentiles need each call on its own: a second, blocking pass.
     if (options_.percentiles) each_us = time_each(c, send, recv, nullptr);

@@ -748,7 +748,6 @@ class ShmLink : public Link {
                 -1, {}, -1, peer_);
   }
 
-
   void put(const void* src, uint64_t remote, size_t bytes) override {
     CHORUS_CHECK(owner_.puts_to_all_ && device_ == nullptr, "a put to rank ", peer_,
                  " where single copy is not allowed between every pair");
