@@ -9,8 +9,9 @@ for each world size, runs them in alternating order for several rounds on the sa
 in every round, then the others rotated: round r starts with the r-th of them, so each follows Gloo
 equally often), and prints one markdown table per world size: the median over rounds of each
 library, chorus / best peer and chorus / Open MPI (above --all-peers-to ranks, default 4, Open MPI
-is the only peer). With 64 MiB among the sizes, the copy roofline of all-gather and broadcast at
-that size (chorus-copy-roofline, plain and --ring; docs/PERFORMANCE.md). Then the start-up time
+is the only peer). With 64 MiB among the sizes, the rooflines of all-gather, broadcast and
+all-reduce at that size (chorus-copy-roofline: plain and --ring, --all-reduce alone and --shared;
+docs/PERFORMANCE.md). Then the start-up time
 (process start to the first completed 8-byte all-reduce, 2 ranks, chorus-run vs each mpirun; the
 median of --startup-runs launches), and with --targets which of the performance targets are met.
 
@@ -244,46 +245,69 @@ def run_chorus(build, n, coll, size, blocking, timeout):
     return row["time_us"], row["algorithm"], row["wrong"] or 0, row["size"]
 
 
-def roofline_gbps(build, procs, size, ring=False, runs=3):
-    """Median bytes / time of chorus-copy-roofline: `procs` processes each filling a `size`-byte
-    buffer from one shared source with streaming stores, or with `ring` out of a shared ring one
-    more process fills from the source (None if it fails)."""
+def roofline_gbps(build, procs, size, extra=(), runs=3):
+    """Median bytes / time of chorus-copy-roofline with `procs` processes of `size` bytes and the
+    flags in `extra` (None if it fails): by default each process fills its buffer from one shared
+    source with streaming stores; ["--ring"] out of a shared ring one more process fills;
+    ["--all-reduce", ...] one ring all-reduce rank's work each (alone, or "--shared": through
+    FIFOs between neighbours), with the warm-up and timed calls chorus-bench makes at that size."""
     exe = os.path.join(build, "bin", "chorus-copy-roofline")
+    extra = list(extra)
+    if "--all-reduce" in extra:
+        iters, warmup = chorus_iters(size)
+        extra += ["--iters", str(iters * BLOCKS), "--warmup", str(warmup)]
     got = []
     for _ in range(runs):
-        p = subprocess.run([exe, "--procs", str(procs), "--bytes", str(size)] + (["--ring"] if ring else []),
-                           capture_output=True, text=True, timeout=600)
+        cmd = [exe, "--procs", str(procs), "--bytes", str(size)] + extra
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
-            log(f"  chorus-copy-roofline --procs {procs}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+            log(f"  {' '.join(cmd[1:])}: exit {p.returncode}: {p.stderr.strip()[-200:]}")
             return None
         got.append(float(p.stdout.split("bytes / time")[1].split()[0]))
     return statistics.median(got)
 
 
+# The roofline rows: collective, the processes that copy at np=n, the key of its shared-memory
+# variant in the roofline dict and chorus-copy-roofline's flags for each.
+ROOFLINES = (
+    ("all_gather", lambda n: n, None, [], None),
+    ("broadcast", lambda n: n - 1, "broadcast/ring", [], ["--ring"]),
+    ("all_reduce", lambda n: n, "all_reduce/shared", ["--all-reduce"], ["--all-reduce", "--shared"]),
+)
+
+
 def roofline_table(nps, med, roof):
-    """What the copies alone allow at 64 MiB: all-gather (n processes fill their result) and
-    broadcast (n - 1 receivers do), as busbw, beside chorus and Open MPI; for broadcast also the
-    receivers copying out of a ring that the root's process fills (the source read once)."""
+    """What the machine allows at 64 MiB, as busbw, beside chorus and Open MPI: all-gather (n
+    processes fill their result from one shared source) and broadcast (n - 1 receivers do), and
+    the broadcast's receivers copying out of a ring that the root's process fills (the source read
+    once); for all-reduce, each of n processes doing one ring rank's copies and reductions on slots
+    of its own, and through shared FIFOs to its neighbour (a ring all-reduce with nothing but its
+    copies, reductions and hand-offs)."""
     size = ROOFLINE_BYTES
-    lines = ["### copy roofline at 64 MiB: every copying process fills its buffer from one shared "
-             "source (chorus-copy-roofline, streaming stores, no messages), as busbw; broadcast "
-             "also through a shared ring one writer fills (--ring)", "",
-             "| np | collective | roofline | through a ring | chorus | Open MPI | roofline / Open MPI |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["### roofline at 64 MiB, as busbw (chorus-copy-roofline): all-gather and broadcast: "
+             "every copying process fills its buffer from one shared source (streaming stores, no "
+             "messages), broadcast through shared memory: out of a ring one writer fills; "
+             "all-reduce: each process does one ring rank's copies and reductions on slots of its "
+             "own, through shared memory: through FIFOs to the next process", "",
+             "| np | collective | roofline | through shared memory | chorus | Open MPI | "
+             "roofline / Open MPI | through shared memory / Open MPI |",
+             "|---|---|---|---|---|---|---|---|"]
     for n in nps:
-        for coll, procs in (("all_gather", n), ("broadcast", n - 1)):
+        for coll, _, shared_key, _, _ in ROOFLINES:
+            factor = COLLS[coll][1](n)
             algbw = roof.get((n, coll))
-            if algbw is None:
+            shared = roof.get((n, shared_key)) if shared_key else None
+            if algbw is None and shared is None:
                 continue
-            bound = algbw * COLLS[coll][1](n)
-            cell = lambda lib: (f"{size / med[(lib, n, coll, size)] / 1e3 * COLLS[coll][1](n):.2f} GB/s"
-                                if (lib, n, coll, size) in med else "-")
-            o = med.get(("openmpi", n, coll, size))
-            ratio = f"{bound / (size / o / 1e3 * COLLS[coll][1](n)):.2f}x" if o else "-"
-            ring = roof.get((n, coll + "/ring"))
-            ring = "-" if ring is None else f"{ring * COLLS[coll][1](n):.2f} GB/s"
-            lines.append(f"| {n} | {coll} | {bound:.2f} GB/s | {ring} | {cell('chorus')} | "
-                         f"{cell('openmpi')} | {ratio} |")
+            busbw = lambda lib: (size / med[(lib, n, coll, size)] / 1e3 * factor
+                                 if (lib, n, coll, size) in med else None)
+            o = busbw("openmpi")
+            gbps = lambda v: "-" if v is None else f"{v:.2f} GB/s"
+            ratio = lambda v: f"{v / o:.2f}x" if v is not None and o else "-"
+            bound = None if algbw is None else algbw * factor
+            through = None if shared is None else shared * factor
+            lines.append(f"| {n} | {coll} | {gbps(bound)} | {gbps(through)} | {gbps(busbw('chorus'))} | "
+                         f"{gbps(o)} | {ratio(bound)} | {ratio(through)} |")
     return "\n".join(lines)
 
 
@@ -540,20 +564,21 @@ def main():
             med[key] = statistics.median(v)
     launches.close()
 
-    # The copy roofline: what the copies of a 64 MiB all-gather and broadcast allow on this machine.
+    # The rooflines: what a 64 MiB all-gather, broadcast and all-reduce allow on this machine.
     roof = {}
     if ROOFLINE_BYTES in sizes:
-        log(f"copy roofline ({time.monotonic() - t_start:.0f} s)")
+        log(f"rooflines ({time.monotonic() - t_start:.0f} s)")
         for n in nps:
-            for coll, procs in (("all_gather", n), ("broadcast", n - 1)):
-                if coll in colls:
-                    g = roofline_gbps(build, procs, ROOFLINE_BYTES)
+            for coll, procs, shared_key, flags, shared_flags in ROOFLINES:
+                if coll not in colls:
+                    continue
+                g = roofline_gbps(build, procs(n), ROOFLINE_BYTES, flags)
+                if g is not None:
+                    roof[(n, coll)] = g
+                if shared_key:
+                    g = roofline_gbps(build, procs(n), ROOFLINE_BYTES, shared_flags)
                     if g is not None:
-                        roof[(n, coll)] = g
-                    if coll == "broadcast":
-                        g = roofline_gbps(build, procs, ROOFLINE_BYTES, ring=True)
-                        if g is not None:
-                            roof[(n, coll + "/ring")] = g
+                        roof[(n, shared_key)] = g
 
     # Start-up: 2 ranks, process start to the first completed all-reduce.
     startup, startup_exit, startup_hf = {}, {}, {}

@@ -14,9 +14,23 @@
 // fills from the source chunk by chunk, each chunk reused once every reader is done with it: the
 // source is read once however many copy it, as a broadcast root could hand one buffer to all its
 // receivers (a model of that, with its waiting: spin, then yield).
+// With --all-reduce each of the P processes does the work of one rank of chorus's ring
+// all-reduce over shared-memory FIFOs (float sum; the input all 1.0, and every result element
+// checked to be P at the end). Per slice of P segments of 256 KiB (the FIFO ring's chunk), in
+// 64 KiB slots: it copies its own segment into slots (the send); P - 1 times it reduces the slots
+// it receives with its input into the slots it sends on, storing each to its result (receive,
+// reduce, forward); P - 1 times it stores the slots it receives to its result, copying them on but
+// the last time (the all-gather). That is every copy and reduction a rank does when it cannot map
+// its peers' buffers. Alone, the slots are the process's own (8, in its cache): the work with
+// nothing moving between cores. With --shared they are 8-slot FIFOs in shared memory from each
+// process to the next, with counts of slots written and read (wait: spin, then yield): a ring
+// all-reduce as lean as it can be, with every slot crossing from one core's cache to another.
+// --warmup W rounds run before the clock starts (default 1), as a benchmark's warm-up calls: the
+// first rounds run slower while the buffers' lines leave the state their first writes left.
 // docs/PERFORMANCE.md divides a collective's required copies by these rates to say how far a
 // target is from what the machine allows. Usage:
-//   chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] [--store stream|cached] [--ring]
+//   chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] [--store stream|cached]
+//                        [--ring | --all-reduce [--shared] [--warmup W]]
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -39,6 +53,9 @@ namespace {
 constexpr size_t kPiece = size_t{1} << 20;
 constexpr size_t kRingChunk = size_t{256} << 10;
 constexpr uint64_t kRingDepth = 8;
+constexpr size_t kSegment = size_t{256} << 10;  // --all-reduce: the FIFO ring's chunk
+constexpr size_t kSlot = size_t{64} << 10;      // ... a FIFO slot
+constexpr size_t kBlock = size_t{16} << 10;  // reduced into the slot, then stored, in these
 
 struct alignas(64) Counter {
   std::atomic<uint64_t> value;
@@ -70,12 +87,18 @@ void wait_until(Pred done) {
 [[noreturn]] void usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] "
-               "[--store stream|cached] [--ring]\n"
+               "[--store stream|cached]\n"
+               "                            [--ring | --all-reduce [--shared] [--warmup W]]\n"
                "P processes each copy one shared SIZE-byte source into their own buffer, N times,\n"
                "started together (defaults: P=2, SIZE=64M, N=5, stream). Prints the time per\n"
                "round and SIZE / time, the bandwidth a broadcast to P receivers could reach.\n"
                "--ring: one more process fills a shared 2 MiB ring from the source and the P\n"
-               "processes copy out of it (the source read once; its copies are not counted).\n");
+               "processes copy out of it (the source read once; its copies are not counted).\n"
+               "--all-reduce: each process does the copies and reductions of one rank of a ring\n"
+               "all-reduce over FIFOs (float sum) on its own SIZE-byte input and result, through\n"
+               "8 slots of 64 KiB of its own (P >= 2). SIZE / time is its algbw.\n"
+               "  --shared: through 8-slot FIFOs in shared memory, each process to the next.\n"
+               "  --warmup W: rounds before the clock starts (default 1).\n");
   std::exit(code);
 }
 
@@ -102,12 +125,116 @@ void* map_shared(size_t bytes) {
   return p;
 }
 
+
+// --all-reduce --shared: the FIFO process p writes and process p + 1 (mod P) reads; counts of
+// slots written and read, each on its own line, then kFifoSlots slots.
+struct Fifo {
+  Counter written, read;
+  std::byte* slots;  // in the shared mapping
+};
+constexpr uint64_t kFifoSlots = 8;  // chorus's default FIFO depth (CHORUS_SHM_DEPTH)
+// A process writes a whole segment of slots (its send) before it reads any: with room for two
+// segments, a send never waits on a reader that is itself still sending.
+static_assert(kFifoSlots >= 2 * (kSegment / kSlot));
+
+// One ring all-reduce rank's work (the header), `iters` times after `warmup` untimed rounds (a
+// benchmark's warm-up calls), on this process's own input (all 1.0f) into `dst`, calling done()
+// after the last; true if every result element is `procs`, as the ring's would be.
+// `out` and `in` are the FIFOs to the next process and from the one before (--shared), or null:
+// then the slots are this process's own, each phase reading the slots the one before wrote.
+template <class Go, class Done>
+bool all_reduce_work(std::byte* dst, size_t bytes, int procs, int rank, int warmup, int iters,
+                     bool stream, Fifo* out, Fifo* in_fifo, Go&& await_go, Done&& done) {
+  constexpr size_t kRun = kSegment / kSlot;  // slots per segment
+  auto* in = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+  auto* own = static_cast<std::byte*>(std::aligned_alloc(4096, kFifoSlots * kSlot));
+  if (in == nullptr || own == nullptr) _exit(1);
+  const float one = 1.0f;
+  for (size_t i = 0; i < bytes; i += sizeof one) std::memcpy(in + i, &one, sizeof one);
+  const auto store = [&](std::byte* to, const std::byte* from, size_t n) {
+    if (stream)
+      chorus::kernels::copy_stream(to, from, n);
+    else
+      std::memcpy(to, from, n);
+  };
+  // Slots: the next one to write, published when written; the next one to read, released when
+  // read. Alone, slot i is own[i % 8], read back in the order written.
+  uint64_t wrote = 0, took = 0;
+  const auto next_out = [&]() -> std::byte* {
+    if (out == nullptr) return own + wrote % kFifoSlots * kSlot;
+    wait_until([&] { return wrote - out->read.value.load(std::memory_order_acquire) < kFifoSlots; });
+    return out->slots + wrote % kFifoSlots * kSlot;
+  };
+  const auto publish = [&] {
+    ++wrote;
+    if (out != nullptr) out->written.value.store(wrote, std::memory_order_release);
+  };
+  const auto next_in = [&]() -> const std::byte* {
+    if (in_fifo == nullptr) return own + took % kFifoSlots * kSlot;
+    wait_until([&] { return in_fifo->written.value.load(std::memory_order_acquire) > took; });
+    return in_fifo->slots + took % kFifoSlots * kSlot;
+  };
+  const auto release = [&] {
+    ++took;
+    if (in_fifo != nullptr) in_fifo->read.value.store(took, std::memory_order_release);
+  };
+  const auto seg = [&](size_t base, int i) {  // segment i (mod procs) of the slice at base
+    return base + static_cast<size_t>((i % procs + procs) % procs) * kSegment;
+  };
+  const auto round = [&] {
+    for (size_t base = 0; base < bytes; base += kSegment * static_cast<size_t>(procs)) {
+      for (size_t k = 0; k < kRun; ++k) {  // the send
+        std::memcpy(next_out(), in + seg(base, rank) + k * kSlot, kSlot);
+        publish();
+      }
+      for (int s = 0; s + 1 < procs; ++s)  // receive, reduce, forward
+        for (size_t k = 0; k < kRun; ++k) {
+          const std::byte* from = next_in();
+          std::byte* to = next_out();
+          const size_t off = seg(base, rank - s - 1) + k * kSlot;
+          for (size_t b = 0; b < kSlot; b += kBlock) {
+            chorus::kernels::reduce(chorus::DataType::kF32, chorus::ReduceOp::kSum, to + b,
+                                    in + off + b, from + b, kBlock / sizeof(float));
+            store(dst + off + b, to + b, kBlock);
+          }
+          publish();
+          release();
+        }
+      for (int s = 0; s + 1 < procs; ++s)  // the all-gather's receives, forwarded but the last
+        for (size_t k = 0; k < kRun; ++k) {
+          const std::byte* from = next_in();
+          std::byte* const to = dst + seg(base, rank - s) + k * kSlot;
+          if (s + 2 < procs) {
+            std::byte* fwd = next_out();
+            std::memcpy(fwd, from, kSlot);
+            store(to, fwd, kSlot);
+            publish();
+          } else {
+            store(to, from, kSlot);
+          }
+          release();
+        }
+    }
+  };
+  for (int it = 0; it < warmup; ++it) round();
+  await_go();
+  for (int it = 0; it < iters; ++it) round();
+  done();
+  const float want = static_cast<float>(procs);
+  bool ok = true;
+  for (size_t i = 0; i < bytes && ok; i += sizeof want) ok = std::memcmp(dst + i, &want, sizeof want) == 0;
+  std::free(in);
+  std::free(own);
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int procs = 2, iters = 5;
+  int procs = 2, iters = 5, warmup = 1;
+  bool warmup_given = false;
   size_t bytes = size_t{64} << 20;
-  bool stream = true, ring = false;
+  bool stream = true, ring = false, all_reduce = false, shared = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> const char* {
@@ -118,23 +245,37 @@ int main(int argc, char** argv) {
     else if (a == "--procs") procs = std::atoi(value());
     else if (a == "--bytes") bytes = parse_size(value());
     else if (a == "--iters") iters = std::atoi(value());
+    else if (a == "--warmup") warmup = std::atoi(value()), warmup_given = true;
     else if (a == "--store") {
       const std::string_view s = value();
       if (s != "stream" && s != "cached") usage(2);
       stream = s == "stream";
     } else if (a == "--ring") ring = true;
+    else if (a == "--all-reduce") all_reduce = true;
+    else if (a == "--shared") shared = true;
     else usage(2);
   }
-  if (procs < 1 || procs > 256 || iters < 1) usage(2);
-  bytes = (bytes + kPiece - 1) / kPiece * kPiece;
+  if (procs < 1 || procs > 256 || iters < 1 || (ring && all_reduce) || (all_reduce && procs < 2) ||
+      warmup < 0 || (warmup_given && !all_reduce) || (shared && !all_reduce))
+    usage(2);
+  // Whole pieces; --all-reduce: `procs` of them, so that its slices of `procs` segments are whole.
+  const size_t unit = kPiece * (all_reduce ? static_cast<size_t>(procs) : 1);
+  bytes = (bytes + unit - 1) / unit * unit;
 
-  auto* source = static_cast<std::byte*>(map_shared(bytes));
-  std::memset(source, 0x3c, bytes);
+  auto* source = all_reduce ? nullptr : static_cast<std::byte*>(map_shared(bytes));
+  if (source != nullptr) std::memset(source, 0x3c, bytes);
   auto* control = static_cast<Control*>(map_shared(sizeof(Control)));
   // --ring: the ring, chunks written into it ([0]) and chunks each reader consumed ([1 + p]).
   const uint64_t ring_chunks = bytes / kRingChunk * static_cast<uint64_t>(iters);
   auto* ring_data = ring ? static_cast<std::byte*>(map_shared(kRingChunk * kRingDepth)) : nullptr;
   auto* counters = ring ? static_cast<Counter*>(map_shared(sizeof(Counter) * (procs + 1))) : nullptr;
+  // --all-reduce --shared: process p's FIFO to p + 1.
+  Fifo* fifos = nullptr;
+  if (shared) {
+    fifos = static_cast<Fifo*>(map_shared(sizeof(Fifo) * static_cast<size_t>(procs)));
+    auto* data = static_cast<std::byte*>(map_shared(kFifoSlots * kSlot * static_cast<size_t>(procs)));
+    for (int p = 0; p < procs; ++p) fifos[p].slots = data + kFifoSlots * kSlot * static_cast<size_t>(p);
+  }
   auto copy = [&](std::byte* dst, const std::byte* src, size_t n) {
     if (stream)
       chorus::kernels::copy_stream(dst, src, n);
@@ -180,11 +321,23 @@ int main(int argc, char** argv) {
       _exit(0);
     });
   }
+  auto finish = [&] {  // a copying process is done: the last one stops the clock
+    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    if (control->done.fetch_add(1) + 1 == procs) control->finished.store(now);
+  };
   const int processes = procs + (ring ? 1 : 0);
   for (int p = 0; p < procs; ++p) spawn([&] {
     auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
     if (dst == nullptr) _exit(1);
     std::memset(dst, 0, bytes);  // fault the pages in before the clock starts
+    if (all_reduce) {
+      Fifo* out = fifos == nullptr ? nullptr : &fifos[p];
+      Fifo* from = fifos == nullptr ? nullptr : &fifos[(p + procs - 1) % procs];
+      _exit(all_reduce_work(dst, bytes, procs, p, warmup, iters, stream, out, from, await_go,
+                            finish)
+                ? 0
+                : 3);
+    }
     await_go();
     if (ring) {
       for (uint64_t i = 0; i < ring_chunks; ++i) {
@@ -202,8 +355,7 @@ int main(int argc, char** argv) {
           copy(dst + off, source + off, kPiece);
         }
     }
-    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-    if (control->done.fetch_add(1) + 1 == procs) control->finished.store(now);
+    finish();
     _exit(std::memcmp(dst, source, bytes) == 0 ? 0 : 3);
   });
   while (control->ready.load() < processes) {
@@ -228,6 +380,14 @@ int main(int argc, char** argv) {
   const std::chrono::steady_clock::duration elapsed =
       std::chrono::steady_clock::duration(control->finished.load()) - start.time_since_epoch();
   const double sec = std::chrono::duration<double>(elapsed).count() / iters;
+  if (all_reduce) {
+    std::printf("procs %d, %zu MiB each, %s stores, ring all-reduce work%s: %.2f ms per round, "
+                "bytes / time %.2f GB/s\n",
+                procs, bytes >> 20, stream ? "streaming" : "cached",
+                shared ? " through shared FIFOs" : "", sec * 1e3,
+                static_cast<double>(bytes) / sec / 1e9);
+    return 0;
+  }
   std::printf("procs %d, %zu MiB each, %s stores%s: %.2f ms per round, %.2f GB/s of copies, "
               "bytes / time %.2f GB/s\n",
               procs, bytes >> 20, stream ? "streaming" : "cached",

@@ -122,19 +122,47 @@ class Roofline(unittest.TestCase):
     def test_rows_are_busbw_with_the_collectives_factor(self):
         size = compare.ROOFLINE_BYTES
         # all_gather at np=4: algbw 4.0 GB/s -> busbw 3.00; chorus 64 MiB in 20 ms, Open MPI in 40.
-        med = {("chorus", 4, "all_gather", size): 20000.0, ("openmpi", 4, "all_gather", size): 40000.0}
+        med = {("chorus", 4, "all_gather", size): 20000.0, ("openmpi", 4, "all_gather", size): 40000.0,
+               ("chorus", 4, "all_reduce", size): 30000.0, ("openmpi", 4, "all_reduce", size): 90000.0}
         text = compare.roofline_table([4], med, {(4, "all_gather"): 4.0, (4, "broadcast"): 5.0,
-                                                 (4, "broadcast/ring"): 4.5})
+                                                 (4, "broadcast/ring"): 4.5, (4, "all_reduce"): 2.0,
+                                                 (4, "all_reduce/shared"): 1.6})
         rows = [l for l in text.splitlines() if l.startswith("| 4 |")]
-        self.assertEqual(len(rows), 2)
+        self.assertEqual(len(rows), 3)
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         chorus_busbw = size / 20000.0 / 1e3 * 0.75
         ompi_busbw = size / 40000.0 / 1e3 * 0.75
         self.assertEqual(cells, ["4", "all_gather", "3.00 GB/s", "-", f"{chorus_busbw:.2f} GB/s",
-                                 f"{ompi_busbw:.2f} GB/s", f"{3.0 / ompi_busbw:.2f}x"])
+                                 f"{ompi_busbw:.2f} GB/s", f"{3.0 / ompi_busbw:.2f}x", "-"])
         # No medians for broadcast: the rooflines are still printed (busbw = algbw), the rest "-".
         cells = [c.strip() for c in rows[1].strip("|").split("|")]
-        self.assertEqual(cells, ["4", "broadcast", "5.00 GB/s", "4.50 GB/s", "-", "-", "-"])
+        self.assertEqual(cells, ["4", "broadcast", "5.00 GB/s", "4.50 GB/s", "-", "-", "-", "-"])
+        # all_reduce at np=4: busbw = algbw x 2(n-1)/n = 1.5 algbw; both rooflines against Open MPI.
+        cells = [c.strip() for c in rows[2].strip("|").split("|")]
+        ompi_busbw = size / 90000.0 / 1e3 * 1.5
+        self.assertEqual(cells, ["4", "all_reduce", "3.00 GB/s", "2.40 GB/s",
+                                 f"{size / 30000.0 / 1e3 * 1.5:.2f} GB/s", f"{ompi_busbw:.2f} GB/s",
+                                 f"{3.0 / ompi_busbw:.2f}x", f"{2.4 / ompi_busbw:.2f}x"])
+
+    def test_all_reduce_rooflines_run_with_chorus_calls(self):
+        # The all-reduce rows run as many warm-up and timed rounds as chorus-bench's calls at the
+        # size (its later calls run faster), so the two stand side by side.
+        seen = []
+        class Done:
+            returncode = 0
+            stdout = "procs 2, 64 MiB each, ...: 1.00 ms per round, bytes / time 6.50 GB/s"
+            stderr = ""
+        real = compare.subprocess.run
+        compare.subprocess.run = lambda cmd, **kw: seen.append(cmd) or Done()
+        try:
+            got = compare.roofline_gbps("b", 2, compare.ROOFLINE_BYTES, ["--all-reduce", "--shared"], runs=1)
+        finally:
+            compare.subprocess.run = real
+        self.assertEqual(got, 6.5)
+        iters, warmup = compare.chorus_iters(compare.ROOFLINE_BYTES)
+        self.assertEqual(seen[0][1:], ["--procs", "2", "--bytes", str(compare.ROOFLINE_BYTES),
+                                       "--all-reduce", "--shared", "--iters",
+                                       str(iters * compare.BLOCKS), "--warmup", str(warmup)])
 
 
 if __name__ == "__main__":

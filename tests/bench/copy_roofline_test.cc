@@ -45,6 +45,37 @@ TEST(CopyRoofline, PrintsConsistentFiguresForEachStoreKind) {
   }
 }
 
+// procs, MiB, store kind, ms per round, bytes / time.
+const std::regex kAllReduceLine(
+    R"(procs (\d+), (\d+) MiB each, (streaming|cached) stores, ring all-reduce work( through )"
+    R"(shared FIFOs)?: ([0-9.]+) ms per round, bytes / time ([0-9.]+) GB/s)");
+
+// Alone and through shared FIFOs, each store kind, 2 and 3 processes (3: the all-gather forwards):
+// the tool checks every result element against the ring's (it exits 3 when one differs).
+TEST(CopyRoofline, AllReduceWorkPrintsConsistentFigures) {
+  for (const std::string procs : {"2", "3"})
+    for (const std::string flags : {"", " --shared"})
+      for (const std::string store : {"stream", "cached"}) {
+        const std::string args = "--all-reduce --procs " + procs + " --bytes 2M --iters 2 --store " +
+                                 store + flags;
+        const Result r = run(args);
+        ASSERT_EQ(r.exit_code, 0) << args << ": " << r.out;
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(r.out, m, kAllReduceLine)) << args << ": " << r.out;
+        EXPECT_EQ(m[1], procs);
+        // Rounded up to whole MiB per process, so that every slice of `procs` segments is whole:
+        // 2 MiB stays 2 MiB for 2 processes and becomes 3 MiB for 3.
+        EXPECT_EQ(m[2], procs == "2" ? "2" : "3") << r.out;
+        EXPECT_EQ(m[3], store == "stream" ? "streaming" : "cached");
+        EXPECT_EQ(m[4].matched, !flags.empty()) << r.out;
+        const double ms = std::stod(m[5]), each = std::stod(m[6]);
+        const double mib = std::stod(m[2]);
+        EXPECT_GT(ms, 0);
+        EXPECT_NEAR(each, mib * (1 << 20) / (ms * 1e-3) / 1e9, 0.01 + each * (0.01 + 0.006 / ms))
+            << r.out;
+      }
+}
+
 TEST(CopyRoofline, RoundsTheSizeUpToWholePieces) {
   const Result r = run("--procs 1 --bytes 1500K --iters 1");
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -53,7 +84,9 @@ TEST(CopyRoofline, RoundsTheSizeUpToWholePieces) {
 
 TEST(CopyRoofline, BadFlagsExitWithTwoAndTheUsage) {
   for (const char* args : {"--bytes 0", "--bytes 12Q", "--procs 0", "--iters 0", "--store nt",
-                           "--procs", "--frobnicate"}) {
+                           "--procs", "--frobnicate", "--all-reduce --procs 1",
+                           "--all-reduce --ring", "--shared", "--warmup 2",
+                           "--all-reduce --warmup -1"}) {
     const Result r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find("usage: chorus-copy-roofline"), std::string::npos) << args;
