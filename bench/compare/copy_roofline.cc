@@ -19,7 +19,7 @@
 // checked to be P at the end). Per slice of P segments of 256 KiB (the FIFO ring's chunk), in
 // 64 KiB slots: it copies its own segment into slots (the send); P - 1 times it reduces the slots
 // it receives with its input into the slots it sends on, storing each to its result (receive,
-// reduce, forward); P - 1 times it stores the slots it receives to its result, copying them on but
+// reduce, forward; with streaming stores in one pass, kernels::reduce_stream, as chorus does); P - 1 times it stores the slots it receives to its result, copying them on but
 // the last time (the all-gather). That is every copy and reduction a rank does when it cannot map
 // its peers' buffers. Alone, the slots are the process's own (8, in its cache): the work with
 // nothing moving between cores. With --shared they are 8-slot FIFOs in shared memory from each
@@ -34,6 +34,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,7 +56,7 @@ constexpr size_t kRingChunk = size_t{256} << 10;
 constexpr uint64_t kRingDepth = 8;
 constexpr size_t kSegment = size_t{256} << 10;  // --all-reduce: the FIFO ring's chunk
 constexpr size_t kSlot = size_t{64} << 10;      // ... a FIFO slot
-constexpr size_t kBlock = size_t{16} << 10;  // reduced into the slot, then stored, in these
+constexpr size_t kBlock = size_t{16} << 10;  // cached: reduced into the slot, then copied, in these
 
 struct alignas(64) Counter {
   std::atomic<uint64_t> value;
@@ -192,10 +193,15 @@ bool all_reduce_work(std::byte* dst, size_t bytes, int procs, int rank, int warm
           const std::byte* from = next_in();
           std::byte* to = next_out();
           const size_t off = seg(base, rank - s - 1) + k * kSlot;
-          for (size_t b = 0; b < kSlot; b += kBlock) {
-            chorus::kernels::reduce(chorus::DataType::kF32, chorus::ReduceOp::kSum, to + b,
-                                    in + off + b, from + b, kBlock / sizeof(float));
-            store(dst + off + b, to + b, kBlock);
+          if (stream) {  // each line computed once, streamed to the result and kept in the slot
+            chorus::kernels::reduce_stream(chorus::DataType::kF32, chorus::ReduceOp::kSum,
+                                           dst + off, in + off, from, kSlot / sizeof(float), to);
+          } else {
+            for (size_t b = 0; b < kSlot; b += kBlock) {
+              chorus::kernels::reduce(chorus::DataType::kF32, chorus::ReduceOp::kSum, to + b,
+                                      in + off + b, from + b, kBlock / sizeof(float));
+              std::memcpy(dst + off + b, to + b, kBlock);
+            }
           }
           publish();
           release();
@@ -290,6 +296,7 @@ int main(int argc, char** argv) {
     while (::wait(nullptr) > 0) {
     }
   };
+  const pid_t parent = getpid();
   auto spawn = [&](auto&& body) {
     const pid_t pid = fork();
     if (pid < 0) {
@@ -297,7 +304,12 @@ int main(int argc, char** argv) {
       stop_all();
       std::exit(1);
     }
-    if (pid == 0) body();  // never returns
+    if (pid == 0) {
+      // A parent stopped from outside (a timeout, ^C) takes its spinning children with it.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      body();  // never returns
+    }
     children.push_back(pid);
   };
   auto await_go = [&] {

@@ -50,6 +50,18 @@ void bench_reduce(benchmark::State& state, Isa isa, DataType dtype, ReduceOp op,
   report(state, 3 * bytes);
 }
 
+// Out of place with the result streamed (reduce_stream): what a collective's large result costs.
+void bench_reduce_stream(benchmark::State& state, Isa isa, DataType dtype, size_t bytes) {
+  const size_t count = bytes / dtype_size(dtype);
+  auto a = make_buffer(bytes), b = make_buffer(bytes), out = make_buffer(bytes);
+  const auto& k = detail::kernels_for(isa);
+  for (auto _ : state) {
+    k.reduce_stream(dtype, ReduceOp::kSum, out.data(), a.data(), b.data(), count, nullptr);
+    benchmark::ClobberMemory();
+  }
+  report(state, 3 * bytes);
+}
+
 void bench_reduce_n(benchmark::State& state, Isa isa, DataType dtype, int n, size_t bytes) {
   const size_t count = bytes / dtype_size(dtype);
   std::vector<std::vector<unsigned char>> inputs;
@@ -147,6 +159,10 @@ void register_all() {
             ("reduce/" + dtype_name(c.dtype) + "/" + std::string(to_string(c.op)) + is + size)
                 .c_str(),
             bench_reduce, isa, c.dtype, c.op, false, bytes);
+      benchmark::RegisterBenchmark(("reduce_stream/f32/sum" + is + size).c_str(),
+                                   bench_reduce_stream, isa, DataType::kF32, bytes);
+      benchmark::RegisterBenchmark(("reduce_stream/bf16/sum" + is + size).c_str(),
+                                   bench_reduce_stream, isa, DataType::kBF16, bytes);
       benchmark::RegisterBenchmark(("reduce_inplace/f32/sum" + is + size).c_str(), bench_reduce,
                                    isa, DataType::kF32, ReduceOp::kSum, true, bytes);
       benchmark::RegisterBenchmark(("reduce_inplace/bf16/sum" + is + size).c_str(), bench_reduce,

@@ -150,6 +150,24 @@ void copy_stream(void* dst, const void* src, size_t bytes) {
   detail::active_kernels().copy_stream(dst, src, bytes);
 }
 
+void reduce_stream(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b,
+                   size_t count, void* also) {
+  check_dtype(dtype);
+  check_op(op);
+  if (count == 0) return;
+  CHORUS_ARG_CHECK(dst && a && b, "reduce_stream: null pointer with count ", count);
+  const size_t bytes = count * dtype_size(dtype);
+  const auto overlap = [bytes](const void* p, const void* q) {
+    const auto x = reinterpret_cast<uintptr_t>(p), y = reinterpret_cast<uintptr_t>(q);
+    return x < y + bytes && y < x + bytes;
+  };
+  CHORUS_ARG_CHECK(!overlap(dst, a) && !overlap(dst, b),
+                   "reduce_stream: dst overlaps an input (use reduce for in-place calls)");
+  CHORUS_ARG_CHECK(also == nullptr || (!overlap(also, a) && !overlap(also, b) && !overlap(also, dst)),
+                   "reduce_stream: `also` overlaps dst or an input");
+  detail::active_kernels().reduce_stream(dtype, op, dst, a, b, count, also);
+}
+
 const char* isa_name() { return detail::active_kernels().name; }
 
 }  // namespace chorus::kernels

@@ -44,6 +44,10 @@ struct IsaKernels {
   void (*cast)(DataType dst_type, void* dst, DataType src_type, const void* src, size_t count);
   // memcpy with non-temporal stores, fenced; dst and src do not overlap.
   void (*copy_stream)(void* dst, const void* src, size_t bytes);
+  // reduce with non-temporal stores of dst, fenced, and the same result stored normally to also
+  // when it is not null; dst and also overlap nothing.
+  void (*reduce_stream)(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b,
+                        size_t count, void* also);
 };
 
 // The tables, one per namespace that kernels/cpu/isa/ is compiled into.

@@ -448,9 +448,10 @@ class ShmLink : public Link {
   }
 
   // One incoming piece of `in` (n bytes at in.offset, in the other link's FIFO) written to its
-  // destination and, in the same pass, into this link's next slot for in.forward: the result is
-  // computed into the outgoing slot and copied from there, still in cache, to in.dst. The caller
-  // checked slot_free().
+  // destination and, in the same pass, into this link's next slot for in.forward. A reduction
+  // whose destination streams computes each line once and stores it to both (reduce_stream);
+  // otherwise the result is computed into the outgoing slot a block at a time and copied from
+  // there, still in L1, to in.dst. The caller checked slot_free().
   void forward_piece(Request& in, const std::byte* data, size_t n) {
     auto* h = slot_header(out_slots_, sent_);
     std::byte* to = payload(h);
@@ -458,10 +459,13 @@ class ShmLink : public Link {
     if (in.kind == Request::Kind::kRecv) {
       std::memcpy(to, data, n);
       store(in, dst, to, n);
+    } else if (in.stream_dst) {
+      kernels::reduce_stream(in.dtype, in.op, dst, in.local + in.offset, data,
+                             n / dtype_size(in.dtype), to);
     } else {
       in_blocks(in, n, [&](size_t b, size_t m, size_t count) {
         kernels::reduce(in.dtype, in.op, to + b, in.local + in.offset + b, data + b, count);
-        store(in, dst + b, to + b, m);
+        std::memcpy(dst + b, to + b, m);
       });
     }
     publish_forward(*in.forward, h, n);
@@ -701,9 +705,8 @@ class ShmLink : public Link {
     __builtin_prefetch(slot_header(in_slots_, received_));
   }
 
-  // Copies or reduces `n` incoming bytes that belong at `offset` of the message.
-  // Streaming destinations are reduced a block at a time into a buffer that stays in L1 and
-  // copied out from there.
+  // Copies or reduces `n` incoming bytes that belong at `offset` of the message, with streaming
+  // stores when the request asked for them.
   void deliver(Request& r, size_t offset, const std::byte* data, size_t n) {
     if (r.kind == Request::Kind::kRecv) {
       store(r, r.dst + offset, data, n);
@@ -711,11 +714,8 @@ class ShmLink : public Link {
       kernels::reduce(r.dtype, r.op, r.dst + offset, r.local + offset, data,
                       n / dtype_size(r.dtype));
     } else {
-      alignas(64) static thread_local std::byte block_buf[kStreamBlockBytes];
-      in_blocks(r, n, [&](size_t b, size_t m, size_t count) {
-        kernels::reduce(r.dtype, r.op, block_buf, r.local + offset + b, data + b, count);
-        kernels::copy_stream(r.dst + offset + b, block_buf, m);
-      });
+      kernels::reduce_stream(r.dtype, r.op, r.dst + offset, r.local + offset, data,
+                             n / dtype_size(r.dtype));
     }
   }
   // A reduction whose result is stored elsewhere than where it is computed goes a block at a

@@ -91,5 +91,7 @@ void reduce_n(DataType dtype, ReduceOp op, void* dst, const void* const* srcs, i
 void divide(DataType dtype, void* dst, const void* src, size_t count, int64_t divisor);
 void cast(DataType dst_type, void* dst, DataType src_type, const void* src, size_t count);
 void copy_stream(void* dst, const void* src, size_t bytes);
+void reduce_stream(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b,
+                   size_t count, void* also);
 
 }  // namespace chorus::kernels::detail::CHORUS_KERNELS_ISA_NS

@@ -14,6 +14,7 @@ const IsaKernels kKernels = {
     .divide = divide,
     .cast = cast,
     .copy_stream = copy_stream,
+    .reduce_stream = reduce_stream,
 };
 
 }  // namespace chorus::kernels::detail::CHORUS_KERNELS_ISA_NS

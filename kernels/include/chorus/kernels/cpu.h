@@ -23,6 +23,16 @@ namespace chorus::kernels {
 // kAvg reduces like kSum: the caller finishes with divide().
 void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
 
+// reduce() whose stores to dst bypass the caches (non-temporal, as copy_stream), fenced at the end:
+// for large results nobody reads soon, where an ordinary store would first read each line of dst
+// (see copy_stream). Same bits as reduce(). f16 and bf16, bound by their conversions rather than
+// by memory, are stored as reduce() stores them (streaming measured slower). With `also`, the
+// same result is stored there too, with ordinary stores, in the same pass (a result that is both
+// kept and passed on, like a ring's reduced piece forwarded through shared memory). dst and also
+// must overlap neither each other nor a or b.
+void reduce_stream(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b,
+                   size_t count, void* also = nullptr);
+
 // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], folded left to right (so every rank
 // that calls it with the same inputs in the same order gets the same bits). f16/bf16 accumulate
 // in f32 and round once. n >= 1; dst may be one of srcs.
