@@ -161,6 +161,10 @@ Result run(const std::vector<std::string>& args, const std::vector<std::string>&
   return Launch(args, env).finish();
 }
 
+// chorus-tune times every algorithm at every size up to --max-bytes: a few seconds per launch,
+// many times that under the sanitizers with another test's ranks on the same two cores.
+Result run_tune(const std::vector<std::string>& args) { return Launch(args, {}).finish(90s); }
+
 // `chorus-run <launcher_args> rank_probe <probe_args>`
 std::vector<std::string> probe_job(std::vector<std::string> launcher_args,
                                    const std::vector<std::string>& probe_args) {
@@ -481,7 +485,7 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
   };
   for (const char* colls : {"broadcast,gather", "broadcast"}) {
     const Result r =
-        run({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out", out});
+        run_tune({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out", out});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     // ring, tree and direct, each on one path or two (two where single copy is possible), and
     // fanout, which has one
@@ -490,7 +494,7 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
     EXPECT_EQ(count("2 broadcast/in-place "), curves) << "in-place curves: one per variant";
     EXPECT_GE(count("2 gather "), 1) << "the gather lines of the first run were lost";
   }
-  const Result show = run({"-n", "1", kTune, "--show", "--file", out});
+  const Result show = run_tune({"-n", "1", kTune, "--show", "--file", out});
   ASSERT_EQ(show.exit_code, 0) << show.err;
   EXPECT_NE(show.out.find("broadcast/in-place direct"), std::string::npos) << show.out;
   std::filesystem::remove(out);
@@ -508,10 +512,10 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
       if (!line.empty() && line[0] != '#') all.push_back(line);
     return all;
   };
-  Result r = run({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out});
+  Result r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> before = lines();
-  r = run({"-n", "2", kTune, "--colls", "broadcast", "--algos", "fanout", "--max-bytes", "1K",
+  r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--algos", "fanout", "--max-bytes", "1K",
            "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> after = lines();
@@ -525,10 +529,10 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
   EXPECT_EQ(fanout, 2) << "one fanout curve out of place and one in place";
   EXPECT_EQ(kept, static_cast<int>(after.size()) - 2) << "the other curves must stay as they were";
 
-  r = run({"-n", "2", kTune, "--colls", "gather", "--algos", "fanout", "--out", out});
+  r = run_tune({"-n", "2", kTune, "--colls", "gather", "--algos", "fanout", "--out", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("names no algorithm"), std::string::npos) << r.err;
-  r = run({"-n", "1", kTune, "--algos", "nosuch"});
+  r = run_tune({"-n", "1", kTune, "--algos", "nosuch"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("unknown algorithm 'nosuch'"), std::string::npos) << r.err;
   std::filesystem::remove(out);
