@@ -19,12 +19,13 @@
 // checked to be P at the end). Per slice of P segments of 256 KiB (the FIFO ring's chunk), in
 // 64 KiB slots: it copies its own segment into slots (the send); P - 1 times it reduces the slots
 // it receives with its input into the slots it sends on, storing each to its result (receive,
-// reduce, forward; with streaming stores in one pass, kernels::reduce_stream, as chorus does); P - 1 times it stores the slots it receives to its result, copying them on but
-// the last time (the all-gather). That is every copy and reduction a rank does when it cannot map
-// its peers' buffers. Alone, the slots are the process's own (8, in its cache): the work with
-// nothing moving between cores. With --shared they are 8-slot FIFOs in shared memory from each
-// process to the next, with counts of slots written and read (wait: spin, then yield): a ring
-// all-reduce as lean as it can be, with every slot crossing from one core's cache to another.
+// reduce, forward: with streaming stores in one pass, kernels::reduce_stream, as chorus does);
+// P - 1 times it stores the slots it receives to its result, copying them on but the last time
+// (the all-gather). That is every copy and reduction a rank does when it cannot map its peers'
+// buffers. Alone, the slots are the process's own (8, in its cache): the work with nothing moving
+// between cores. With --shared they are 8-slot FIFOs in shared memory from each process to the
+// next, with counts of slots written and read (wait: spin, then yield): a ring all-reduce as lean
+// as it can be, with every slot crossing from one core's cache to another.
 // --warmup W rounds run before the clock starts (default 1), as a benchmark's warm-up calls: the
 // first rounds run slower while the buffers' lines leave the state their first writes left.
 // docs/PERFORMANCE.md divides a collective's required copies by these rates to say how far a
@@ -117,6 +118,14 @@ size_t parse_size(const char* text) {
   return static_cast<size_t>(v) * mult;
 }
 
+// What every mode stores results with: streaming stores (--store stream) or memcpy.
+void copy_bytes(bool stream, std::byte* dst, const std::byte* src, size_t n) {
+  if (stream)
+    chorus::kernels::copy_stream(dst, src, n);
+  else
+    std::memcpy(dst, src, n);
+}
+
 void* map_shared(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
@@ -125,7 +134,6 @@ void* map_shared(size_t bytes) {
   }
   return p;
 }
-
 
 // --all-reduce --shared: the FIFO process p writes and process p + 1 (mod P) reads; counts of
 // slots written and read, each on its own line, then kFifoSlots slots.
@@ -152,18 +160,13 @@ bool all_reduce_work(std::byte* dst, size_t bytes, int procs, int rank, int warm
   if (in == nullptr || own == nullptr) _exit(1);
   const float one = 1.0f;
   for (size_t i = 0; i < bytes; i += sizeof one) std::memcpy(in + i, &one, sizeof one);
-  const auto store = [&](std::byte* to, const std::byte* from, size_t n) {
-    if (stream)
-      chorus::kernels::copy_stream(to, from, n);
-    else
-      std::memcpy(to, from, n);
-  };
   // Slots: the next one to write, published when written; the next one to read, released when
   // read. Alone, slot i is own[i % 8], read back in the order written.
   uint64_t wrote = 0, took = 0;
   const auto next_out = [&]() -> std::byte* {
     if (out == nullptr) return own + wrote % kFifoSlots * kSlot;
-    wait_until([&] { return wrote - out->read.value.load(std::memory_order_acquire) < kFifoSlots; });
+    wait_until(
+        [&] { return wrote - out->read.value.load(std::memory_order_acquire) < kFifoSlots; });
     return out->slots + wrote % kFifoSlots * kSlot;
   };
   const auto publish = [&] {
@@ -213,10 +216,10 @@ bool all_reduce_work(std::byte* dst, size_t bytes, int procs, int rank, int warm
           if (s + 2 < procs) {
             std::byte* fwd = next_out();
             std::memcpy(fwd, from, kSlot);
-            store(to, fwd, kSlot);
+            copy_bytes(stream, to, fwd, kSlot);
             publish();
           } else {
-            store(to, from, kSlot);
+            copy_bytes(stream, to, from, kSlot);
           }
           release();
         }
@@ -228,7 +231,8 @@ bool all_reduce_work(std::byte* dst, size_t bytes, int procs, int rank, int warm
   done();
   const float want = static_cast<float>(procs);
   bool ok = true;
-  for (size_t i = 0; i < bytes && ok; i += sizeof want) ok = std::memcmp(dst + i, &want, sizeof want) == 0;
+  for (size_t i = 0; i < bytes && ok; i += sizeof want)
+    ok = std::memcmp(dst + i, &want, sizeof want) == 0;
   std::free(in);
   std::free(own);
   return ok;
@@ -279,15 +283,11 @@ int main(int argc, char** argv) {
   Fifo* fifos = nullptr;
   if (shared) {
     fifos = static_cast<Fifo*>(map_shared(sizeof(Fifo) * static_cast<size_t>(procs)));
-    auto* data = static_cast<std::byte*>(map_shared(kFifoSlots * kSlot * static_cast<size_t>(procs)));
-    for (int p = 0; p < procs; ++p) fifos[p].slots = data + kFifoSlots * kSlot * static_cast<size_t>(p);
+    auto* data =
+        static_cast<std::byte*>(map_shared(kFifoSlots * kSlot * static_cast<size_t>(procs)));
+    for (int p = 0; p < procs; ++p)
+      fifos[p].slots = data + kFifoSlots * kSlot * static_cast<size_t>(p);
   }
-  auto copy = [&](std::byte* dst, const std::byte* src, size_t n) {
-    if (stream)
-      chorus::kernels::copy_stream(dst, src, n);
-    else
-      std::memcpy(dst, src, n);
-  };
   // A process that fails makes the others wait forever (for its chunks, or for it to be ready):
   // the parent then stops them all.
   std::vector<pid_t> children;
@@ -345,17 +345,17 @@ int main(int argc, char** argv) {
     if (all_reduce) {
       Fifo* out = fifos == nullptr ? nullptr : &fifos[p];
       Fifo* from = fifos == nullptr ? nullptr : &fifos[(p + procs - 1) % procs];
-      _exit(all_reduce_work(dst, bytes, procs, p, warmup, iters, stream, out, from, await_go,
-                            finish)
-                ? 0
-                : 3);
+      _exit(
+          all_reduce_work(dst, bytes, procs, p, warmup, iters, stream, out, from, await_go, finish)
+              ? 0
+              : 3);
     }
     await_go();
     if (ring) {
       for (uint64_t i = 0; i < ring_chunks; ++i) {
         wait_until([&] { return counters[0].value.load(std::memory_order_acquire) > i; });
-        copy(dst + i % (bytes / kRingChunk) * kRingChunk, ring_data + i % kRingDepth * kRingChunk,
-             kRingChunk);
+        copy_bytes(stream, dst + i % (bytes / kRingChunk) * kRingChunk,
+                   ring_data + i % kRingDepth * kRingChunk, kRingChunk);
         counters[1 + p].value.store(i + 1, std::memory_order_release);
       }
     } else {
@@ -364,7 +364,7 @@ int main(int argc, char** argv) {
       for (int it = 0; it < iters; ++it)
         for (size_t k = 0; k < pieces; ++k) {
           const size_t off = (first + k) % pieces * kPiece;
-          copy(dst + off, source + off, kPiece);
+          copy_bytes(stream, dst + off, source + off, kPiece);
         }
     }
     finish();
@@ -393,11 +393,11 @@ int main(int argc, char** argv) {
       std::chrono::steady_clock::duration(control->finished.load()) - start.time_since_epoch();
   const double sec = std::chrono::duration<double>(elapsed).count() / iters;
   if (all_reduce) {
-    std::printf("procs %d, %zu MiB each, %s stores, ring all-reduce work%s: %.2f ms per round, "
-                "bytes / time %.2f GB/s\n",
-                procs, bytes >> 20, stream ? "streaming" : "cached",
-                shared ? " through shared FIFOs" : "", sec * 1e3,
-                static_cast<double>(bytes) / sec / 1e9);
+    std::printf(
+        "procs %d, %zu MiB each, %s stores, ring all-reduce work%s: %.2f ms per round, "
+        "bytes / time %.2f GB/s\n",
+        procs, bytes >> 20, stream ? "streaming" : "cached", shared ? " through shared FIFOs" : "",
+        sec * 1e3, static_cast<double>(bytes) / sec / 1e9);
     return 0;
   }
   std::printf("procs %d, %zu MiB each, %s stores%s: %.2f ms per round, %.2f GB/s of copies, "

@@ -163,8 +163,9 @@ void reduce_stream(DataType dtype, ReduceOp op, void* dst, const void* a, const 
   };
   CHORUS_ARG_CHECK(!overlap(dst, a) && !overlap(dst, b),
                    "reduce_stream: dst overlaps an input (use reduce for in-place calls)");
-  CHORUS_ARG_CHECK(also == nullptr || (!overlap(also, a) && !overlap(also, b) && !overlap(also, dst)),
-                   "reduce_stream: `also` overlaps dst or an input");
+  CHORUS_ARG_CHECK(
+      also == nullptr || (!overlap(also, a) && !overlap(also, b) && !overlap(also, dst)),
+      "reduce_stream: `also` overlaps dst or an input");
   detail::active_kernels().reduce_stream(dtype, op, dst, a, b, count, also);
 }
 

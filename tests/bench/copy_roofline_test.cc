@@ -56,8 +56,8 @@ TEST(CopyRoofline, AllReduceWorkPrintsConsistentFigures) {
   for (const std::string procs : {"2", "3"})
     for (const std::string flags : {"", " --shared"})
       for (const std::string store : {"stream", "cached"}) {
-        const std::string args = "--all-reduce --procs " + procs + " --bytes 2M --iters 2 --store " +
-                                 store + flags;
+        const std::string args =
+            "--all-reduce --procs " + procs + " --bytes 2M --iters 2 --store " + store + flags;
         const Result r = run(args);
         ASSERT_EQ(r.exit_code, 0) << args << ": " << r.out;
         std::smatch m;
@@ -83,10 +83,10 @@ TEST(CopyRoofline, RoundsTheSizeUpToWholePieces) {
 }
 
 TEST(CopyRoofline, BadFlagsExitWithTwoAndTheUsage) {
-  for (const char* args : {"--bytes 0", "--bytes 12Q", "--procs 0", "--iters 0", "--store nt",
-                           "--procs", "--frobnicate", "--all-reduce --procs 1",
-                           "--all-reduce --ring", "--shared", "--warmup 2",
-                           "--all-reduce --warmup -1"}) {
+  for (const char* args :
+       {"--bytes 0", "--bytes 12Q", "--procs 0", "--iters 0", "--store nt", "--procs",
+        "--frobnicate", "--all-reduce --procs 1", "--all-reduce --ring", "--shared", "--warmup 2",
+        "--all-reduce --warmup -1"}) {
     const Result r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find("usage: chorus-copy-roofline"), std::string::npos) << args;

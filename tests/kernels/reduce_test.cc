@@ -1,5 +1,6 @@
 // reduce() on every instruction set against the scalar reference: every DataType x ReduceOp, every
 // count in kCounts, unaligned pointers and every aliasing shape the API allows.
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -54,8 +55,8 @@ TEST_P(Reduce, MatchesReferenceInEveryShape) {
         // Separate buffers, each misaligned differently.
         kernels().reduce(dtype, op, dst.at(1), a.at(2), b.at(3), count);
         ASSERT_TRUE(same_elements(dtype, expected_shifted.at(0), dst.at(1), count)) << "unaligned";
-        // The streaming variant, in its 8 KiB blocks (the large count spans many, with a partial
-        // last one), aligned and not: the same bits.
+        // The streaming variant (an unaligned head, whole 64-byte lines, then a tail), aligned
+        // and not: the same bits.
         std::memset(dst.at(0), 0, count * size);
         kernels().reduce_stream(dtype, op, dst.at(0), a.at(0), b.at(0), count, nullptr);
         ASSERT_TRUE(same_elements(dtype, expected.at(0), dst.at(0), count)) << "streamed";
@@ -92,19 +93,24 @@ TEST_P(Reduce, MatchesReferenceInEveryShape) {
 TEST(ReduceStream, ChecksItsArgumentsAndMatchesReduce) {
   kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, nullptr, nullptr, nullptr, 0);
   std::vector<float> a(3000), b(3000), want(3000), got(3000, -1.0f);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * static_cast<float>(i), b[i] = 1.0f - a[i] * a[i];
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = 0.5f * static_cast<float>(i), b[i] = 1.0f - a[i] * a[i];
   kernels::reduce(DataType::kF32, ReduceOp::kMax, want.data(), a.data(), b.data(), a.size());
   kernels::reduce_stream(DataType::kF32, ReduceOp::kMax, got.data(), a.data(), b.data(), a.size());
   EXPECT_EQ(got, want);
   // In place, or dst overlapping an input anywhere, is refused before anything is written.
-  EXPECT_THROW(kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, a.data(), a.data(), b.data(), 10),
-               InvalidArgument);
-  EXPECT_THROW(kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, b.data() + 5, a.data(), b.data(), 10),
-               InvalidArgument);
-  EXPECT_THROW(kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, nullptr, a.data(), b.data(), 10),
-               InvalidArgument);
-  EXPECT_THROW(kernels::reduce_stream(DataType::kCount, ReduceOp::kSum, got.data(), a.data(), b.data(), 10),
-               InvalidArgument);
+  EXPECT_THROW(
+      kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, a.data(), a.data(), b.data(), 10),
+      InvalidArgument);
+  EXPECT_THROW(
+      kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, b.data() + 5, a.data(), b.data(), 10),
+      InvalidArgument);
+  EXPECT_THROW(
+      kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, nullptr, a.data(), b.data(), 10),
+      InvalidArgument);
+  EXPECT_THROW(
+      kernels::reduce_stream(DataType::kCount, ReduceOp::kSum, got.data(), a.data(), b.data(), 10),
+      InvalidArgument);
   EXPECT_EQ(got, want);
   // The second destination: written with the same bits; refused where it overlaps anything.
   std::vector<float> also(3000, -1.0f);
@@ -115,8 +121,8 @@ TEST(ReduceStream, ChecksItsArgumentsAndMatchesReduce) {
   EXPECT_EQ(also, want);
   for (void* bad : {static_cast<void*>(a.data() + 3), static_cast<void*>(b.data()),
                     static_cast<void*>(got.data() + 9)})
-    EXPECT_THROW(kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, got.data(), a.data(), b.data(),
-                                        10, bad),
+    EXPECT_THROW(kernels::reduce_stream(DataType::kF32, ReduceOp::kSum, got.data(), a.data(),
+                                        b.data(), 10, bad),
                  InvalidArgument);
 }
 

@@ -512,11 +512,12 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
       if (!line.empty() && line[0] != '#') all.push_back(line);
     return all;
   };
-  Result r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out});
+  Result r =
+      run_tune({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> before = lines();
   r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--algos", "fanout", "--max-bytes", "1K",
-           "--out", out});
+                "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> after = lines();
   ASSERT_EQ(after.size(), before.size());

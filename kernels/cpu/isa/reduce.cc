@@ -5,6 +5,7 @@
 // is the exception: it is widened kStage elements at a time into f32 blocks that stay in L1,
 // combined there and narrowed once per output element. reduce_n folds left through an
 // accumulator block, so each source is read once from memory and dst is written once.
+// reduce_stream computes a 64-byte line of results at a time and stores it past the caches.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -106,8 +107,7 @@ void reduce(DataType dtype, ReduceOp op, void* dst, const void* a, const void* b
   });
 }
 
-// One 64-byte line of results, computed in registers (the loop is a single vector operation on
-// AVX-512) and stored past the caches.
+// Stores one 64-byte line of results, just computed into `line` (still in L1), past the caches.
 inline void stream_line(void* dst, const void* line) {
 #if defined(__AVX512F__)
   _mm512_stream_si512(static_cast<__m512i*>(dst), _mm512_load_si512(line));
