@@ -13,7 +13,7 @@ namespace {
 
 const StringKnob kDebug{"CHORUS_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"};
 const StringKnob kDebugSubsys{"CHORUS_DEBUG_SUBSYS", "ALL",
-                              "comma-separated subsystems to log: INIT,BOOT,SHM,COLL,TUNE,RUN,UCX,ALL"};
+                              "comma-separated subsystems to log: INIT,BOOT,SHM,COLL,TUNE,RUN,UCX,PAR,ALL"};
 
 std::atomic<int> g_rank{-1};
 
@@ -42,6 +42,7 @@ LogSettings read_settings() {
       else if (item == "TUNE") s.mask |= kLogTune;
       else if (item == "RUN") s.mask |= kLogRun;
       else if (item == "UCX") s.mask |= kLogUcx;
+      else if (item == "PAR") s.mask |= kLogPar;
       else if (item == "ALL") s.mask = kLogAll;
       if (comma == std::string::npos) break;
       pos = comma + 1;
@@ -64,6 +65,7 @@ const char* subsys_name(uint32_t subsys) {
     case kLogTune: return "TUNE";
     case kLogRun: return "RUN";
     case kLogUcx: return "UCX";
+    case kLogPar: return "PAR";
     default: return "ALL";
   }
 }

@@ -20,7 +20,46 @@ bool hooks_suppressed();  // grad_mode.cc
 
 namespace {
 std::atomic<uint64_t> g_next_seq{1};
+
+// Callbacks of the outermost backward running on this thread (queue_backward_callback).
+thread_local int t_backward_depth = 0;
+thread_local uint64_t t_backward_id = 0;  // of the outermost backward running, 0 outside
+std::atomic<uint64_t> g_next_backward_id{1};
+thread_local std::vector<std::function<void()>> t_callbacks;
+
+// Marks one backward on this thread; the outermost runs the queued callbacks when it ends
+// normally (finish()) and drops them when it unwinds.
+class BackwardScope {
+ public:
+  BackwardScope() {
+    if (t_backward_depth++ == 0) t_backward_id = g_next_backward_id.fetch_add(1);
+  }
+  ~BackwardScope() {
+    if (--t_backward_depth == 0) {
+      t_callbacks.clear();
+      t_backward_id = 0;
+    }
+  }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+  void finish() {
+    if (t_backward_depth != 1) return;
+    for (size_t i = 0; i < t_callbacks.size(); ++i) {
+      std::function<void()> cb = std::move(t_callbacks[i]);
+      cb();
+    }
+    t_callbacks.clear();
+  }
+};
 }  // namespace
+
+bool backward_running() { return t_backward_depth > 0; }
+uint64_t backward_id() { return t_backward_id; }
+
+void queue_backward_callback(std::function<void()> callback) {
+  CHORUS_ARG_CHECK(t_backward_depth > 0, "queue_backward_callback outside a backward");
+  t_callbacks.push_back(std::move(callback));
+}
 
 Node::Node(std::string name, BackwardFn fn, std::vector<Edge> edges,
            std::vector<Shape> input_shapes, std::vector<DataType> input_dtypes, Shape out_shape,
@@ -113,7 +152,7 @@ namespace {
 
 void run_hooks(TensorImpl& leaf) {
   if (hooks_suppressed()) return;
-  for (auto& hook : leaf.autograd.hooks) hook(leaf.autograd.grad);
+  for (auto& [handle, hook] : leaf.autograd.hooks) hook(leaf.autograd.grad);
 }
 
 }  // namespace
@@ -130,12 +169,14 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
   CHORUS_ARG_CHECK(seed.shape() == root.shape(), "backward: gradient shape ",
                    to_string(seed.shape()), " vs ", to_string(root.shape()));
   NoGradGuard no_grad;  // backward functions are not themselves recorded
+  BackwardScope scope;
 
   if (root.is_leaf()) {
     TensorImpl& leaf = *root.impl();
     if (!leaf.autograd.grad.defined()) leaf.autograd.grad = Tensor::zeros(root.shape(), root.dtype());
     strided_copy(leaf.autograd.grad, seed, /*accumulate=*/true);
     run_hooks(leaf);
+    scope.finish();
     return;
   }
 
@@ -189,6 +230,7 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
       }
     }
   }
+  scope.finish();
 }
 
 }  // namespace chorus::tensor

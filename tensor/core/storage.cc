@@ -34,16 +34,25 @@ std::string to_string(Device device) {
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   CHORUS_ARG_CHECK(device.is_cpu(), "storage on ", to_string(device),
                    ": this build has CPU storage only");
-  // aligned_alloc wants a size that is a multiple of the alignment; never ask for 0 bytes.
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (data_ == nullptr) throw std::bad_alloc();
-  count_alloc(static_cast<int64_t>(bytes));
+  reallocate();
 }
 
-Storage::~Storage() {
+Storage::~Storage() { release(); }
+
+void Storage::release() {
+  if (data_ == nullptr) return;
   std::free(data_);
+  data_ = nullptr;
   g_current_bytes.fetch_sub(static_cast<int64_t>(bytes_), std::memory_order_relaxed);
+}
+
+void Storage::reallocate() {
+  if (data_ != nullptr) return;
+  // aligned_alloc wants a size that is a multiple of the alignment; never ask for 0 bytes.
+  const size_t rounded = (bytes_ + kAlignment - 1) / kAlignment * kAlignment;
+  data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (data_ == nullptr) throw std::bad_alloc();
+  count_alloc(static_cast<int64_t>(bytes_));
 }
 
 MemoryStats memory_stats() {

@@ -148,7 +148,14 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   const auto& im = impl_of(*this);
-  return static_cast<char*>(im.storage->data()) + im.offset * dtype_size(im.dtype);
+  char* base = static_cast<char*>(im.storage->data());
+  if (base == nullptr) [[unlikely]]
+    throw InvalidArgument(detail::concat("the data of a ", to_string(im.shape), " ",
+                                         to_string(im.dtype),
+                                         " tensor whose storage was released (a sharded "
+                                         "parameter used outside the window where it is "
+                                         "gathered?)"));
+  return base + im.offset * dtype_size(im.dtype);
 }
 
 // ---- views and copies: the differentiable versions live in ops/ -----------------------------
@@ -181,6 +188,25 @@ void Tensor::fill_(double value) {
                     for (int64_t i = 0; i < n; ++i) p[o + i * s] = v;
                   });
   });
+}
+
+void Tensor::set_data(const Tensor& src) {
+  CHORUS_ARG_CHECK(defined() && src.defined(), "set_data with an undefined tensor");
+  TensorImpl& im = *impl_;
+  const TensorImpl& from = *src.impl();
+  CHORUS_ARG_CHECK(from.shape == im.shape, "set_data: shape ", to_string(from.shape), " for a ",
+                   to_string(im.shape), " tensor");
+  CHORUS_ARG_CHECK(!im.autograd.requires_grad || is_floating(from.dtype),
+                   "set_data: a tensor that requires grad cannot take ", to_string(from.dtype),
+                   " data");
+  if (from.dtype != im.dtype) {
+    im.autograd.grad = Tensor();
+    im.autograd.grad_bound = false;
+  }
+  im.storage = from.storage;
+  im.strides = from.strides;
+  im.offset = from.offset;
+  im.dtype = from.dtype;
 }
 
 std::vector<double> Tensor::to_vector() const {
@@ -223,6 +249,29 @@ void Tensor::set_grad(Tensor grad) {
     CHORUS_ARG_CHECK(grad.shape() == shape(), "set_grad: shape ", to_string(grad.shape()),
                      " vs ", to_string(shape()));
   impl_->autograd.grad = std::move(grad);
+  impl_->autograd.grad_bound = false;
+}
+
+void Tensor::bind_grad(Tensor grad) {
+  CHORUS_ARG_CHECK(grad.defined() && grad.shape() == shape() && grad.dtype() == dtype() &&
+                       grad.is_contiguous(),
+                   "bind_grad: the gradient must be a contiguous ", to_string(shape()), " ",
+                   to_string(dtype()), " tensor, got ",
+                   grad.defined() ? detail::concat(to_string(grad.shape()), " ",
+                                                   to_string(grad.dtype()))
+                                  : std::string("an undefined one"));
+  impl_->autograd.grad = std::move(grad);
+  impl_->autograd.grad_bound = true;
+}
+
+bool Tensor::grad_bound() const { return impl_of(*this).autograd.grad_bound; }
+
+void Tensor::zero_grad() {
+  auto& meta = impl_->autograd;
+  if (meta.grad_bound)
+    meta.grad.zero_();
+  else
+    meta.grad = Tensor();
 }
 const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_of(*this).autograd.grad_fn; }
 
@@ -233,10 +282,18 @@ Tensor Tensor::detach() const {
 
 void Tensor::backward(const Tensor& grad) const { Engine::backward(*this, grad); }
 
-void Tensor::register_grad_ready_hook(GradReadyHook hook) {
+int Tensor::register_grad_ready_hook(GradReadyHook hook) {
+  static std::atomic<int> next_handle{1};
   CHORUS_ARG_CHECK(is_leaf() && requires_grad(),
                    "grad-ready hooks go on leaves that require grad");
-  impl_->autograd.hooks.push_back(std::move(hook));
+  const int handle = next_handle.fetch_add(1, std::memory_order_relaxed);
+  impl_->autograd.hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Tensor::remove_grad_ready_hook(int handle) {
+  CHORUS_ARG_CHECK(defined(), "remove_grad_ready_hook on an undefined tensor");
+  std::erase_if(impl_->autograd.hooks, [&](const auto& h) { return h.first == handle; });
 }
 
 }  // namespace chorus::tensor

@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -191,8 +192,24 @@ int default_threads() {
 
 std::mutex g_pool_mutex;  // guards replacing the pool (set_pool_threads)
 
+// Set in a child process by fork: the team's threads did not come along (only the forking thread
+// does), so the child's first use starts a new team of the same size. The old one is leaked: its
+// destructor would join threads that do not exist in this process.
+std::atomic<bool> g_forked{false};
+
 std::unique_ptr<Pool>& pool_slot() {
-  static std::unique_ptr<Pool> pool = std::make_unique<Pool>(default_threads());
+  static std::unique_ptr<Pool> pool = [] {
+    pthread_atfork(nullptr, nullptr, [] { g_forked.store(true, std::memory_order_relaxed); });
+    return std::make_unique<Pool>(default_threads());
+  }();
+  if (g_forked.load(std::memory_order_relaxed)) [[unlikely]] {
+    std::lock_guard lock(g_pool_mutex);
+    if (g_forked.exchange(false)) {
+      const int n = pool->size();
+      (void)pool.release();
+      pool = std::make_unique<Pool>(n);
+    }
+  }
   return pool;
 }
 
@@ -202,8 +219,8 @@ int pool_threads() { return pool_slot()->size(); }
 
 void set_pool_threads(int n) {
   CHORUS_ARG_CHECK(n >= 1, "set_num_threads(", n, ")");
-  std::lock_guard lock(g_pool_mutex);
   auto& slot = pool_slot();
+  std::lock_guard lock(g_pool_mutex);
   if (slot->size() == n) return;
   slot.reset();
   slot = std::make_unique<Pool>(n);

@@ -1,6 +1,7 @@
 // GEMM entry points: backend selection by measurement, thread count, 16-bit inputs.
 #include "chorus/tensor/gemm.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -26,10 +27,13 @@ const StringKnob kBf16Knob{"CHORUS_TENSOR_BF16_GEMM", "auto",
 // The selection shape: one GPT-2-small-ish linear layer on a (B*T = 512) batch slice.
 constexpr int64_t kSelM = 512, kSelN = 768, kSelK = 256;
 
+// The autocast bf16 GEMM: -1 not chosen yet, 0 f32 GEMM on rounded operands, 1 the native kernel.
+std::atomic<int> g_bf16_native{-1};
+
 struct Registry {
   std::vector<std::unique_ptr<gemm_impl::SgemmBackend>> backends;
-  std::vector<double> gflops;
-  gemm_impl::SgemmBackend* chosen = nullptr;
+  std::vector<double> gflops;  // 0 until measured
+  std::atomic<gemm_impl::SgemmBackend*> chosen{nullptr};
 };
 
 // Runs an sgemm on `be` over the team: the backend's own split, or one call per row block.
@@ -80,9 +84,34 @@ std::vector<double> measure_backends(std::vector<gemm_impl::SgemmBackend*> backe
   return gflops;
 }
 
+// Measures every available backend and picks the fastest.
+void select_by_measurement(Registry& r) {
+  std::vector<gemm_impl::SgemmBackend*> available;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < r.backends.size(); ++i)
+    if (r.backends[i]->available()) {
+      available.push_back(r.backends[i].get());
+      index.push_back(i);
+    }
+  const std::vector<double> rates = measure_backends(available);
+  double best = -1;
+  gemm_impl::SgemmBackend* winner = nullptr;
+  for (size_t j = 0; j < available.size(); ++j) {
+    r.gflops[index[j]] = rates[j];
+    CHORUS_INFO(kLogTune, "tensor gemm: ", available[j]->name(), " (", available[j]->note(),
+                ") ", rates[j], " GFLOP/s on ", pool_threads(), " threads");
+    if (rates[j] > best) {
+      best = rates[j];
+      winner = available[j];
+    }
+  }
+  r.chosen.store(winner, std::memory_order_release);
+  CHORUS_INFO(kLogTune, "tensor gemm: using ", winner->name());
+}
+
 Registry& registry() {
-  static Registry reg = [] {
-    Registry r;
+  static Registry r;
+  static const bool filled = [] {
     r.backends.push_back(gemm_impl::make_dnnl_backend());
     r.backends.push_back(gemm_impl::make_openblas_backend());
     r.backends.push_back(gemm_impl::make_builtin_backend());
@@ -93,34 +122,15 @@ Registry& registry() {
         if (be->name() == forced) {
           CHORUS_ARG_CHECK(be->available(), kGemmKnob.name(), "=", forced,
                            " is unavailable: ", be->note());
-          r.chosen = be.get();
+          r.chosen.store(be.get());
         }
-      CHORUS_ARG_CHECK(r.chosen != nullptr, kGemmKnob.name(), "=", forced,
+      CHORUS_ARG_CHECK(r.chosen.load() != nullptr, kGemmKnob.name(), "=", forced,
                        ": expected auto, dnnl, openblas or builtin");
-      return r;
     }
-    std::vector<gemm_impl::SgemmBackend*> available;
-    std::vector<size_t> index;
-    for (size_t i = 0; i < r.backends.size(); ++i)
-      if (r.backends[i]->available()) {
-        available.push_back(r.backends[i].get());
-        index.push_back(i);
-      }
-    const std::vector<double> rates = measure_backends(available);
-    double best = -1;
-    for (size_t j = 0; j < available.size(); ++j) {
-      r.gflops[index[j]] = rates[j];
-      CHORUS_INFO(kLogTune, "tensor gemm: ", available[j]->name(), " (", available[j]->note(),
-                  ") ", rates[j], " GFLOP/s on ", pool_threads(), " threads");
-      if (rates[j] > best) {
-        best = rates[j];
-        r.chosen = available[j];
-      }
-    }
-    CHORUS_INFO(kLogTune, "tensor gemm: using ", r.chosen->name());
-    return r;
+    return true;
   }();
-  return reg;
+  (void)filled;
+  return r;
 }
 
 std::mutex& registry_mutex() {
@@ -128,7 +138,14 @@ std::mutex& registry_mutex() {
   return m;
 }
 
-gemm_impl::SgemmBackend& chosen() { return *registry().chosen; }
+// The backend in use: measured on first use unless forced or set.
+gemm_impl::SgemmBackend& chosen() {
+  Registry& r = registry();
+  if (gemm_impl::SgemmBackend* c = r.chosen.load(std::memory_order_acquire)) return *c;
+  std::lock_guard lock(registry_mutex());
+  if (r.chosen.load() == nullptr) select_by_measurement(r);
+  return *r.chosen.load();
+}
 
 // Widens a 16-bit matrix (rows x cols, leading dim ld) into a dense f32 one.
 template <class H>
@@ -176,37 +193,49 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
 
 namespace gemm_impl {
 
+namespace {
+
+// The forward shape of the selection (x W^T), both ways, alternating, best of 5.
+bool measure_bf16_native() {
+  std::vector<uint16_t> a16(kSelM * kSelK, 0x3f80), b16(kSelN * kSelK, 0x3f00);
+  std::vector<float> a(kSelM * kSelK, 1.f), b(kSelN * kSelK, 0.5f), c(kSelM * kSelN);
+  double t_native = 1e30, t_f32 = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    blocked_gemm_bf16(false, true, kSelM, kSelN, kSelK, 1.f, a16.data(), kSelK, b16.data(),
+                      kSelK, false, c.data(), kSelN);
+    auto t1 = std::chrono::steady_clock::now();
+    run_sgemm(chosen(), false, true, kSelM, kSelN, kSelK, 1.f, a.data(), kSelK, b.data(), kSelK,
+              0.f, c.data(), kSelN);
+    auto t2 = std::chrono::steady_clock::now();
+    if (rep == 0) continue;
+    t_native = std::min(t_native, std::chrono::duration<double>(t1 - t0).count());
+    t_f32 = std::min(t_f32, std::chrono::duration<double>(t2 - t1).count());
+  }
+  const double flops = 2.0 * kSelM * kSelN * kSelK * 1e-9;
+  CHORUS_INFO(kLogTune, "tensor gemm: bf16 native ", flops / t_native, " GFLOP/s, f32 (",
+              chosen().name(), ") ", flops / t_f32, " GFLOP/s on ", pool_threads(), " threads");
+  return t_native < t_f32;
+}
+
+}  // namespace
+
 bool native_bf16_gemm() {
-  static const bool native = [] {
-    if (!blocked_bf16_available()) return false;
-    const std::string forced = kBf16Knob.get();
-    if (forced == "native") return true;
-    if (forced == "f32") return false;
-    CHORUS_ARG_CHECK(forced == "auto", kBf16Knob.name(), "=", forced,
-                     ": expected auto, native or f32");
-    // The forward shape of the selection (x W^T), both ways, alternating, best of 5.
-    std::vector<uint16_t> a16(kSelM * kSelK, 0x3f80), b16(kSelN * kSelK, 0x3f00);
-    std::vector<float> a(kSelM * kSelK, 1.f), b(kSelN * kSelK, 0.5f), c(kSelM * kSelN);
-    double t_native = 1e30, t_f32 = 1e30;
-    for (int rep = 0; rep < 6; ++rep) {
-      auto t0 = std::chrono::steady_clock::now();
-      blocked_gemm_bf16(false, true, kSelM, kSelN, kSelK, 1.f, a16.data(), kSelK, b16.data(),
-                        kSelK, false, c.data(), kSelN);
-      auto t1 = std::chrono::steady_clock::now();
-      run_sgemm(chosen(), false, true, kSelM, kSelN, kSelK, 1.f, a.data(), kSelK, b.data(),
-                kSelK, 0.f, c.data(), kSelN);
-      auto t2 = std::chrono::steady_clock::now();
-      if (rep == 0) continue;
-      t_native = std::min(t_native, std::chrono::duration<double>(t1 - t0).count());
-      t_f32 = std::min(t_f32, std::chrono::duration<double>(t2 - t1).count());
+  const int known = g_bf16_native.load(std::memory_order_acquire);
+  if (known >= 0) return known == 1;
+  (void)chosen();  // the f32 backend first: its selection takes the same lock
+  std::lock_guard lock(registry_mutex());
+  if (g_bf16_native.load() < 0) {
+    bool native = false;
+    if (blocked_bf16_available()) {
+      const std::string forced = kBf16Knob.get();
+      CHORUS_ARG_CHECK(forced == "auto" || forced == "native" || forced == "f32",
+                       kBf16Knob.name(), "=", forced, ": expected auto, native or f32");
+      native = forced == "native" || (forced == "auto" && measure_bf16_native());
     }
-    const double flops = 2.0 * kSelM * kSelN * kSelK * 1e-9;
-    CHORUS_INFO(kLogTune, "tensor gemm: bf16 native ", flops / t_native, " GFLOP/s, f32 (",
-                chosen().name(), ") ", flops / t_f32, " GFLOP/s on ", pool_threads(),
-                " threads");
-    return t_native < t_f32;
-  }();
-  return native;
+    g_bf16_native.store(native ? 1 : 0, std::memory_order_release);
+  }
+  return g_bf16_native.load() == 1;
 }
 
 }  // namespace gemm_impl
@@ -228,10 +257,33 @@ void set_gemm_backend(const std::string& name) {
   for (auto& be : r.backends)
     if (be->name() == name) {
       CHORUS_ARG_CHECK(be->available(), "gemm backend ", name, " unavailable: ", be->note());
-      r.chosen = be.get();
+      r.chosen.store(be.get(), std::memory_order_release);
       return;
     }
   throw InvalidArgument("unknown gemm backend '" + name + "'");
+}
+
+void pin_gemm_choices() {
+  {
+    std::lock_guard lock(registry_mutex());
+    Registry& r = registry();  // applies a forced CHORUS_TENSOR_GEMM
+    if (r.chosen.load() == nullptr)
+      for (auto& be : r.backends)
+        if (be->name() == "builtin") r.chosen.store(be.get(), std::memory_order_release);
+  }
+  const std::string forced = kBf16Knob.get();
+  if (g_bf16_native.load() < 0) set_bf16_gemm_mode(forced == "f32" ? "f32" : "native");
+}
+
+std::string bf16_gemm_mode() { return gemm_impl::native_bf16_gemm() ? "native" : "f32"; }
+
+void set_bf16_gemm_mode(const std::string& mode) {
+  CHORUS_ARG_CHECK(mode == "native" || mode == "f32", "bf16 gemm mode '", mode,
+                   "': expected native or f32");
+  // Where the native kernel is missing, "native" falls back to f32 as the knob does.
+  const bool native = mode == "native" && gemm_impl::blocked_bf16_available();
+  std::lock_guard lock(registry_mutex());
+  g_bf16_native.store(native ? 1 : 0, std::memory_order_release);
 }
 
 int num_threads() { return pool_threads(); }

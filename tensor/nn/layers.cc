@@ -5,6 +5,20 @@
 #include "chorus/tensor/random.h"
 
 namespace chorus::tensor::nn {
+namespace {
+
+// A parameter as the dtype the computation runs in: itself when they agree, else a
+// differentiable cast (a 16-bit model on f32 inputs; its gradient comes back in its own dtype).
+Tensor as_dtype(const Tensor& p, DataType dtype) {
+  return !p.defined() || p.dtype() == dtype ? p : p.to(dtype);
+}
+
+// The dtype a 16-bit table computes in.
+DataType compute_dtype(DataType stored) {
+  return stored == DataType::kBF16 || stored == DataType::kF16 ? DataType::kF32 : stored;
+}
+
+}  // namespace
 
 Linear::Linear(int64_t in, int64_t out, bool with_bias, double init_std) : init_std_(init_std) {
   weight = register_parameter("weight", Tensor::zeros({out, in}));
@@ -16,13 +30,26 @@ void Linear::reset_parameters(const std::string& prefix, uint64_t seed) {
   if (bias.defined()) bias.zero_();
 }
 
+Tensor Linear::forward(const Tensor& x) const {
+  return hooked([&] { return linear(x, as_dtype(weight, x.dtype()), as_dtype(bias, x.dtype())); });
+}
+
 Embedding::Embedding(int64_t num, int64_t dim) {
   weight = register_parameter("weight", Tensor::zeros({num, dim}));
+}
+
+Tensor Embedding::forward(const Tensor& idx) const {
+  return hooked([&] { return embedding(idx, as_dtype(weight, compute_dtype(weight.dtype()))); });
 }
 
 LayerNorm::LayerNorm(int64_t dim) {
   weight = register_parameter("weight", Tensor::ones({dim}));
   bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return hooked(
+      [&] { return layernorm(x, as_dtype(weight, x.dtype()), as_dtype(bias, x.dtype())); });
 }
 
 namespace {
@@ -32,38 +59,44 @@ double residual_std(const GPTConfig& cfg) { return 0.02 / std::sqrt(2.0 * double
 }  // namespace
 
 MLP::MLP(const GPTConfig& cfg) {
-  c_fc = register_module("c_fc", std::make_shared<Linear>(cfg.width, 4 * cfg.width));
-  c_proj = register_module("c_proj",
-                           std::make_shared<Linear>(4 * cfg.width, cfg.width, true, residual_std(cfg)));
+  register_module("c_fc", c_fc, std::make_shared<Linear>(cfg.width, 4 * cfg.width));
+  register_module("c_proj", c_proj,
+                  std::make_shared<Linear>(4 * cfg.width, cfg.width, true, residual_std(cfg)));
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  return hooked([&] { return c_proj->forward(gelu(c_fc->forward(x))); });
 }
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg) : heads(cfg.heads) {
   CHORUS_ARG_CHECK(cfg.heads > 0 && cfg.width % cfg.heads == 0, "attention: width ", cfg.width,
                    " is not a multiple of heads ", cfg.heads);
-  c_attn = register_module("c_attn", std::make_shared<Linear>(cfg.width, 3 * cfg.width));
-  c_proj = register_module("c_proj",
-                           std::make_shared<Linear>(cfg.width, cfg.width, true, residual_std(cfg)));
+  register_module("c_attn", c_attn, std::make_shared<Linear>(cfg.width, 3 * cfg.width));
+  register_module("c_proj", c_proj,
+                  std::make_shared<Linear>(cfg.width, cfg.width, true, residual_std(cfg)));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
   // qkv (B, T, 3C) read in place as (B, T, 3, NH, HS); the output comes back as (B, T, C),
   // heads side by side (causal_attention on q/k/v views, without the transposes' copies).
-  return c_proj->forward(causal_attention_qkv(c_attn->forward(x), heads));
+  return hooked([&] { return c_proj->forward(causal_attention_qkv(c_attn->forward(x), heads)); });
 }
 
 Block::Block(const GPTConfig& cfg) : dropout(cfg.dropout) {
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.width));
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.width));
-  mlp = register_module("mlp", std::make_shared<MLP>(cfg));
+  register_module("ln_1", ln_1, std::make_shared<LayerNorm>(cfg.width));
+  register_module("attn", attn, std::make_shared<CausalSelfAttention>(cfg));
+  register_module("ln_2", ln_2, std::make_shared<LayerNorm>(cfg.width));
+  register_module("mlp", mlp, std::make_shared<MLP>(cfg));
 }
 
 Tensor Block::forward(const Tensor& x, RngKey rng) const {
-  const RngKey k_attn{rng.seed, rng.stream ^ 0x1}, k_mlp{rng.seed, rng.stream ^ 0x2};
-  Tensor h = add(x, dropout > 0 ? tensor::dropout(attn->forward(ln_1->forward(x)), dropout, k_attn)
-                                : attn->forward(ln_1->forward(x)));
-  return add(h, dropout > 0 ? tensor::dropout(mlp->forward(ln_2->forward(h)), dropout, k_mlp)
-                            : mlp->forward(ln_2->forward(h)));
+  return hooked([&] {
+    const RngKey k_attn{rng.seed, rng.stream ^ 0x1}, k_mlp{rng.seed, rng.stream ^ 0x2};
+    Tensor a = attn->forward(ln_1->forward(x));
+    Tensor h = add(x, dropout > 0 ? tensor::dropout(a, dropout, k_attn) : a);
+    Tensor m = mlp->forward(ln_2->forward(h));
+    return add(h, dropout > 0 ? tensor::dropout(m, dropout, k_mlp) : m);
+  });
 }
 
 }  // namespace chorus::tensor::nn

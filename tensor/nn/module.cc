@@ -1,3 +1,8 @@
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+
 #include "chorus/error.h"
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/nn.h"
@@ -14,7 +19,82 @@ Tensor Module::register_parameter(std::string name, Tensor value) {
 
 void Module::collect(const std::string& prefix, NamedTensors& out) const {
   for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+  for (const Child& c : children_) c.module->collect(prefix + c.name + ".", out);
+}
+
+void Module::collect_modules(const std::string& prefix,
+                             std::vector<std::pair<std::string, Module*>>& out) {
+  out.emplace_back(prefix, this);
+  for (const Child& c : children_)
+    c.module->collect_modules(prefix.empty() ? c.name : prefix + "." + c.name, out);
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  collect_modules("", out);
+  return out;
+}
+
+std::string Module::demangle(const char* name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(name, nullptr, nullptr, &status),
+                                           std::free);
+  return status == 0 && d ? std::string(d.get()) : std::string(name);
+}
+
+void Module::add_child(std::string name, std::shared_ptr<Module> module, std::string type,
+                       Assign assign) {
+  CHORUS_ARG_CHECK(module != nullptr, "module '", name, "' registered as null");
+  for (const Child& c : children_)
+    CHORUS_ARG_CHECK(c.name != name, "module '", name, "' registered twice");
+  children_.push_back({std::move(name), std::move(module), std::move(type), std::move(assign)});
+}
+
+Module& Module::module_at(const std::string& path) {
+  for (auto& [name, m] : named_modules())
+    if (name == path) return *m;
+  throw InvalidArgument("no module at '" + path + "'");
+}
+
+void Module::replace_module(const std::string& path, std::shared_ptr<Module> module) {
+  CHORUS_ARG_CHECK(module != nullptr, "replace_module('", path, "') with a null module");
+  for (auto& [prefix, parent] : named_modules())
+    for (Child& c : parent->children_) {
+      if ((prefix.empty() ? c.name : prefix + "." + c.name) != path) continue;
+      const Module& replacement = *module;
+      CHORUS_ARG_CHECK(c.assign(module), "replace_module('", path, "'): a ",
+                       demangle(typeid(replacement).name()), " is not a ", c.type);
+      c.module = std::move(module);
+      return;
+    }
+  throw InvalidArgument("replace_module: no module at '" + path + "'");
+}
+
+int Module::add_forward_pre_hook(ForwardPreHook hook) {
+  pre_hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+int Module::add_forward_hook(ForwardHook hook) {
+  hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+void Module::remove_hook(int handle) {
+  std::erase_if(pre_hooks_, [&](const auto& h) { return h.first == handle; });
+  std::erase_if(hooks_, [&](const auto& h) { return h.first == handle; });
+}
+
+Module& Module::to(DataType dtype) {
+  CHORUS_ARG_CHECK(is_floating(dtype), "Module::to(", to_string(dtype),
+                   "): parameters are floating point");
+  NoGradGuard no_grad;
+  for (auto& [name, t] : named_parameters()) {
+    if (t.dtype() == dtype) continue;
+    Tensor converted = t.detach().to(dtype);
+    t.set_data(converted);
+  }
+  return *this;
 }
 
 NamedTensors Module::named_parameters() const {
@@ -36,7 +116,7 @@ int64_t Module::num_parameters() const {
 }
 
 void Module::zero_grad() {
-  for (Tensor t : parameters()) t.set_grad({});
+  for (Tensor t : parameters()) t.zero_grad();
 }
 
 void Module::reset_parameters(const std::string& prefix, uint64_t seed) {
@@ -51,7 +131,7 @@ void Module::reset_parameters(const std::string& prefix, uint64_t seed) {
 
 void Module::init_recursive(const std::string& prefix, uint64_t seed) {
   reset_parameters(prefix, seed);
-  for (auto& [name, child] : children_) child->init_recursive(prefix + name + ".", seed);
+  for (const Child& c : children_) c.module->init_recursive(prefix + c.name + ".", seed);
 }
 
 void Module::init(uint64_t seed) {

@@ -18,11 +18,12 @@ void AdamW::step() {
   ++step_;
   const double c1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double c2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for_each_param([&](size_t i) {
     const Tensor g = grad_of(i);
-    if (!g.defined()) continue;
+    if (!g.defined()) return;
     Tensor& p = master(i);
-    const bool decay = !options_.decay_matrices_only || p.dim() >= 2;
+    const bool decay = options_.decays ? options_.decays(params_[i].first, params_[i].second)
+                                       : !options_.decay_matrices_only || p.dim() >= 2;
     dispatch_float(p.dtype(), "adamw", [&](auto tag) {
       using T = decltype(tag);
       kernels::adamw_update(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.numel(),
@@ -32,7 +33,7 @@ void AdamW::step() {
                             decay ? static_cast<float>(options_.weight_decay) : 0.0f);
     });
     write_back(i);
-  }
+  });
 }
 
 nn::NamedTensors AdamW::state_dict() const {

@@ -30,4 +30,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   return norm;
 }
 
+double clip_grad_norm(Optimizer& optimizer, double max_norm) {
+  optimizer.wait_grads();
+  std::vector<Tensor> params;
+  for (const auto& [name, p] : optimizer.params()) params.push_back(p);
+  return clip_grad_norm(params, max_norm);
+}
+
 }  // namespace chorus::tensor::optim

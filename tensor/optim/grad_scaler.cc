@@ -19,6 +19,7 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
 Tensor GradScaler::scale(const Tensor& loss) const { return tensor::scale(loss, scale_); }
 
 bool GradScaler::step(optim::Optimizer& optimizer) {
+  optimizer.wait_grads();  // a data-parallel gate: every gradient reduced first
   const double inv = 1.0 / scale_;
   bool finite = true;
   for (const auto& [name, p] : optimizer.params()) {

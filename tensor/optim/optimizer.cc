@@ -21,7 +21,29 @@ Optimizer::Optimizer(nn::NamedTensors params, double lr) : params_(std::move(par
 }
 
 void Optimizer::zero_grad() {
-  for (auto& [name, p] : params_) p.set_grad({});
+  for (auto& [name, p] : params_) p.zero_grad();
+}
+
+void Optimizer::set_grad_gate(GradGate gate) {
+  for (size_t i : gate.order)
+    CHORUS_ARG_CHECK(i < params_.size(), "set_grad_gate: index ", i, " of ", params_.size(),
+                     " parameters");
+  gate_ = std::move(gate);
+}
+
+void Optimizer::for_each_param(const std::function<void(size_t)>& visit) {
+  const size_t n = gate_.order.empty() ? params_.size() : gate_.order.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = gate_.order.empty() ? k : gate_.order[k];
+    if (gate_.wait) gate_.wait(i);
+    visit(i);
+  }
+}
+
+void Optimizer::wait_grads() {
+  if (!gate_.wait) return;
+  const size_t n = gate_.order.empty() ? params_.size() : gate_.order.size();
+  for (size_t k = 0; k < n; ++k) gate_.wait(gate_.order.empty() ? k : gate_.order[k]);
 }
 
 Tensor& Optimizer::master(size_t i) {

@@ -14,9 +14,9 @@ SGD::SGD(nn::NamedTensors params, SGDOptions options)
 
 void SGD::step() {
   ++step_;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for_each_param([&](size_t i) {
     Tensor g = grad_of(i);
-    if (!g.defined()) continue;
+    if (!g.defined()) return;
     Tensor& p = master(i);
     dispatch_float(p.dtype(), "sgd", [&](auto tag) {
       using T = decltype(tag);
@@ -38,7 +38,7 @@ void SGD::step() {
       }
     });
     write_back(i);
-  }
+  });
 }
 
 nn::NamedTensors SGD::state_dict() const {

@@ -1,6 +1,8 @@
 // The tensor thread team (tensor/core/thread_pool.h): every task runs exactly once, nested and
 // concurrent callers run inline, resizing works, and parallel_for covers its range.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <stdexcept>
@@ -101,6 +103,30 @@ TEST(ThreadPool, TaskExceptionReachesTheCallerAfterAllTasks) {
   auto fn2 = [&](int) { again.fetch_add(1); };
   pool_run(4, TaskRef(fn2));
   EXPECT_EQ(again.load(), 4);
+}
+
+TEST(ThreadPool, AForkedChildGetsATeamOfItsOwn) {
+  // The team's threads do not survive fork(): a child that uses the pool (a test harness forking
+  // ranks, a Python worker) must not wait for workers that do not exist.
+  set_pool_threads(2);
+  std::atomic<int> ran{0};
+  auto count = [&](int) { ran.fetch_add(1); };
+  pool_run(2, count);
+  ASSERT_EQ(ran.load(), 2);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);  // a child waiting for missing workers dies instead of hanging the test
+    std::atomic<int> in_child{0};
+    auto child_count = [&](int) { in_child.fetch_add(1); };
+    pool_run(8, child_count);
+    set_pool_threads(3);  // and it can be resized there
+    pool_run(8, child_count);
+    _exit(in_child.load() == 16 && pool_threads() == 3 ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 }  // namespace

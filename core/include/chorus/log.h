@@ -1,7 +1,7 @@
 // chorus — logging by level and subsystem (like NCCL_DEBUG / NCCL_DEBUG_SUBSYS).
 //
 //   CHORUS_DEBUG=WARN|INFO|TRACE      (default WARN)
-//   CHORUS_DEBUG_SUBSYS=INIT,SHM,COLL,BOOT,ALL   (default ALL)
+//   CHORUS_DEBUG_SUBSYS=INIT,BOOT,SHM,COLL,TUNE,RUN,UCX,PAR,ALL   (default ALL)
 // Every line goes to stderr prefixed "host:pid:rank [SUBSYS] ".
 #pragma once
 
@@ -22,6 +22,7 @@ enum LogSubsys : uint32_t {
   kLogTune = 1u << 4,
   kLogRun = 1u << 5,
   kLogUcx = 1u << 6,
+  kLogPar = 1u << 7,  // the parallel layer: meshes, data parallelism, ZeRO
   kLogAll = ~0u,
 };
 

@@ -103,6 +103,19 @@ class Engine {
   static void backward(const Tensor& root, const Tensor& seed);
 };
 
+// Whether a backward is running on this thread (a grad-ready hook or a backward function is
+// being called).
+bool backward_running();
+// A number unique to the outermost backward running on this thread (0 when none runs): a hook
+// tells a new backward from the one it already saw.
+uint64_t backward_id();
+// Runs `callback` once the outermost backward running on this thread has finished every node
+// and hook, on this thread, before backward() returns; callbacks run in the order queued (one
+// queued by a callback runs too). The seam where a data-parallel wrapper finishes what the
+// backward's hooks started. Throws InvalidArgument outside a backward. When the backward throws,
+// its queued callbacks are dropped.
+void queue_backward_callback(std::function<void()> callback);
+
 // ---- grad mode -----------------------------------------------------------------------------
 bool grad_enabled();
 

@@ -52,8 +52,18 @@ struct GemmBackendInfo {
 std::string gemm_backend();
 // Every backend with its availability and the rate measured during selection.
 std::vector<GemmBackendInfo> gemm_backends();
-// Forces a backend by name for this process (tests, benchmarks); throws if unavailable.
+// Forces a backend by name for this process (tests, benchmarks, ranks that must agree); throws
+// if unavailable. Setting it before the first GEMM skips the measurement.
 void set_gemm_backend(const std::string& name);
+// The autocast bf16 GEMM in use: "native" (the AVX512-BF16 kernel) or "f32" (f32 GEMM on rounded
+// operands); chosen on first call like the f32 backend. set_bf16_gemm_mode forces one ("native"
+// falls back to "f32" where the kernel is missing).
+std::string bf16_gemm_mode();
+void set_bf16_gemm_mode(const std::string& mode);
+// Chooses both without measuring, by a fixed rule, so that a run repeated makes the same choice:
+// the backends the knobs force, else "builtin" for f32 and "native" for bf16 where the CPU has
+// it. (The deterministic mode of the parallel layer pins them; timing could pick differently.)
+void pin_gemm_choices();
 
 // Threads used by parallel regions (GEMM and our kernels).
 int num_threads();

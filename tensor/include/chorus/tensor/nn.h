@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,14 @@
 namespace chorus::tensor::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module;
+// Runs before a module's forward (its inputs are not passed: hooks prepare state, e.g. gather a
+// sharded module's parameters).
+using ForwardPreHook = std::function<void(const Module& module)>;
+// Runs after a module's forward with its output, which it may replace (e.g. by an identity op
+// whose backward prepares the module's backward).
+using ForwardHook = std::function<void(const Module& module, Tensor& output)>;
 
 class Module {
  public:
@@ -32,10 +42,32 @@ class Module {
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
-  // Drops every parameter's gradient (the next backward allocates fresh zeros).
+  // This module ("") and every descendant ("h.0", "h.0.attn", ...), depth-first in registration
+  // order: the order named_parameters() visits them.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  // The module at a dotted path ("h.1.mlp.c_fc"); InvalidArgument when there is none.
+  Module& module_at(const std::string& path);
+  // Resets every parameter's gradient (Tensor::zero_grad: bound gradients are zeroed in place,
+  // the others dropped so that the next backward allocates fresh ones).
   void zero_grad();
   // Initialises every parameter from the counter-based RNG (see reset_parameters).
   void init(uint64_t seed);
+  // Converts every parameter to `dtype` in place (f32, f64, bf16, f16): the same tensors (names,
+  // hooks, requires_grad) with converted values; gradients are dropped. Modules compute in the
+  // dtype of their input, so a 16-bit model is run on f32 inputs (its weights are widened per
+  // call, gradients come back in the weights' dtype) and an f64 one on f64 inputs.
+  Module& to(DataType dtype);
+
+  // Replaces the descendant at `path` by `module` (for example a Linear by a tensor-parallel
+  // one): the parent's member and its registration both point at the new module from now on.
+  // The replacement must have the member's type (a subclass of it); InvalidArgument otherwise.
+  void replace_module(const std::string& path, std::shared_ptr<Module> module);
+
+  // Forward hooks: every module's forward runs its pre-hooks, then the computation, then its
+  // hooks on the output. Returns a handle for remove_hook.
+  int add_forward_pre_hook(ForwardPreHook hook);
+  int add_forward_hook(ForwardHook hook);
+  void remove_hook(int handle);
 
   // Checkpoint I/O: copies values by name; shapes and names must match exactly.
   NamedTensors state_dict() const { return named_parameters(); }
@@ -44,27 +76,64 @@ class Module {
  protected:
   // Registers a parameter (requires_grad set) and returns it.
   Tensor register_parameter(std::string name, Tensor value);
+  // Registers `module` as child `name` and stores it in `member`, which replace_module() updates
+  // (member must live as long as this module: a data member, or an element of a container that
+  // is never resized afterwards).
   template <class M>
-  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
-    children_.emplace_back(std::move(name), module);
-    return module;
+  void register_module(std::string name, std::shared_ptr<M>& member, std::shared_ptr<M> module) {
+    member = module;
+    std::shared_ptr<M>* slot = &member;
+    add_child(std::move(name), std::move(module), type_name_of<M>(),
+              [slot](const std::shared_ptr<Module>& m) {
+                auto typed = std::dynamic_pointer_cast<M>(m);
+                if (!typed) return false;
+                *slot = std::move(typed);
+                return true;
+              });
   }
   // Fills this module's own parameters; `prefix` is its full name ("h.0.attn."). The default:
   // matrices ~ N(0, 0.02), vectors named "bias" zeros, other vectors ones.
   virtual void reset_parameters(const std::string& prefix, uint64_t seed);
+  // Runs `body` (the forward's computation) between this module's hooks. Every forward calls it.
+  template <class F>
+  Tensor hooked(F&& body) const {
+    if (pre_hooks_.empty() && hooks_.empty()) return body();
+    for (const auto& [id, hook] : pre_hooks_) hook(*this);
+    Tensor out = body();
+    for (const auto& [id, hook] : hooks_) hook(*this, out);
+    return out;
+  }
 
  private:
+  using Assign = std::function<bool(const std::shared_ptr<Module>&)>;
+  struct Child {
+    std::string name;
+    std::shared_ptr<Module> module;
+    std::string type;  // the member's type, for error messages
+    Assign assign;
+  };
+  template <class M>
+  static std::string type_name_of() {
+    return demangle(typeid(M).name());
+  }
+  static std::string demangle(const char* name);
+  void add_child(std::string name, std::shared_ptr<Module> module, std::string type, Assign assign);
   void collect(const std::string& prefix, NamedTensors& out) const;
+  void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, Module*>>& out);
   void init_recursive(const std::string& prefix, uint64_t seed);
   NamedTensors params_;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<Child> children_;
+  std::vector<std::pair<int, ForwardPreHook>> pre_hooks_;
+  std::vector<std::pair<int, ForwardHook>> hooks_;
+  int next_hook_ = 1;
 };
 
 // x (..., in) -> (..., out)
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true, double init_std = 0.02);
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  // Subclasses (tensor-parallel linears) override it and run it through hooked() too.
+  virtual Tensor forward(const Tensor& x) const;
   Tensor weight;  // (out, in)
   Tensor bias;    // (out) or undefined
 
@@ -79,7 +148,7 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim);
-  Tensor forward(const Tensor& idx) const { return embedding(idx, weight); }
+  virtual Tensor forward(const Tensor& idx) const;
   Tensor weight;  // (num, dim)
 };
 
@@ -87,7 +156,7 @@ class Embedding : public Module {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim);
-  Tensor forward(const Tensor& x) const { return layernorm(x, weight, bias); }
+  virtual Tensor forward(const Tensor& x) const;
   Tensor weight, bias;  // (C)
 };
 
@@ -104,7 +173,7 @@ struct GPTConfig {
 class MLP : public Module {
  public:
   MLP(const GPTConfig& cfg);
-  Tensor forward(const Tensor& x) const { return c_proj->forward(gelu(c_fc->forward(x))); }
+  virtual Tensor forward(const Tensor& x) const;
   std::shared_ptr<Linear> c_fc, c_proj;
 };
 
@@ -113,7 +182,7 @@ class MLP : public Module {
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GPTConfig& cfg);
-  Tensor forward(const Tensor& x) const;
+  virtual Tensor forward(const Tensor& x) const;
   std::shared_ptr<Linear> c_attn, c_proj;
   int64_t heads;
 };
@@ -123,7 +192,7 @@ class Block : public Module {
  public:
   Block(const GPTConfig& cfg);
   // rng: the dropout key of this call (unused when dropout is 0).
-  Tensor forward(const Tensor& x, RngKey rng) const;
+  virtual Tensor forward(const Tensor& x, RngKey rng) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
@@ -136,7 +205,15 @@ class GPT : public Module {
   explicit GPT(GPTConfig cfg);
   // idx (B, T) i32/i64 -> logits (B, T, V). Dropout masks are keyed by (dropout_seed, step,
   // block), so a step recomputed (checkpointing) or replayed draws the same masks.
+  // forward = head(blocks(embed(idx), 0, layers)), between the GPT's own hooks.
   Tensor forward(const Tensor& idx, uint64_t step = 0) const;
+  // The slices a pipeline stage runs (no GPT-level hooks; each block runs its own):
+  // idx (B, T) -> token + position embeddings (B, T, C);
+  Tensor embed(const Tensor& idx) const;
+  // x (B, T, C) through blocks [begin, end) -> (B, T, C), each checkpointed when enabled;
+  Tensor blocks(const Tensor& x, int64_t begin, int64_t end, uint64_t step = 0) const;
+  // x (B, T, C) -> ln_f, then the lm_head tied to wte -> logits (B, T, V).
+  Tensor head(const Tensor& x) const;
   // Mean cross-entropy of forward(idx) against targets (B, T) -> ().
   Tensor loss(const Tensor& idx, const Tensor& targets, uint64_t step = 0) const;
   // Recompute each block's activations in backward instead of keeping them (checkpoint.h).

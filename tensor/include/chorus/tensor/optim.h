@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,8 +22,21 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // One update from the parameters' current gradients (parameters without one are skipped).
   virtual void step() = 0;
-  // Drops the gradients (the next backward starts from zero).
+  // Resets the gradients for the next accumulation (Tensor::zero_grad).
   void zero_grad();
+
+  // The gate a data-parallel wrapper puts before each parameter's update: step() visits the
+  // parameters in `order` (indices into params(); empty = all, in order) and calls wait(i)
+  // before it reads parameter i's gradient, so the update of one bucket runs while later ones
+  // are still being reduced. A default gate (none) reads every gradient as it is.
+  struct GradGate {
+    std::vector<size_t> order;
+    std::function<void(size_t index)> wait;
+  };
+  void set_grad_gate(GradGate gate);
+  // Passes the gate for every parameter: afterwards every gradient is complete (GradScaler and
+  // clip_grad_norm(Optimizer&, ...) call it before they read gradients).
+  void wait_grads();
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return step_; }
@@ -39,11 +53,14 @@ class Optimizer {
   void write_back(size_t i);
   // The gradient of parameter i as f32/f64 contiguous (converted when the parameter is 16-bit).
   Tensor grad_of(size_t i) const;
+  // Calls visit(i) for every parameter in the gate's order, after the gate's wait(i).
+  void for_each_param(const std::function<void(size_t)>& visit);
 
   nn::NamedTensors params_;
   std::vector<Tensor> masters_;  // undefined where the parameter is its own master
   double lr_;
   int64_t step_ = 0;
+  GradGate gate_;
 };
 
 struct SGDOptions {
@@ -72,6 +89,9 @@ struct AdamWOptions {
   double weight_decay = 0.0;
   // GPT-2 convention: decay only matrices (dim >= 2), never biases or LayerNorm gains.
   bool decay_matrices_only = true;
+  // When set, decides instead which parameters decay, by name and tensor (a sharded optimizer
+  // holds flat slices of matrices, and asks about the matrix the slice belongs to).
+  std::function<bool(const std::string& name, const Tensor& param)> decays = nullptr;
 };
 
 // Adam with decoupled weight decay (Loshchilov & Hutter) and bias correction:
@@ -93,6 +113,8 @@ class AdamW : public Optimizer {
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm
 // before clipping (inf/nan when a gradient is not finite, in which case nothing is scaled).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The same over an optimizer's parameters, after its gate (Optimizer::wait_grads).
+double clip_grad_norm(Optimizer& optimizer, double max_norm);
 
 // Linear warmup from 0 to max_lr over warmup steps, then cosine decay to min_lr at total.
 struct CosineSchedule {

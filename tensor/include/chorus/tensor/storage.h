@@ -2,7 +2,12 @@
 //
 // Several tensors (a parameter and its slices, a reshape, a transpose) share one Storage through
 // shared_ptr; the buffer goes when the last view goes. Live and peak bytes are counted per device
-// so memory savings (activation checkpointing) are measured, not guessed.
+// so memory savings (activation checkpointing, sharding) are measured, not guessed.
+//
+// A Storage can also give its bytes back while its views live on (release) and take fresh ones
+// later (reallocate): ZeRO-3 frees a block's gathered parameters between their uses, and every
+// view, including the ones autograd saved for backward, sees the bytes gathered again. Touching
+// the data of a released storage is an error, never a read of freed memory.
 #pragma once
 
 #include <cstddef>
@@ -21,9 +26,16 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  // Null while released.
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+
+  // Frees the bytes; the size is kept. No-op when already released.
+  void release();
+  // New, uninitialised bytes of the same size after release(). No-op when not released.
+  void reallocate();
+  bool released() const { return data_ == nullptr; }
 
  private:
   void* data_ = nullptr;

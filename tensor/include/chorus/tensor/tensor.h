@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chorus/error.h"
@@ -106,6 +107,13 @@ class Tensor {
   void fill_(double value);
   void zero_() { fill_(0.0); }
 
+  // Rebinds this tensor to `src`'s bytes: from now on it views src's storage with src's strides,
+  // offset and dtype (the shape must match). Every handle on this tensor sees the change, its
+  // autograd state (requires_grad, hooks, grad) stays. This is how a parameter becomes a view
+  // into a flat buffer (data parallelism's buckets, ZeRO's shards) or changes dtype
+  // (Module::to); a gradient of another dtype is dropped.
+  void set_data(const Tensor& src);
+
   // Element values as doubles in row-major order (tests, logging).
   std::vector<double> to_vector() const;
   // The value of a one-element tensor.
@@ -120,6 +128,14 @@ class Tensor {
   const Tensor& grad() const;
   Tensor& mutable_grad();
   void set_grad(Tensor grad);
+  // Binds the gradient to `grad`'s bytes (contiguous, this tensor's shape and dtype; usually a
+  // view into a bucket that a data-parallel wrapper reduces in place): backward accumulates into
+  // it, and zero_grad() zeroes it in place instead of dropping it. set_grad() unbinds.
+  void bind_grad(Tensor grad);
+  bool grad_bound() const;
+  // The gradient reset for the next accumulation: zeroed in place when bound, else dropped (the
+  // next backward allocates a fresh one, and assigns instead of accumulating).
+  void zero_grad();
   const std::shared_ptr<Node>& grad_fn() const;
   // The same data, cut from the graph (requires_grad false, shares storage).
   Tensor detach() const;
@@ -127,7 +143,9 @@ class Tensor {
   // this tensor's shape. Gradients accumulate (+=) into the leaves' grad().
   void backward(const Tensor& grad = {}) const;
   // Hook on a leaf: runs during each backward, the moment this leaf's gradient is final.
-  void register_grad_ready_hook(GradReadyHook hook);
+  // Returns a handle for remove_grad_ready_hook.
+  int register_grad_ready_hook(GradReadyHook hook);
+  void remove_grad_ready_hook(int handle);
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
@@ -141,7 +159,8 @@ struct AutogradMeta {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // null for leaves
   Tensor grad;                    // leaves only
-  std::vector<GradReadyHook> hooks;
+  bool grad_bound = false;        // grad lives in memory someone else owns (bind_grad)
+  std::vector<std::pair<int, GradReadyHook>> hooks;  // (handle, hook)
 };
 
 struct TensorImpl {
