@@ -138,6 +138,7 @@ Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
+bool Communicator::deterministic() const { return impl_->deterministic; }
 
 // ---- operations ----------------------------------------------------------------------------------
 

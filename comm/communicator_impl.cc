@@ -37,6 +37,12 @@ const IntKnob kStreamFrom{"CHORUS_STREAM_FROM", 16 << 20,
                           "of every line: broadcast and all-gather always, reductions out of "
                           "place (0 = never)"};
 
+const IntKnob kDeterministic{"CHORUS_DETERMINISTIC", 0,
+                             "1 = all_reduce, reduce_scatter and reduce add the ranks' "
+                             "contributions in rank order, so their bits do not depend on the "
+                             "algorithm, chunk size or ring (only rank-ordered algorithms run "
+                             "them); 0 = the fastest algorithm (CommOptions::deterministic)"};
+
 const StringKnob kRing{"CHORUS_RING", "locality",
                        "order of the ring and tree algorithms: locality = ranks grouped by host, "
                        "socket, NUMA node and bound CPU, so the ring leaves each once; rank = "
@@ -55,6 +61,13 @@ std::chrono::milliseconds resolve_timeout(const CommOptions& o) {
   const double s = kTimeout.get();
   CHORUS_ARG_CHECK(s > 0, "CHORUS_TIMEOUT must be positive, got ", s);
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+bool resolve_deterministic(const CommOptions& o) {
+  if (o.deterministic) return true;
+  const int64_t v = kDeterministic.get();
+  CHORUS_ARG_CHECK(v == 0 || v == 1, "CHORUS_DETERMINISTIC=", v, " (use 1 or 0)");
+  return v == 1;
 }
 
 std::optional<algo::Variant> resolve_algorithm(const CommOptions& o) {
@@ -86,6 +99,7 @@ Communicator::Impl::Impl(Setup s)
   CHORUS_ARG_CHECK(root_store != nullptr, "the store is null");
   timeout = resolve_timeout(s.options);
   forced = resolve_algorithm(s.options);
+  deterministic = s.deterministic ? *s.deterministic : resolve_deterministic(s.options);
   chunk_bytes = static_cast<size_t>(kChunkBytes.get());
   CHORUS_ARG_CHECK(chunk_bytes % 64 == 0, "CHORUS_CHUNK_BYTES=", chunk_bytes,
                    " must be a positive multiple of 64 (or 0 for the transport's choice)");
@@ -158,8 +172,8 @@ void Communicator::Impl::agree_on_choices() {
     // 0 says "no /fifo variants", so a threshold of 0 (everything single copy) counts as 1.
     const size_t fifo_from =
         transport->single_copy_anywhere() ? std::max<size_t>(1, transport->single_copy_threshold()) : 0;
-    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, "\n",
-                                         t.origin, "\n", t.format()));
+    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
+                                         deterministic ? 1 : 0, "\n", t.origin, "\n", t.format()));
   }
   const std::string text = store->get("choices", timeout);
   const size_t a = text.find('\n');
@@ -167,8 +181,18 @@ void Communicator::Impl::agree_on_choices() {
   CHORUS_CHECK(a != std::string::npos && b != std::string::npos, "malformed choices from rank 0");
   {
     std::istringstream first(text.substr(0, a));
-    first >> chunk_bytes >> fifo_chunk_bytes >> fifo_from_bytes;
+    int root_deterministic = 0;
+    first >> chunk_bytes >> fifo_chunk_bytes >> fifo_from_bytes >> root_deterministic;
     CHORUS_CHECK(!first.fail(), "malformed choices from rank 0");
+    // A rank folding in another order than its peers would silently break the promise.
+    if (root_deterministic != (deterministic ? 1 : 0))
+      throw InvalidArgument(
+          detail::concat("rank 0 runs with deterministic reductions ",
+                         root_deterministic != 0 ? "on" : "off", " but this rank with them ",
+                         deterministic ? "on" : "off",
+                         "; set CHORUS_DETERMINISTIC (or CommOptions::deterministic) alike on "
+                         "every rank"),
+          rank);
   }
   if (!tune)
     tune = std::make_shared<const algo::TuneTable>(algo::TuneTable::parse(
@@ -250,19 +274,42 @@ void Communicator::Impl::finalize_store() {
   }
 }
 
+// A forced algorithm runs where the collective has it, except a reduction in deterministic mode
+// that it would not fold in rank order: that one runs as the selector chooses (communicator.h,
+// "Deterministic mode"), and rank 0 says so once.
 algo::Variant Communicator::Impl::choose(Collective coll, size_t bytes) const {
-  if (forced && algo::find_algorithm(coll, forced->algo) != nullptr) return *forced;
+  if (!forced || algo::find_algorithm(coll, forced->algo) == nullptr)
+    return choose_by_size(coll, bytes);
+  if (!deterministic || algo::folds_in_rank_order(coll, forced->algo)) return *forced;
+  const algo::Variant v = choose_by_size(coll, bytes);
+  const size_t logged = static_cast<size_t>(coll) * 8 + static_cast<size_t>(forced->algo);
+  if (rank == 0 && !substitutions_logged_.test(logged)) {
+    substitutions_logged_.set(logged);
+    CHORUS_INFO(kLogColl, "deterministic reductions: the forced algorithm ",
+                algo::to_string(*forced), " does not fold ", to_string(coll), " in rank order; ",
+                to_string(coll), " runs as chosen by size instead (", algo::to_string(v), " at ",
+                bytes, " bytes)");
+  }
+  return v;
+}
+
+algo::Variant Communicator::Impl::choose_by_size(Collective coll, size_t bytes) const {
   Choice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
   if (c.bytes == bytes && c.coll == coll) return c.algo;
   std::optional<algo::Variant> a;
-  // The tune table is measured on one host; across hosts the hierarchical rules apply.
-  const algo::Algorithm fixed = algo::select_default(coll, bytes, size, host_of);
+  // The tune table is measured on one host; across hosts the hierarchical rules apply, unless
+  // reductions must fold in rank order (hier does not).
+  const algo::Algorithm fixed = deterministic ? algo::select_rank_ordered(coll, bytes, size)
+                                              : algo::select_default(coll, bytes, size, host_of);
   // Broadcast by its in-place curves: the receivers' work is the same either way, and in place
   // is how a broadcast is mostly called (MPI_Bcast, torch.distributed.broadcast, the span
   // overload); an out-of-place root adds its own copy to any algorithm. Every rank chooses
-  // alike, whatever its own buffers.
-  if (hosts == 1 && tune)
-    a = tune->fastest(size, coll, bytes, fixed, coll == Collective::kBroadcast);
+  // alike, whatever its own buffers. Deterministic mode picks among the rank-ordered variants,
+  // and only where the table measured the fixed choice: a table without reduce_scatter twoshot
+  // would otherwise send large reduce-scatters through the direct one.
+  if (hosts == 1 && tune &&
+      (!deterministic || tune->predict_us(size, coll, algo::Variant{fixed}, bytes)))
+    a = tune->fastest(size, coll, bytes, fixed, coll == Collective::kBroadcast, deterministic);
   // Below the single-copy threshold no message can go single copy: the "/fifo" variant is the
   // same code as the plain one, and only noise in the table could have picked it.
   if (a && a->path == algo::Path::kFifo && (fifo_from_bytes == 0 || bytes < fifo_from_bytes))
@@ -294,6 +341,7 @@ std::vector<AlgorithmEstimate> Communicator::Impl::explain(Collective coll, size
   const algo::Variant chosen = choose(coll, bytes);
   for (const algo::AlgoEntry& e : algo::all_algorithms()) {
     if (e.coll != coll || !algo::runs_on_hosts(e.algo, hosts)) continue;
+    if (deterministic && !algo::folds_in_rank_order(coll, e.algo)) continue;
     for (algo::Path path : {algo::Path::kSingleCopy, algo::Path::kFifo}) {
       const algo::Variant v{e.algo, path};
       // The FIFO variants only where they differ: some peer is read single-copy, and the
@@ -465,6 +513,7 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
                       op.fifo_sends);
       algo::Context ctx{rank,     size, *exchange, scratch, fifo ? fifo_chunk_bytes : chunk_bytes,
                         host_of,  ring, ring_pos, stream_from_bytes};
+      ctx.rank_order = deterministic;
       entry->run(ctx, op.args);
       transport->count_completed();
     }
@@ -568,6 +617,7 @@ std::optional<Communicator> Communicator::Impl::split(int color, int key) {
   child.comm_id = comm_id + "." + std::to_string(index) + "c" + std::to_string(color);
   child.options.timeout = timeout;
   child.options.algorithm = forced ? std::string(algo::to_string(*forced)) : "auto";
+  child.deterministic = deterministic;
   child.tune = tune;
   return Communicator(std::make_shared<Impl>(std::move(child)));
 }

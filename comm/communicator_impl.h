@@ -10,9 +10,10 @@
 
 #include <array>
 #include <atomic>
-#include <cstdint>
+#include <bitset>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -53,6 +54,7 @@ struct Communicator::Impl {
     std::string comm_id;           // empty: "w<k>" for this rank's k-th world communicator
     CommOptions options;
     std::shared_ptr<const algo::TuneTable> tune;  // null: rank 0's table, shared via the store
+    std::optional<bool> deterministic;  // split(): the parent's mode; empty: options, else env
   };
 
   explicit Impl(Setup setup);
@@ -75,7 +77,10 @@ struct Communicator::Impl {
   // Fails the running and every later operation here, and tells the peers (they fail too).
   void abort(const std::string& reason);
   std::optional<Communicator> split(int color, int key);
+  // The algorithm of a call: the forced one, or choose_by_size() (the tuner, else fixed
+  // thresholds; in deterministic mode among the rank-ordered algorithms).
   algo::Variant choose(Collective coll, size_t bytes) const;
+  algo::Variant choose_by_size(Collective coll, size_t bytes) const;
   // Whether this rank's sends of a call run as `v` go through the FIFO: v's path, except for the
   // root of an in-place broadcast that the selector chose for (see the definition).
   bool sends_through_fifo(const algo::CollArgs& a, algo::Variant v, size_t bytes,
@@ -91,6 +96,10 @@ struct Communicator::Impl {
   std::string comm_id;
   std::chrono::milliseconds timeout;
   std::optional<algo::Variant> forced;
+  // Reductions fold in rank order (CommOptions::deterministic / CHORUS_DETERMINISTIC): only
+  // algorithms that do are chosen, and they run with algo::Context::rank_order. The same on
+  // every rank (agree_on_choices() checks).
+  bool deterministic = false;
   std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
   size_t chunk_bytes;       // pipelining unit of single-copy operations (rank 0's choice)
   // The same for operations on the FIFO path (algo::Path::kFifo); rank 0's, agreed at set-up.
@@ -168,6 +177,9 @@ struct Communicator::Impl {
     algo::Variant algo{};
   };
   mutable std::array<Choice, 16> choices_{};
+  // Forced algorithms already logged as replaced in deterministic mode, by collective and
+  // algorithm (choose()).
+  mutable std::bitset<256> substitutions_logged_;
 };
 
 }  // namespace chorus

@@ -5,6 +5,12 @@
 // never name a transport. The communicator validates arguments, handles world size 1, and calls
 // exactly one algorithm per operation. Every algorithm leaves identical bits on every rank that
 // receives a reduced result (reductions happen once, in a fixed order, then travel).
+//
+// Rank order (CHORUS_DETERMINISTIC, Context::rank_order): some reductions fold every element as
+// x_0 op x_1 op ... op x_{n-1}, one rounding per step, so that their bits depend on nothing but
+// the inputs: not on the algorithm, the chunk size, the ring or where ranks run. The direct
+// algorithms always fold that way (one-step rounding aside, see reduce_inbox()); the two-shot
+// ones do when the context asks (reduce_scatter_direct_step()). folds_in_rank_order() says which.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +36,9 @@ std::string algorithm_names();
 // Whether `a` applies to a communicator spanning `hosts` hosts (hier needs more than one, fanout
 // one host).
 bool runs_on_hosts(Algorithm a, int hosts);
+// Whether `a`, run with Context::rank_order, folds the reductions of `coll` in rank order: direct
+// and twoshot do; ring, tree and hier do not. True for every collective that does not reduce.
+bool folds_in_rank_order(Collective coll, Algorithm a);
 
 // How the messages of an operation travel between ranks of one host, above the transport's
 // single-copy threshold: kSingleCopy lets the receiver read the sender's buffer in one copy
@@ -141,6 +150,9 @@ struct Context {
   // Results of at least this many bytes are written with streaming stores where
   // stream_results() says so (CHORUS_STREAM_FROM).
   size_t stream_from_bytes = SIZE_MAX;
+  // Fold every reduction in rank order, rounding once per step (CHORUS_DETERMINISTIC): the
+  // helpers below honour it; only algorithms that folds_in_rank_order() run with it.
+  bool rank_order = false;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
@@ -162,6 +174,10 @@ Algorithm select_default(Collective coll, size_t bytes, int world_size);
 // hierarchical algorithm where it has one and the ranks span hosts, else the choice by size.
 Algorithm select_default(Collective coll, size_t bytes, int world_size,
                          std::span<const int> host_of);
+// The choice by size among the algorithms that fold in rank order (deterministic mode): direct
+// for small reductions, twoshot above, on any number of hosts; select_default() for the
+// collectives that do not reduce.
+Algorithm select_rank_ordered(Collective coll, size_t bytes, int world_size);
 
 // ---- helpers shared by algorithm files --------------------------------------------------------
 // The rank at ring position `pos` (taken modulo the size), and the ring position of `rank`.
@@ -201,14 +217,21 @@ bool stream_results(const Context& c, const CollArgs& a, size_t bytes);
 // Finishes kAvg on a result: divides `count` elements at `buf` by the world size.
 void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size);
 // The reduction step of the direct algorithms: dst = the reduction, in rank order, of this
-// rank's `mine` and every peer p's block at inbox + p * a.bytes() (a.count elements each).
-void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, const std::byte* inbox,
-                  int rank, int world_size);
+// rank's `mine` and every peer p's block at inbox + p * a.bytes() (a.count elements each; the
+// block at this rank's own index is free scratch). f16 and bf16 accumulate in f32 and round once
+// (kernels::reduce_n); with c.rank_order they round after every step instead, as a chain of
+// receive-reduces does, so that every rank-ordered algorithm gives the same bits.
+void reduce_inbox(const Context& c, const CollArgs& a, std::byte* dst, const std::byte* mine,
+                  std::byte* inbox);
 // dst = the reduction of n inputs (a.dtype, travel_op(a.op)), `count` elements each.
 void reduce_n(const CollArgs& a, std::byte* dst, const void* const* srcs, int n, size_t count);
 // Step 1 of the two-shot algorithms, a direct reduce-scatter: the buffer is cut into `size`
 // segments (segment()); every rank sends segment p of a.send to rank p and folds the n-1 copies
 // of its own segment it receives into `own`, its own input first, then from rank+1, rank+2, ...
+// (so that the ranks read different peers at once). With c.rank_order it folds rank 0's copy
+// first, then rank 1's, ..., its own in its place, which costs ranks >= 2 one pass more (a plain
+// receive of rank 0's copy, or for rank 1 where the op does not commute), and, when `own` is
+// this rank's input segment (in place), scratch slot 1 for the partial that precedes it.
 // Returns once every send of the step has finished (a caller may then overwrite a.send).
 void reduce_scatter_direct_step(Context& c, const CollArgs& a, std::byte* own);
 // Copy of `bytes` when src != dst (the ranges do not overlap otherwise).
@@ -226,6 +249,7 @@ void all_reduce_twoshot(Context&, const CollArgs&);
 void all_reduce_hier(Context&, const CollArgs&);
 void reduce_scatter_ring(Context&, const CollArgs&);
 void reduce_scatter_direct(Context&, const CollArgs&);
+void reduce_scatter_twoshot(Context&, const CollArgs&);
 void all_gather_ring(Context&, const CollArgs&);
 void all_gather_direct(Context&, const CollArgs&);
 void all_gather_fanout(Context&, const CollArgs&);

@@ -8,12 +8,12 @@
 namespace chorus::algo {
 
 void all_reduce_direct(Context& c, const CollArgs& a) {
-  const int n = c.size, r = c.rank;
+  const int n = c.size;
   const size_t bytes = a.bytes();
   std::byte* inbox = c.scratch.get(0, bytes * n);
   c.ex.step("exchange inputs");
   c.ex.exchange_small(Exchange::kAllPeers, a.send, 0, Exchange::kAllPeers, inbox, bytes, bytes);
-  reduce_inbox(a, a.recv, a.send, inbox, r, n);
+  reduce_inbox(c, a, a.recv, a.send, inbox);
   finish_avg(a, a.recv, a.count, n);
 }
 

@@ -15,7 +15,7 @@ void reduce_direct(Context& c, const CollArgs& a) {
   }
   std::byte* inbox = c.scratch.get(0, bytes * n);
   c.ex.exchange_small(Exchange::kNoPeer, nullptr, 0, Exchange::kAllPeers, inbox, bytes, bytes);
-  reduce_inbox(a, a.recv, a.send, inbox, r, n);
+  reduce_inbox(c, a, a.recv, a.send, inbox);
   finish_avg(a, a.recv, a.count, n);
 }
 

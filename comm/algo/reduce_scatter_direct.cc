@@ -11,7 +11,7 @@ void reduce_scatter_direct(Context& c, const CollArgs& a) {
   std::byte* inbox = c.scratch.get(0, bytes * n);
   c.ex.step("exchange blocks");
   c.ex.exchange_small(Exchange::kAllPeers, a.send, bytes, Exchange::kAllPeers, inbox, bytes, bytes);
-  reduce_inbox(a, a.recv, a.send + r * bytes, inbox, r, n);
+  reduce_inbox(c, a, a.recv, a.send + r * bytes, inbox);
   finish_avg(a, a.recv, a.count, n);
 }
 

@@ -24,6 +24,8 @@ constexpr AlgoEntry kAlgorithms[] = {
      "hierarchical: reduce-scatter in each host, all-reduce across hosts per rail, all-gather"},
     {Collective::kReduceScatter, Algorithm::kRing, reduce_scatter_ring, "ring, n-1 steps"},
     {Collective::kReduceScatter, Algorithm::kDirect, reduce_scatter_direct, "one-shot"},
+    {Collective::kReduceScatter, Algorithm::kTwoShot, reduce_scatter_twoshot,
+     "the two-shot's first step: every rank reads its block from each peer and folds it in"},
     {Collective::kAllGather, Algorithm::kRing, all_gather_ring, "ring, n-1 steps"},
     {Collective::kAllGather, Algorithm::kDirect, all_gather_direct, "one-shot"},
     {Collective::kAllGather, Algorithm::kFanout, all_gather_fanout,
@@ -83,6 +85,12 @@ bool runs_on_hosts(Algorithm a, int hosts) {
   if (a == Algorithm::kHier) return hosts > 1;
   if (a == Algorithm::kFanout) return hosts == 1;
   return true;
+}
+
+bool folds_in_rank_order(Collective coll, Algorithm a) {
+  const bool reduces = coll == Collective::kAllReduce || coll == Collective::kReduceScatter ||
+                       coll == Collective::kReduce;
+  return !reduces || a == Algorithm::kDirect || a == Algorithm::kTwoShot;
 }
 
 bool has_paths(Algorithm a) { return a != Algorithm::kFanout; }
@@ -159,6 +167,20 @@ Algorithm select_default(Collective coll, size_t bytes, int world_size,
   return select_default(coll, bytes, world_size);
 }
 
+// The same thresholds as select_default's one-shot ones; above them the two-shot forms, which are
+// bandwidth-optimal like the ring and work across hosts like hier.
+Algorithm select_rank_ordered(Collective coll, size_t bytes, int world_size) {
+  switch (coll) {
+    case Collective::kAllReduce:
+    case Collective::kReduce:
+      return bytes <= 16 * 1024 ? Algorithm::kDirect : Algorithm::kTwoShot;
+    case Collective::kReduceScatter:
+      return bytes <= 32 * 1024 ? Algorithm::kDirect : Algorithm::kTwoShot;
+    default:
+      return select_default(coll, bytes, world_size);
+  }
+}
+
 void finish_avg(const CollArgs& a, std::byte* buf, size_t count, int world_size) {
   if (a.op != ReduceOp::kAvg || count == 0) return;
   if (a.mem != nullptr) [[unlikely]]
@@ -172,18 +194,66 @@ void reduce_n(const CollArgs& a, std::byte* dst, const void* const* srcs, int n,
   kernels::reduce_n(a.dtype, travel_op(a.op), dst, srcs, n, count);
 }
 
-void reduce_inbox(const CollArgs& a, std::byte* dst, const std::byte* mine, const std::byte* inbox,
-                  int rank, int world_size) {
+void reduce_inbox(const Context& c, const CollArgs& a, std::byte* dst, const std::byte* mine,
+                  std::byte* inbox) {
+  const int n = c.size, rank = c.rank;
   // On the stack for the usual world sizes: direct algorithms are the small-message path, where
   // an allocation per call shows.
   constexpr int kOnStack = 16;
   const void* on_stack[kOnStack];
-  std::vector<const void*> on_heap(world_size > kOnStack ? world_size : 0);
-  const void** srcs = world_size > kOnStack ? on_heap.data() : on_stack;
+  std::vector<const void*> on_heap(n > kOnStack ? n : 0);
+  const void** srcs = n > kOnStack ? on_heap.data() : on_stack;
   const size_t bytes = a.bytes();
-  for (int p = 0; p < world_size; ++p) srcs[p] = p == rank ? mine : inbox + p * bytes;
-  reduce_n(a, dst, srcs, world_size, a.count);
+  for (int p = 0; p < n; ++p) srcs[p] = p == rank ? mine : inbox + p * bytes;
+  const bool half = a.dtype == DataType::kF16 || a.dtype == DataType::kBF16;
+  if (!c.rank_order || !half || n <= 2) return reduce_n(a, dst, srcs, n, a.count);
+  // Rounded after every step, as the two-shot's receive-reduces round. In place, dst is `mine`:
+  // a rank past the first two keeps its input in its own (free) inbox block until its turn.
+  if (dst == mine && rank >= 2) {
+    copy_if_distinct(a, inbox + rank * bytes, mine, bytes);
+    srcs[rank] = inbox + rank * bytes;
+  }
+  reduce_n(a, dst, srcs, 2, a.count);
+  for (int p = 2; p < n; ++p) {
+    const void* step[2] = {dst, srcs[p]};
+    reduce_n(a, dst, step, 2, a.count);
+  }
 }
+
+namespace {
+
+// reduce_scatter_direct_step's fold with Context::rank_order: own = x_0 op x_1 op ... op
+// x_{n-1} over the n copies of this rank's segment (`mine`: its own input's), waiting for each
+// copy in turn. Every rank has all its sends posted already.
+void fold_in_rank_order(Context& c, const CollArgs& a, std::byte* own, const std::byte* mine,
+                        size_t count) {
+  const int n = c.size, r = c.rank;
+  const size_t bytes = count * a.elem();
+  const ReduceOp op = travel_op(a.op);
+  // Sum and product commute bit for bit (IEEE a + b == b + a; integers wrap), so rank 1 may
+  // start from its own input: mine op x_0 is x_0 op mine. Min and max do not (min(-0, +0) is
+  // +0, min(+0, -0) is -0).
+  const bool commutes = op == ReduceOp::kSum || op == ReduceOp::kProd;
+  int next = r + 1;  // the rank whose copy comes next
+  if (r == 0) {
+    c.ex.wait(c.ex.post_recv_reduce(1, own, mine, count, a.dtype, a.op));
+    next = 2;
+  } else if (r == 1 && commutes) {
+    c.ex.wait(c.ex.post_recv_reduce(0, own, mine, count, a.dtype, a.op));
+  } else {
+    // The partial of ranks 0..r-1, kept off this rank's input while that is still to be read.
+    std::byte* partial = own == mine ? c.scratch.get(1, std::max<size_t>(bytes, 1)) : own;
+    c.ex.wait(c.ex.post_recv(0, partial, bytes));
+    for (int p = 1; p < r; ++p)
+      c.ex.wait(c.ex.post_recv_reduce(p, partial, partial, count, a.dtype, a.op));
+    const void* srcs[2] = {partial, mine};
+    if (count > 0) reduce_n(a, own, srcs, 2, count);
+  }
+  for (int p = next; p < n; ++p)
+    c.ex.wait(c.ex.post_recv_reduce(p, own, own, count, a.dtype, a.op));
+}
+
+}  // namespace
 
 void reduce_scatter_direct_step(Context& c, const CollArgs& a, std::byte* own) {
   const int n = c.size, r = c.rank;
@@ -199,6 +269,11 @@ void reduce_scatter_direct_step(Context& c, const CollArgs& a, std::byte* own) {
   }
   const auto [own_off, own_cnt] = seg(r);
   const std::byte* acc = a.send + own_off * es;
+  if (c.rank_order) {
+    fold_in_rank_order(c, a, own, acc, own_cnt);
+    c.ex.wait_all();
+    return;
+  }
   for (int k = 1; k < n; ++k) {
     const int p = mod(r + k, n);
     c.ex.wait(c.ex.post_recv_reduce(p, own, acc, own_cnt, a.dtype, a.op));

@@ -143,7 +143,8 @@ std::optional<std::pair<double, double>> TuneTable::alpha_beta(int world_size, C
 }
 
 std::optional<Variant> TuneTable::fastest(int world_size, Collective coll, size_t bytes,
-                                          std::optional<Variant> preferred, bool in_place) const {
+                                          std::optional<Variant> preferred, bool in_place,
+                                          bool rank_ordered) const {
   const auto predict_us = [&](int w, Collective c, Variant v, size_t b) {
     auto us = in_place ? this->predict_us(w, c, v, b, true) : std::nullopt;
     return us ? us : this->predict_us(w, c, v, b);
@@ -152,6 +153,7 @@ std::optional<Variant> TuneTable::fastest(int world_size, Collective coll, size_
   double best_us = 0;
   for (const AlgoEntry& e : all_algorithms()) {
     if (e.coll != coll || !runs_on_hosts(e.algo, 1)) continue;  // the table is of one host
+    if (rank_ordered && !folds_in_rank_order(coll, e.algo)) continue;
     for (Path path : {Path::kSingleCopy, Path::kFifo}) {
       if (path == Path::kFifo && !has_paths(e.algo)) continue;
       const Variant v{e.algo, path};

@@ -59,14 +59,15 @@ class TuneTable {
                                                       bool in_place = false) const;
   // The fastest variant by prediction among those registered for `coll` (each algorithm on
   // either path), if covered. A FIFO variant within kTieMargin of its algorithm's single-copy
-  // one yields to it. A `preferred` variant predicted within kTieMargin of the fastest is kept: curves measured
-  // on a busy machine differ by that much from run to run, and a flip between near-equal
-  // predictions can pick an algorithm with more steps.
-  // `in_place`: by the in-place curves, where a variant has one (else its out-of-place one).
+  // one yields to it. A `preferred` variant predicted within kTieMargin of the fastest is kept:
+  // curves measured on a busy machine differ by that much from run to run, and a flip between
+  // near-equal predictions can pick an algorithm with more steps. `in_place`: by the in-place
+  // curves, where a variant has one (else its out-of-place one). `rank_ordered`: only among the
+  // algorithms that fold `coll` in rank order (folds_in_rank_order(); deterministic mode).
   static constexpr double kTieMargin = 0.10;
   std::optional<Variant> fastest(int world_size, Collective coll, size_t bytes,
                                  std::optional<Variant> preferred = std::nullopt,
-                                 bool in_place = false) const;
+                                 bool in_place = false, bool rank_ordered = false) const;
   // The faster path for `algo`, by its two curves in place or out of place; nullopt when either
   // is missing. (No tie margin: the caller asks only from the single-copy threshold up, where the
   // two paths are different code.)

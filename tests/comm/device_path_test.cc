@@ -240,9 +240,12 @@ void place(algo::CollArgs& a, int rank, int n, bool in_place, std::vector<std::b
   (void)n;
 }
 
-TEST(MemoryOpsSeam, EveryAlgorithmGivesTheHostBytes) {
+// Every algorithm (with `rank_order`: every reduction that folds in rank order, bf16 as well as
+// i32, which takes the direct algorithms' step-by-step rounding and the two-shot's partial in
+// scratch) run on host memory and through the seam, compared byte for byte.
+void check_the_seam(bool rank_order) {
   constexpr int n = 3;
-  run_wired(n, [](int rank, transport::Wiring&, Exchange& ex) {
+  run_wired(n, [rank_order](int rank, transport::Wiring&, Exchange& ex) {
     const std::vector<int> host_of(n, 0);
     algo::Scratch scratch;
     CountingHostOps ops;
@@ -254,57 +257,66 @@ TEST(MemoryOpsSeam, EveryAlgorithmGivesTheHostBytes) {
       if (coll == Collective::kBarrier || coll == Collective::kSend || coll == Collective::kRecv ||
           coll == Collective::kSendRecv)
         continue;
-      for (ReduceOp op : reduces(coll) ? std::vector<ReduceOp>{ReduceOp::kSum, ReduceOp::kAvg}
-                                       : std::vector<ReduceOp>{ReduceOp::kSum})
-        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{70001}})
-          for (bool in_place : {false, true})
-            for (int root : {0, n - 1}) {
-              if (in_place && coll == Collective::kAllToAll) continue;
-              algo::CollArgs a;
-              a.coll = coll;
-              a.count = count;
-              a.dtype = DataType::kI32;
-              a.op = op;
-              a.root = root;
-              const size_t total = n * count * sizeof(int32_t);
-              // Inputs unique per rank and index; the host run and the seam run start alike.
-              std::vector<std::byte> send[2], recv[2];
-              for (int run = 0; run < 2; ++run) {
-                send[run].assign(total + 64, std::byte{0});
-                recv[run].assign(total + 64, std::byte{0x5a});
-                auto* s = reinterpret_cast<int32_t*>(send[run].data());
-                auto* v = reinterpret_cast<int32_t*>(recv[run].data());
-                for (size_t i = 0; i < n * count; ++i) {
-                  s[i] = static_cast<int32_t>(rank * 1000003 + i * 7 + 1);
-                  v[i] = static_cast<int32_t>(rank * 999 + i * 3 + 2);
+      if (rank_order && (!reduces(coll) || !algo::folds_in_rank_order(coll, e.algo))) continue;
+      const std::vector<DataType> dtypes =
+          rank_order ? std::vector<DataType>{DataType::kI32, DataType::kBF16}
+                     : std::vector<DataType>{DataType::kI32};
+      for (DataType dtype : dtypes)
+        for (ReduceOp op : reduces(coll) ? std::vector<ReduceOp>{ReduceOp::kSum, ReduceOp::kAvg}
+                                         : std::vector<ReduceOp>{ReduceOp::kSum})
+          for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{70001}})
+            for (bool in_place : {false, true})
+              for (int root : {0, n - 1}) {
+                if (in_place && coll == Collective::kAllToAll) continue;
+                algo::CollArgs a;
+                a.coll = coll;
+                a.count = count;
+                a.dtype = dtype;
+                a.op = op;
+                a.root = root;
+                const size_t total = n * count * dtype_size(dtype);
+                // Inputs unique per rank and index; the host run and the seam run start alike.
+                std::vector<std::byte> send[2], recv[2];
+                for (int run = 0; run < 2; ++run) {
+                  send[run].assign(total + 64, std::byte{0});
+                  recv[run].assign(total + 64, std::byte{0x5a});
+                  auto* s = reinterpret_cast<int32_t*>(send[run].data());
+                  auto* v = reinterpret_cast<int32_t*>(recv[run].data());
+                  // bf16: the same bytes, two elements per int32 (both runs use the same kernels).
+                  for (size_t i = 0; i < n * count * dtype_size(dtype) / sizeof(int32_t); ++i) {
+                    s[i] = static_cast<int32_t>(rank * 1000003 + i * 7 + 1);
+                    v[i] = static_cast<int32_t>(rank * 999 + i * 3 + 2);
+                  }
                 }
+                for (int run = 0; run < 2; ++run) {
+                  algo::CollArgs r = a;
+                  place(r, rank, n, in_place, send[run], recv[run]);
+                  r.mem = run == 1 ? &ops : nullptr;
+                  scratch.use_memory(r.mem);
+                  transport::OpStamp stamp{static_cast<uint64_t>(++seq),
+                                           count,
+                                           static_cast<uint8_t>(coll),
+                                           static_cast<uint8_t>(r.dtype),
+                                           static_cast<uint8_t>(op),
+                                           static_cast<uint8_t>(static_cast<int>(e.algo) + 1),
+                                           root};
+                  ex.begin("seam", seq, e.description, std::chrono::milliseconds(30000), stamp);
+                  algo::Context ctx{rank, n, ex, scratch, 64 << 10, host_of, {}, {}};
+                  ctx.rank_order = rank_order;
+                  e.run(ctx, r);
+                  scratch.use_memory(nullptr);
+                }
+                ++cases;
+                EXPECT_EQ(send[0], send[1])
+                    << to_string(coll) << "/" << algo::to_string(e.algo) << " " << to_string(dtype)
+                    << " count " << count << " in_place " << in_place << " root " << root
+                    << " rank " << rank << " rank_order " << rank_order;
+                EXPECT_EQ(recv[0], recv[1])
+                    << to_string(coll) << "/" << algo::to_string(e.algo) << " " << to_string(dtype)
+                    << " count " << count << " in_place " << in_place << " root " << root
+                    << " rank " << rank << " rank_order " << rank_order;
+                if (::testing::Test::HasFailure()) return;
               }
-              for (int run = 0; run < 2; ++run) {
-                algo::CollArgs r = a;
-                place(r, rank, n, in_place, send[run], recv[run]);
-                r.mem = run == 1 ? &ops : nullptr;
-                scratch.use_memory(r.mem);
-                transport::OpStamp stamp{static_cast<uint64_t>(++seq),
-                                         count,
-                                         static_cast<uint8_t>(coll),
-                                         static_cast<uint8_t>(r.dtype),
-                                         static_cast<uint8_t>(op),
-                                         static_cast<uint8_t>(static_cast<int>(e.algo) + 1),
-                                         root};
-                ex.begin("seam", seq, e.description, std::chrono::milliseconds(30000), stamp);
-                algo::Context ctx{rank, n, ex, scratch, 64 << 10, host_of, {}, {}};
-                e.run(ctx, r);
-                scratch.use_memory(nullptr);
-              }
-              ++cases;
-              EXPECT_EQ(send[0], send[1])
-                  << to_string(coll) << "/" << algo::to_string(e.algo) << " count " << count
-                  << " in_place " << in_place << " root " << root << " rank " << rank;
-              EXPECT_EQ(recv[0], recv[1])
-                  << to_string(coll) << "/" << algo::to_string(e.algo) << " count " << count
-                  << " in_place " << in_place << " root " << root << " rank " << rank;
-              if (::testing::Test::HasFailure()) return;
-            }
     }
     EXPECT_GT(cases, 100);
     // The reducing algorithms reduce locally and the direct ones take scratch: through the seam.
@@ -312,6 +324,9 @@ TEST(MemoryOpsSeam, EveryAlgorithmGivesTheHostBytes) {
     EXPECT_GT(ops.scratch_calls, 0);
   });
 }
+
+TEST(MemoryOpsSeam, EveryAlgorithmGivesTheHostBytes) { check_the_seam(false); }
+TEST(MemoryOpsSeam, RankOrderedFoldsGiveTheHostBytes) { check_the_seam(true); }
 
 }  // namespace
 }  // namespace chorus::testing

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "collective_cases.h"
+#include "fold_cases.h"
 #include "netns_hosts.h"
 
 namespace chorus::testing {
@@ -324,6 +325,33 @@ TEST(OneMachine, ForcedUcxCollectiveMatrix) {
 TEST(OneMachine, TwoByTwoHierarchicalAllReduce) {
   const auto cases = all_reduce_cases();
   run_on_hosts(nullptr, layout(2, 2), [&](Communicator& comm) { run_cases(comm, cases); });
+}
+
+// Deterministic mode across hosts: hier does not fold in rank order, so all-reduce runs the
+// two-shot (or direct) algorithm over the composite transport instead, forced hier included, and
+// every reduction equals the serial rank-order fold bit for bit (fold_cases.h).
+TEST(OneMachine, TwoByTwoDeterministicReductions) {
+  run_on_hosts(nullptr, layout(2, 2),
+               [](Communicator& comm) {
+                 EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1 << 20), "twoshot");
+                 comm.set_algorithm("hier");
+                 EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1 << 20), "twoshot");
+                 comm.set_algorithm("auto");
+                 int salt = 0;
+                 for (Collective coll :
+                      {Collective::kAllReduce, Collective::kReduceScatter, Collective::kReduce})
+                   for (DataType dtype : {DataType::kF32, DataType::kBF16})
+                     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg})
+                       for (size_t count : {size_t{1}, size_t{7}, size_t{1001}, size_t{65537}})
+                         for (bool in_place : {false, true}) {
+                           ++salt;
+                           check_against_fold(comm,
+                                              {coll, dtype, op, count, in_place, salt % 4, salt},
+                                              {"auto", "hier", "ring", "direct", "twoshot"});
+                           if (::testing::Test::HasFailure()) return;
+                         }
+               },
+               {std::chrono::milliseconds(240000), {{"CHORUS_DETERMINISTIC", "1"}}, {}});
 }
 
 // Cyclic placement over two "hosts": the ring, chain and tree algorithms run over the grouped

@@ -101,6 +101,9 @@ struct CommOptions {
   // Algorithm for every collective that has it ("ring", "tree", "direct"); empty = CHORUS_ALGO,
   // else chosen by size.
   std::string algorithm;
+  // Deterministic reductions (see "Deterministic mode" at Communicator); false =
+  // CHORUS_DETERMINISTIC (default 0). Every rank must choose alike.
+  bool deterministic = false;
 };
 
 // One algorithm a communicator could run for a collective of a given size, with the time the
@@ -114,6 +117,26 @@ struct AlgorithmEstimate {
 // Returned by split() to ranks that pass kNoColor.
 inline constexpr int kNoColor = -1;
 
+// Deterministic mode (CommOptions::deterministic, CHORUS_DETERMINISTIC=1). all_reduce,
+// reduce_scatter and reduce then add the ranks' contributions in rank order: element e of the
+// result is, bit for bit, the serial fold acc = x_0[e]; acc = acc op x_r[e] for r = 1..N-1, with
+// one rounding per step for f16 and bf16 (each step computed in f32 and rounded, as
+// chorus::kernels::reduce does); avg is that sum divided by N once, by the same division as in
+// the default mode. The bits depend on nothing but the inputs: not on the algorithm, the chunk
+// size (CHORUS_CHUNK_BYTES), the ring (CHORUS_RING), the path (single copy or FIFO), the number
+// of hosts, or whether the buffers are in host or device memory; every rank that receives a
+// result gets the same bits (as always). The NaN a NaN result carries is the kernels' choice, as
+// in the default mode.
+//   Only algorithms that fold in rank order run the reductions: direct (small messages) and
+// twoshot (large ones, reduce_scatter included; across hosts too, in place of hier). Forcing
+// another one for a reduction (CHORUS_ALGO, CommOptions::algorithm, set_algorithm) is not an
+// error, since the forced name applies to every collective: the reduction runs with the
+// algorithm the deterministic selector chooses for its size instead, which CHORUS_DEBUG=INFO logs
+// once per communicator, collective and forced algorithm (rank 0), and which algorithm_for(),
+// explain() and Work::algorithm() report. A forced direct or twoshot runs as forced. The other
+// collectives are not affected. Cost: the two-shot step folds rank 0's copy first everywhere, so
+// ranks >= 2 make one more pass over their segment than in the default mode; docs/PERFORMANCE.md
+// ("Deterministic reductions") measures it. Communicators made by split() inherit the mode.
 class Communicator {
  public:
   // Reads rank, world size and master from the launcher's environment (see launch_env.h), hosts
@@ -130,6 +153,8 @@ class Communicator {
 
   int rank() const;
   int size() const;
+  // Whether reductions fold in rank order (see "Deterministic mode" above).
+  bool deterministic() const;
 
   // ---- collectives (counts in elements) ----------------------------------------------------
   Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
@@ -235,7 +260,8 @@ class Communicator {
   // The algorithm the selector picks for a collective of `bytes` per rank buffer.
   std::string algorithm_for(Collective c, size_t bytes) const;
   // Every algorithm registered for `c`, with its predicted time for `bytes` (as algorithm_for
-  // counts them) and which one the selector would pick. Local: no communication.
+  // counts them) and which one the selector would pick (in deterministic mode, of a reduction:
+  // only those that fold in rank order). Local: no communication.
   std::vector<AlgorithmEstimate> explain(Collective c, size_t bytes) const;
   // The ring the ring, chain and tree algorithms are laid over: element p is the rank at ring
   // position p. Ranks are grouped by host, then socket, NUMA node and the CPU they are bound to,
