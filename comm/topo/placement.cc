@@ -3,6 +3,7 @@
 #include "chorus/topo/placement.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <map>
 
@@ -11,6 +12,11 @@
 
 namespace chorus::topo {
 namespace {
+
+// The most ranks a grid may have: beyond every job, and small enough for int arithmetic.
+constexpr int64_t kMaxRanks = 1 << 24;
+// place() tries (axes - 1)! nestings; 8 axes are 5040, past any real mesh.
+constexpr size_t kMaxAxes = 8;
 
 // Item i of `count` fair shares of `items`: contiguous runs, or round-robin when there are
 // more shares than items.
@@ -70,15 +76,41 @@ std::vector<Slot> all_slots(std::span<const Topology> hosts, int per_host) {
   return out;
 }
 
-int check_fits(const Mesh& mesh, std::span<const Topology> hosts) {
+// The axis whose groups go innermost: the heaviest, the first listed on equal weights.
+size_t heaviest_axis(const Grid& grid) {
+  size_t best = 0;
+  for (size_t a = 1; a < grid.axes.size(); ++a)
+    if (grid.axes[a].weight > grid.axes[best].weight) best = a;
+  return best;
+}
+
+int check_fits(const Grid& grid, std::span<const Topology> hosts) {
   CHORUS_ARG_CHECK(!hosts.empty(), "placement needs at least one host");
-  const int world = mesh.world_size();
+  CHORUS_ARG_CHECK(!grid.axes.empty() && grid.axes.size() <= kMaxAxes, "grid ", to_string(grid),
+                   ": placement takes 1 to ", kMaxAxes, " axes, got ", grid.axes.size());
+  int64_t world64 = 1;
+  for (size_t a = 0; a < grid.axes.size(); ++a) {
+    const GridAxis& axis = grid.axes[a];
+    CHORUS_ARG_CHECK(!axis.name.empty() && axis.size >= 1 && axis.weight >= 0, "grid ",
+                     to_string(grid), ": axis ", a, " ('", axis.name, "', size ", axis.size,
+                     ", weight ", axis.weight,
+                     ") needs a name, at least one rank and a weight of at least 0");
+    for (size_t b = 0; b < a; ++b)
+      CHORUS_ARG_CHECK(grid.axes[b].name != axis.name, "grid ", to_string(grid),
+                       ": two axes named ", axis.name);
+    world64 *= axis.size;
+    CHORUS_ARG_CHECK(world64 <= kMaxRanks, "grid ", to_string(grid), " has more than ", kMaxRanks,
+                     " ranks");
+  }
+  const int world = grid.world_size();
   const int nhosts = static_cast<int>(hosts.size());
-  CHORUS_ARG_CHECK(world % nhosts == 0, "mesh dp=", mesh.dp, ",tp=", mesh.tp, ",pp=", mesh.pp,
-                   " has ", world, " ranks, not a multiple of the ", nhosts, " hosts");
+  CHORUS_ARG_CHECK(world % nhosts == 0, "grid ", to_string(grid), " has ", world,
+                   " ranks, not a multiple of the ", nhosts, " hosts");
   const int per_host = world / nhosts;
-  CHORUS_ARG_CHECK(mesh.tp <= per_host, "tp=", mesh.tp, " is larger than a host: ", nhosts,
-                   " hosts x ", per_host, " ranks (tensor-parallel groups must not span hosts)");
+  const GridAxis& inner = grid.axes[heaviest_axis(grid)];
+  CHORUS_ARG_CHECK(inner.size <= per_host, inner.name, "=", inner.size,
+                   " is larger than a host: ", nhosts, " hosts x ", per_host, " ranks (",
+                   inner.name, ", the heaviest axis, must not span hosts)");
   for (const Topology& h : hosts) {
     const size_t gpus = h.gpus().size();
     CHORUS_ARG_CHECK(gpus == 0 || gpus >= static_cast<size_t>(per_host), "host '", h.hostname,
@@ -87,16 +119,37 @@ int check_fits(const Mesh& mesh, std::span<const Topology> hosts) {
   return per_host;
 }
 
-Placement assemble(const Mesh& mesh, std::span<const Topology> hosts,
-                   std::vector<Slot> slot_of_rank, std::string layout, const CostModel& model) {
+Placement assemble(const Grid& grid, std::span<const Topology> hosts,
+                   std::vector<Slot> slot_of_rank, std::string layout) {
   Placement p;
-  p.mesh = mesh;
+  p.grid = grid;
   p.layout = std::move(layout);
-  p.cost = placement_cost(mesh, hosts, slot_of_rank, model);
+  p.cost = placement_cost(grid, hosts, slot_of_rank);
   p.naive_cost = p.cost;
-  for (int r = 0; r < mesh.world_size(); ++r)
-    p.ranks.push_back({r, mesh.coord_of(r), std::move(slot_of_rank[static_cast<size_t>(r)])});
+  for (int r = 0; r < grid.world_size(); ++r)
+    p.ranks.push_back({r, grid.coord_of(r), std::move(slot_of_rank[static_cast<size_t>(r)])});
   return p;
+}
+
+// The candidate nestings, innermost axis first: the heaviest axis, then every order of the
+// others, by decreasing weight first (the first listed on equal weights).
+std::vector<std::vector<size_t>> nestings(const Grid& grid) {
+  const size_t inner = heaviest_axis(grid);
+  std::vector<size_t> others;
+  for (size_t a = 0; a < grid.axes.size(); ++a)
+    if (a != inner) others.push_back(a);
+  std::stable_sort(others.begin(), others.end(),
+                   [&](size_t a, size_t b) { return grid.axes[a].weight > grid.axes[b].weight; });
+  // Permutations as positions into `others`, so that the first is the weight order.
+  std::vector<size_t> pos(others.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = i;
+  std::vector<std::vector<size_t>> out;
+  do {
+    std::vector<size_t> nesting = {inner};
+    for (size_t i : pos) nesting.push_back(others[i]);
+    out.push_back(std::move(nesting));
+  } while (std::next_permutation(pos.begin(), pos.end()));
+  return out;
 }
 
 }  // namespace
@@ -135,33 +188,30 @@ std::vector<Slot> host_slots(const Topology& host, int host_index, int count) {
   return slots;
 }
 
-double placement_cost(const Mesh& mesh, std::span<const Topology> hosts,
-                      std::span<const Slot> slot_of_rank, const CostModel& model) {
-  CHORUS_ARG_CHECK(slot_of_rank.size() == static_cast<size_t>(mesh.world_size()),
-                   "placement_cost: ", slot_of_rank.size(), " slots for ", mesh.world_size(),
+double placement_cost(const Grid& grid, std::span<const Topology> hosts,
+                      std::span<const Slot> slot_of_rank) {
+  CHORUS_ARG_CHECK(slot_of_rank.size() == static_cast<size_t>(grid.world_size()),
+                   "placement_cost: ", slot_of_rank.size(), " slots for ", grid.world_size(),
                    " ranks");
   double total = 0;
-  for (Axis axis : {Axis::kTp, Axis::kDp, Axis::kPp}) {
-    const double weight = axis == Axis::kTp   ? model.tp_weight
-                          : axis == Axis::kDp ? model.dp_weight
-                                              : model.pp_weight;
-    for (int r = 0; r < mesh.world_size(); ++r) {
-      MeshCoord c = mesh.coord_of(r);
-      if (c[axis] != 0) continue;  // each group once, from its first member
+  for (size_t a = 0; a < grid.axes.size(); ++a) {
+    const GridAxis& axis = grid.axes[a];
+    for (int r = 0; r < grid.world_size(); ++r) {
+      std::vector<int> c = grid.coord_of(r);
+      if (c[a] != 0) continue;  // each group once, from its first member
       std::vector<const Slot*> members;
-      for (int i = 0; i < mesh.size(axis); ++i) {
-        c[axis] = i;
-        members.push_back(&slot_of_rank[static_cast<size_t>(mesh.rank_of(c))]);
+      for (int i = 0; i < axis.size; ++i) {
+        c[a] = i;
+        members.push_back(&slot_of_rank[static_cast<size_t>(grid.rank_of(c))]);
       }
-      total += weight * group_cost(hosts, members, axis != Axis::kPp);
+      total += axis.weight * group_cost(hosts, members, axis.pattern == GridAxis::Pattern::kRing);
     }
   }
   return total;
 }
 
-Placement naive_placement(const Mesh& mesh, std::span<const Topology> hosts,
-                          const CostModel& model) {
-  const int per_host = check_fits(mesh, hosts);
+Placement naive_placement(const Grid& grid, std::span<const Topology> hosts) {
+  const int per_host = check_fits(grid, hosts);
   std::vector<Slot> slots = all_slots(hosts, per_host);
   // Device-index order within each host: GPUs by runtime ordinal (CPU slots are in core order).
   for (size_t h = 0; h < hosts.size(); ++h) {
@@ -171,30 +221,28 @@ Placement naive_placement(const Mesh& mesh, std::span<const Topology> hosts,
                      [](const Slot& a, const Slot& b) { return a.gpu < b.gpu; });
     for (int i = 0; i < per_host; ++i) first[i].local = i;
   }
-  return assemble(mesh, hosts, std::move(slots), "naive", model);
+  return assemble(grid, hosts, std::move(slots), "naive");
 }
 
-Placement place(const Mesh& mesh, std::span<const Topology> hosts, const CostModel& model) {
-  const int per_host = check_fits(mesh, hosts);
+Placement place(const Grid& grid, std::span<const Topology> hosts) {
+  const int per_host = check_fits(grid, hosts);
   const std::vector<Slot> slots = all_slots(hosts, per_host);
-  // TP innermost always; PP before DP is preferred on equal cost (listed first).
-  const std::array<std::array<Axis, 3>, 2> nestings = {
-      {{Axis::kTp, Axis::kPp, Axis::kDp}, {Axis::kTp, Axis::kDp, Axis::kPp}}};
-  Placement best = naive_placement(mesh, hosts, model);
+  Placement best = naive_placement(grid, hosts);
   const double naive_cost = best.cost;
   bool have_candidate = false;
-  for (const auto& nesting : nestings) {
+  for (const std::vector<size_t>& nesting : nestings(grid)) {
+    // Rank r takes slot g, its coordinate numbered in the nesting's order (innermost fastest).
     std::vector<Slot> slot_of_rank(slots.size());
-    for (int r = 0; r < mesh.world_size(); ++r) {
-      const MeshCoord c = mesh.coord_of(r);
-      const int g = c[nesting[0]] +
-                    mesh.size(nesting[0]) * (c[nesting[1]] + mesh.size(nesting[1]) * c[nesting[2]]);
+    for (int r = 0; r < grid.world_size(); ++r) {
+      const std::vector<int> c = grid.coord_of(r);
+      int g = 0;
+      for (auto it = nesting.rbegin(); it != nesting.rend(); ++it)
+        g = g * grid.axes[*it].size + c[*it];
       slot_of_rank[static_cast<size_t>(r)] = slots[static_cast<size_t>(g)];
     }
-    const std::string name = std::string(to_string(nesting[0])) + "," +
-                             std::string(to_string(nesting[1])) + "," +
-                             std::string(to_string(nesting[2]));
-    Placement candidate = assemble(mesh, hosts, std::move(slot_of_rank), name, model);
+    std::string name;
+    for (size_t a : nesting) name += (name.empty() ? "" : ",") + grid.axes[a].name;
+    Placement candidate = assemble(grid, hosts, std::move(slot_of_rank), name);
     // A topology-aware layout wins ties against the naive one.
     if (candidate.cost < best.cost - 1e-9 ||
         (!have_candidate && candidate.cost <= best.cost + 1e-9)) {

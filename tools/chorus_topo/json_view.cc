@@ -61,7 +61,7 @@ void print_host(std::ostream& os, const Topology& h) {
 
 }  // namespace
 
-void print_json(std::ostream& os, const Topology& h, const Placement* p,
+void print_json(std::ostream& os, const Topology& h, const PlacedMesh* placed,
                 std::span<const Topology> hosts) {
   os << "{\"host\": ";
   print_host(os, h);
@@ -79,27 +79,29 @@ void print_json(std::ostream& os, const Topology& h, const Placement* p,
     os << (i ? ", " : "") << quote(std::string(code(kAllLinkClasses[i]))) << ": "
        << quote(std::string(description(kAllLinkClasses[i])));
   os << "}";
-  if (p != nullptr) {
-    os << ",\n \"placement\": {\"dp\": " << p->mesh.dp << ", \"tp\": " << p->mesh.tp
-       << ", \"pp\": " << p->mesh.pp << ", \"order\": " << quote(p->mesh.order_string())
-       << ", \"hosts\": " << hosts.size() << ", \"layout\": " << quote(p->layout)
-       << ", \"cost\": " << p->cost << ", \"naive_cost\": " << p->naive_cost << ",\n  \"ranks\": [";
-    for (size_t i = 0; i < p->ranks.size(); ++i) {
-      const RankPlacement& r = p->ranks[i];
+  if (placed != nullptr) {
+    const parallel::MeshShape& m = placed->shape;
+    const Placement& p = placed->placement;
+    os << ",\n \"placement\": {\"dp\": " << m.dp << ", \"tp\": " << m.tp << ", \"pp\": " << m.pp
+       << ", \"order\": " << quote(m.order_string()) << ", \"hosts\": " << hosts.size()
+       << ", \"layout\": " << quote(p.layout) << ", \"cost\": " << p.cost
+       << ", \"naive_cost\": " << p.naive_cost << ",\n  \"ranks\": [";
+    for (size_t i = 0; i < p.ranks.size(); ++i) {
+      const RankPlacement& r = p.ranks[i];
       const Topology& host = hosts[static_cast<size_t>(r.slot.host)];
       auto name = [&](int node) {
         return node < 0 ? std::string() : label(host.nodes[static_cast<size_t>(node)]);
       };
-      os << (i ? ",\n   " : "\n   ") << "{\"rank\": " << r.rank << ", \"dp\": " << r.coord.dp
-         << ", \"tp\": " << r.coord.tp << ", \"pp\": " << r.coord.pp
-         << ", \"host\": " << r.slot.host << ", \"hostname\": " << quote(host.hostname)
-         << ", \"local\": " << r.slot.local << ", \"gpu\": " << r.slot.gpu
-         << ", \"endpoint\": " << quote(name(r.slot.node))
+      const parallel::MeshCoord c = m.coord_of(r.rank);
+      os << (i ? ",\n   " : "\n   ") << "{\"rank\": " << r.rank << ", \"dp\": " << c.dp
+         << ", \"tp\": " << c.tp << ", \"pp\": " << c.pp << ", \"host\": " << r.slot.host
+         << ", \"hostname\": " << quote(host.hostname) << ", \"local\": " << r.slot.local
+         << ", \"gpu\": " << r.slot.gpu << ", \"endpoint\": " << quote(name(r.slot.node))
          << ", \"nic\": " << quote(name(r.slot.nic))
          << ", \"cpus\": " << quote(format_cpu_list(r.slot.pus)) << "}";
     }
     os << "],\n  \"ring\": ";
-    list(os, job_ring(*p, hosts), [&](int r) { os << r; });
+    list(os, job_ring(p, hosts), [&](int r) { os << r; });
     os << "}";
   }
   os << "}\n";

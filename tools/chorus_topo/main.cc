@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "chorus/error.h"
+#include "chorus/parallel/mesh_placement.h"
 #include "chorus/topo/discover.h"
 #include "options.h"
 #include "views.h"
@@ -41,11 +42,11 @@ std::vector<Topology> load_hosts(const Options& o) {
 int run(const Options& o) {
   const std::vector<Topology> hosts = load_hosts(o);
   const Topology& host = hosts.front();
-  std::optional<Placement> placement;
-  if (o.mesh) placement = place(*o.mesh, hosts);
+  std::optional<PlacedMesh> placed;
+  if (o.mesh) placed = PlacedMesh{*o.mesh, parallel::place_mesh(*o.mesh, hosts)};
 
   if (o.json) {
-    print_json(std::cout, host, placement ? &*placement : nullptr, hosts);
+    print_json(std::cout, host, placed ? &*placed : nullptr, hosts);
     return 0;
   }
   const bool defaults = o.default_views();
@@ -56,7 +57,7 @@ int run(const Options& o) {
   };
   if (o.summary || defaults) section(), print_summary(std::cout, host);
   if (o.matrix || defaults) section(), print_matrix(std::cout, host);
-  if (placement) section(), print_placement(std::cout, *placement, hosts);
+  if (placed) section(), print_placement(std::cout, *placed, hosts);
   if (o.dot) section(), std::cout << to_dot(host);
   if (!o.svg.empty()) render_image(to_dot(host), "svg", o.svg);
   if (!o.png.empty()) render_image(to_dot(host), "png", o.png);

@@ -101,7 +101,7 @@ Options parse_options(std::span<const std::string> args) {
       o.png = take_value();
     } else if (flag == "--mesh") {
       try {
-        o.mesh = parse_mesh(take_value());
+        o.mesh = parallel::parse_mesh(take_value());
       } catch (const InvalidArgument& e) {
         throw UsageError("--mesh: " + e.message());
       }

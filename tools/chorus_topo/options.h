@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "chorus/topo/placement.h"
+#include "chorus/parallel/mesh_shape.h"
 
 namespace chorus::topo::cli {
 
@@ -21,7 +21,7 @@ struct Options {
   bool dot = false;
   std::string svg;  // --svg FILE
   std::string png;  // --png FILE
-  std::optional<Mesh> mesh;
+  std::optional<parallel::MeshShape> mesh;
   int hosts = 1;  // --hosts N: the loaded hosts, N times over
   bool help = false;
 

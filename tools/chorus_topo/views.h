@@ -7,10 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "chorus/parallel/mesh_shape.h"
 #include "chorus/topo/placement.h"
 #include "chorus/topo/topology.h"
 
 namespace chorus::topo::cli {
+
+// A mesh and where its ranks run (parallel::place_mesh).
+struct PlacedMesh {
+  parallel::MeshShape shape;
+  Placement placement;
+};
 
 // Sockets, NUMA nodes, cores, memory, caches, then the tree of I/O paths and devices.
 void print_summary(std::ostream& os, const Topology& host);
@@ -19,10 +26,10 @@ void print_summary(std::ostream& os, const Topology& host);
 void print_matrix(std::ostream& os, const Topology& host);
 
 // The rank table and the ring order of the whole job.
-void print_placement(std::ostream& os, const Placement& placement, std::span<const Topology> hosts);
+void print_placement(std::ostream& os, const PlacedMesh& placed, std::span<const Topology> hosts);
 
 // One JSON document: the host, its endpoints and matrix, and the placement when there is one.
-void print_json(std::ostream& os, const Topology& host, const Placement* placement,
+void print_json(std::ostream& os, const Topology& host, const PlacedMesh* placed,
                 std::span<const Topology> hosts);
 
 // A Graphviz digraph of the host: packages and NUMA nodes as clusters, the PCIe tree inside.

@@ -1,10 +1,13 @@
+// MeshShape: axis names, the rank <-> coordinate arithmetic and the --mesh text form.
+#include "chorus/parallel/mesh_shape.h"
+
 #include <charconv>
+#include <cstdint>
 #include <optional>
 
 #include "chorus/error.h"
-#include "chorus/topo/placement.h"
 
-namespace chorus::topo {
+namespace chorus::parallel {
 namespace {
 
 constexpr int kMaxAxisSize = 1 << 20;
@@ -57,9 +60,11 @@ int& MeshCoord::operator[](Axis axis) {
   return axis == Axis::kTp ? tp : axis == Axis::kDp ? dp : pp;
 }
 
-int Mesh::size(Axis axis) const { return axis == Axis::kTp ? tp : axis == Axis::kDp ? dp : pp; }
+int MeshShape::size(Axis axis) const {
+  return axis == Axis::kTp ? tp : axis == Axis::kDp ? dp : pp;
+}
 
-MeshCoord Mesh::coord_of(int rank) const {
+MeshCoord MeshShape::coord_of(int rank) const {
   CHORUS_ARG_CHECK(rank >= 0 && rank < world_size(), "rank ", rank, " outside the mesh of ",
                    world_size());
   MeshCoord c;
@@ -70,19 +75,19 @@ MeshCoord Mesh::coord_of(int rank) const {
   return c;
 }
 
-int Mesh::rank_of(const MeshCoord& c) const {
+int MeshShape::rank_of(const MeshCoord& c) const {
   int rank = 0;
   for (auto it = order.rbegin(); it != order.rend(); ++it) rank = rank * size(*it) + c[*it];
   return rank;
 }
 
-std::string Mesh::order_string() const {
+std::string MeshShape::order_string() const {
   return std::string(to_string(order[0])) + "-" + std::string(to_string(order[1])) + "-" +
          std::string(to_string(order[2]));
 }
 
-Mesh parse_mesh(std::string_view text) {
-  Mesh mesh;
+MeshShape parse_mesh(std::string_view text) {
+  MeshShape mesh;
   CHORUS_ARG_CHECK(!text.empty(), "empty mesh: expected e.g. dp=2,tp=4,pp=2");
   size_t start = 0;
   while (start <= text.size()) {
@@ -119,4 +124,4 @@ Mesh parse_mesh(std::string_view text) {
   return mesh;
 }
 
-}  // namespace chorus::topo
+}  // namespace chorus::parallel
