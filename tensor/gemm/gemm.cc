@@ -269,7 +269,7 @@ void pin_gemm_choices() {
     Registry& r = registry();  // applies a forced CHORUS_TENSOR_GEMM
     if (r.chosen.load() == nullptr)
       for (auto& be : r.backends)
-        if (be->name() == "builtin") r.chosen.store(be.get(), std::memory_order_release);
+        if (std::string(be->name()) == "builtin") r.chosen.store(be.get(), std::memory_order_release);
   }
   const std::string forced = kBf16Knob.get();
   if (g_bf16_native.load() < 0) set_bf16_gemm_mode(forced == "f32" ? "f32" : "native");

@@ -1,0 +1,16 @@
+// Internal: faults the equivalence tests inject to prove that they catch them
+// (CHORUS_PARALLEL_FAULT; never set outside tests).
+#pragma once
+
+namespace chorus::parallel {
+
+enum class Fault {
+  kNone,
+  kReduceTwice,  // "ddp_reduce_twice": DDP reduces its first bucket twice (summed, then averaged)
+  kShardShift,   // "zero_shard_shift": ZeRO's optimizer updates its shard one element off
+};
+
+// The fault CHORUS_PARALLEL_FAULT names (read on each call; InvalidArgument for an unknown one).
+Fault injected_fault();
+
+}  // namespace chorus::parallel

@@ -1,0 +1,270 @@
+// DistributedDataParallel: gradients bound into flat buckets, each bucket's all-reduce started
+// from the grad-ready hook of its last gradient, the tail finished from the end of backward.
+//
+// Per backward (a "step"): the first hook that fires resets every bucket's count of gradients
+// still to come and queues the finish on the engine; each hook counts its bucket down; buckets
+// whose count reached zero start, strictly in bucket order (a bucket that is ready before an
+// earlier one waits for it), so every rank issues the same all-reduces in the same order. The
+// finish starts what never became ready (parameters without a gradient) and, unless an optimizer
+// is attached, waits for everything.
+#include "chorus/parallel/data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "chorus/error.h"
+#include "chorus/log.h"
+#include "chorus/tensor/autograd.h"
+#include "common/fault_injection.h"
+#include "common/flat_layout.h"
+#include "common/kernel_agreement.h"
+#include "common/replica_check.h"
+
+namespace chorus::parallel {
+
+using tensor::Tensor;
+
+struct DistributedDataParallel::Impl {
+  tensor::nn::Module* module = nullptr;
+  Communicator* group = nullptr;
+  DDPOptions options;
+  std::vector<std::string> names;  // parameters that require grad, registration order
+  std::vector<Tensor> params;
+  FlatLayout layout;
+  std::vector<Tensor> flat;   // one gradient buffer per bucket
+  std::vector<Tensor> views;  // per parameter: its gradient's view into its bucket
+
+  // The step in progress.
+  uint64_t backward = 0;        // tensor::backward_id() of the backward that opened it
+  std::vector<int> pending;     // per bucket: gradients still to come
+  std::vector<char> ready;      // per parameter: its hook fired this step
+  size_t next_launch = 0;       // buckets [0, next_launch) have started
+  std::vector<Work> work;       // per bucket
+  std::vector<char> in_flight;  // per bucket: started and not yet waited for
+
+  bool attached = false;
+  int no_sync_depth = 0;
+  std::set<std::string> unused;  // reported once each
+  std::vector<int> hooks;        // grad-ready hook handles, per parameter
+  int forward_hook = 0;
+  Stats stats;
+
+  void on_grad_ready(size_t i, Tensor& grad);
+  void open_step();
+  void launch_ready();
+  void launch(size_t b);
+  void finish();
+  void wait_bucket(size_t b);
+  void wait_all();
+};
+
+void DistributedDataParallel::Impl::open_step() {
+  wait_all();  // a previous step's reductions write the buckets this one accumulates into
+  backward = tensor::backward_id();
+  pending.assign(layout.buckets.size(), 0);
+  for (size_t b = 0; b < layout.buckets.size(); ++b)
+    pending[b] = static_cast<int>(layout.buckets[b].slots.size());
+  ready.assign(params.size(), 0);
+  next_launch = 0;
+  tensor::queue_backward_callback([this] { finish(); });
+}
+
+void DistributedDataParallel::Impl::on_grad_ready(size_t i, Tensor& grad) {
+  if (no_sync_depth > 0) return;
+  if (tensor::backward_id() != backward) open_step();
+  // A gradient that left its bucket (set_grad() by someone) goes back into it.
+  Tensor& view = views[i];
+  if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
+    if (grad.defined())
+      view.copy_(grad);
+    else
+      view.zero_();
+    params[i].bind_grad(view);
+  }
+  if (ready[i]) return;
+  ready[i] = 1;
+  const size_t b = layout.where[i].first;
+  if (--pending[b] == 0) launch_ready();
+}
+
+void DistributedDataParallel::Impl::launch_ready() {
+  while (next_launch < layout.buckets.size() && pending[next_launch] == 0) launch(next_launch++);
+}
+
+void DistributedDataParallel::Impl::launch(size_t b) {
+  const FlatBucket& bucket = layout.buckets[b];
+  Tensor& buf = flat[b];
+  if (b == 0 && injected_fault() == Fault::kReduceTwice)  // tests: a bucket reduced twice
+    group->all_reduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
+                      bucket.dtype, ReduceOp::kSum);
+  work[b] =
+      group->all_reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
+                              bucket.dtype, options.average ? ReduceOp::kAvg : ReduceOp::kSum);
+  in_flight[b] = 1;
+  ++stats.reductions;
+}
+
+void DistributedDataParallel::Impl::finish() {
+  if (next_launch < layout.buckets.size()) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (ready[i]) continue;
+      if (unused.insert(names[i]).second)
+        CHORUS_WARN(kLogPar, "DistributedDataParallel: parameter '", names[i],
+                    "' got no gradient in this backward; it is reduced as it is (zeros after "
+                    "zero_grad()), and every rank still takes part (reported once)");
+      // Its bucket no longer waits for it.
+      const size_t b = layout.where[i].first;
+      ready[i] = 1;
+      --pending[b];
+    }
+    launch_ready();
+  }
+  CHORUS_CHECK(next_launch == layout.buckets.size(),
+               "DistributedDataParallel: ", layout.buckets.size() - next_launch,
+               " buckets never started");
+  if (!attached) wait_all();
+}
+
+void DistributedDataParallel::Impl::wait_bucket(size_t b) {
+  if (!in_flight[b]) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  in_flight[b] = 0;
+  work[b].wait();
+  stats.exposed_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void DistributedDataParallel::Impl::wait_all() {
+  for (size_t b = 0; b < in_flight.size(); ++b) wait_bucket(b);
+}
+
+DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Communicator& group,
+                                                 DDPOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  CHORUS_ARG_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
+                   "DistributedDataParallel: bucket sizes must be positive");
+  Impl& d = *impl_;
+  d.module = &module;
+  d.group = &group;
+  d.options = options;
+  const tensor::nn::NamedTensors all = module.named_parameters();
+  check_same_parameters(group, all, "DistributedDataParallel");
+  if (options.broadcast_parameters) broadcast_parameters(group, all);
+  agree_on_kernels(group);
+
+  for (const auto& [name, p] : all)
+    if (p.requires_grad()) {
+      d.names.push_back(name);
+      d.params.push_back(p);
+    }
+  // Reverse registration order: roughly the order backward finishes gradients.
+  std::vector<ParamShape> shapes;
+  std::vector<size_t> order;
+  for (size_t i = d.params.size(); i-- > 0;) order.push_back(i);
+  for (const Tensor& p : d.params) shapes.push_back({p.dtype(), p.numel()});
+  d.layout = plan_buckets(shapes, order, options.first_bucket_bytes, options.bucket_bytes, 1);
+
+  tensor::NoGradGuard no_grad;
+  d.views.resize(d.params.size());
+  for (const FlatBucket& bucket : d.layout.buckets) {
+    Tensor buf = Tensor::zeros({bucket.numel}, bucket.dtype);
+    for (const FlatSlot& s : bucket.slots) {
+      Tensor& p = d.params[s.param];
+      Tensor view = buf.narrow(0, s.offset, s.numel).view(p.shape());
+      if (p.grad().defined()) view.copy_(p.grad());  // keep what was accumulated before wrapping
+      p.bind_grad(view);
+      d.views[s.param] = view;
+    }
+    d.flat.push_back(std::move(buf));
+  }
+  d.work.resize(d.layout.buckets.size());
+  d.in_flight.assign(d.layout.buckets.size(), 0);
+  d.pending.assign(d.layout.buckets.size(), 0);
+  d.ready.assign(d.params.size(), 0);
+
+  Impl* self = &d;
+  for (size_t i = 0; i < d.params.size(); ++i)
+    d.hooks.push_back(
+        d.params[i].register_grad_ready_hook([self, i](Tensor& g) { self->on_grad_ready(i, g); }));
+  d.forward_hook =
+      module.add_forward_pre_hook([self](const tensor::nn::Module&) { self->wait_all(); });
+  CHORUS_INFO(kLogPar, "DistributedDataParallel: ", d.params.size(), " parameters in ",
+              d.layout.buckets.size(), " buckets over ", group.size(), " ranks");
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  Impl& d = *impl_;
+  for (size_t i = 0; i < d.params.size(); ++i) d.params[i].remove_grad_ready_hook(d.hooks[i]);
+  d.module->remove_hook(d.forward_hook);
+  for (size_t b = 0; b < d.in_flight.size(); ++b) {
+    if (!d.in_flight[b]) continue;
+    d.in_flight[b] = 0;
+    try {
+      d.work[b].wait();
+    } catch (const std::exception& e) {  // never throw from a destructor
+      CHORUS_WARN(kLogPar,
+                  "DistributedDataParallel: a reduction failed during teardown: ", e.what());
+    }
+  }
+}
+
+tensor::nn::Module& DistributedDataParallel::module() { return *impl_->module; }
+Communicator& DistributedDataParallel::group() { return *impl_->group; }
+
+void DistributedDataParallel::attach(tensor::optim::Optimizer& optimizer) {
+  Impl& d = *impl_;
+  // Map the optimizer's parameters to buckets; visit them in bucket order.
+  const auto& ops = optimizer.params();
+  std::vector<size_t> bucket_of(ops.size(), SIZE_MAX);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    for (size_t i = 0; i < d.params.size(); ++i)
+      if (ops[k].second.impl() == d.params[i].impl()) bucket_of[k] = d.layout.where[i].first;
+    CHORUS_ARG_CHECK(bucket_of[k] != SIZE_MAX,
+                     "DistributedDataParallel::attach: the optimizer's "
+                     "parameter '",
+                     ops[k].first, "' is not a parameter of the wrapped module");
+  }
+  std::vector<size_t> order(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bucket_of[a] < bucket_of[b]; });
+  Impl* self = &d;
+  optimizer.set_grad_gate(
+      {std::move(order), [self, bucket_of](size_t k) { self->wait_bucket(bucket_of[k]); }});
+  d.attached = true;
+}
+
+void DistributedDataParallel::wait() { impl_->wait_all(); }
+
+DistributedDataParallel::NoSync::NoSync(int* depth) : depth_(depth) { ++*depth_; }
+DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : depth_(other.depth_) {
+  other.depth_ = nullptr;
+}
+DistributedDataParallel::NoSync::~NoSync() {
+  if (depth_ != nullptr) --*depth_;
+}
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
+  return NoSync(&impl_->no_sync_depth);
+}
+
+std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::buckets() const {
+  std::vector<BucketInfo> out;
+  for (const FlatBucket& b : impl_->layout.buckets) {
+    BucketInfo info;
+    info.dtype = b.dtype;
+    info.numel = b.numel;
+    info.bytes = static_cast<size_t>(b.numel) * dtype_size(b.dtype);
+    for (const FlatSlot& s : b.slots) info.params.push_back(impl_->names[s.param]);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<std::string> DistributedDataParallel::unused_parameters() const {
+  return {impl_->unused.begin(), impl_->unused.end()};
+}
+
+DistributedDataParallel::Stats DistributedDataParallel::stats() const { return impl_->stats; }
+
+}  // namespace chorus::parallel

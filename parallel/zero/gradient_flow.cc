@@ -1,0 +1,159 @@
+// ZeRO's gradients: from the grad-ready hooks to this rank's reduced shard.
+//
+// As in DDP, the first hook of a backward opens the step (resets each group's count of
+// gradients to come, queues the finish on the engine) and a group whose count reaches zero is
+// reduce-scattered, strictly in group order, so every rank issues the same collectives in the
+// same order. What the hook does with the gradient depends on the stage:
+//   1  the gradient already lives in the group's flat buffer (bound): nothing to move; the
+//      reduce-scatter runs in place, leaving the reduced shard at [lo, hi) of that buffer.
+//   2  the gradient is copied into the group's staging buffer (allocated at its first gradient)
+//      and dropped; the reduce-scatter writes the shard.
+//   3  the gradient lives in the unit's flat buffer, bound before the unit's backward
+//      (parameter_flow.cc); once the unit's last gradient is final its parameters are released.
+// Stages 2-3 add the reduced shard of every backward to shard_grad (the first since zero_grad()
+// is written there directly), and free the full buffer as soon as its reduce-scatter is done.
+#include <algorithm>
+
+#include "chorus/error.h"
+#include "chorus/kernels/cpu.h"
+#include "chorus/log.h"
+#include "chorus/tensor/autograd.h"
+#include "zero/zero_state.h"
+
+namespace chorus::parallel {
+
+void ZeroOptimizer::Impl::install_gradient_hooks() {
+  for (size_t i = 0; i < params.size(); ++i)
+    grad_hooks.push_back(
+        params[i].register_grad_ready_hook([this, i](Tensor& g) { on_grad_ready(i, g); }));
+}
+
+void ZeroOptimizer::Impl::open_step() {
+  wait_all_reduces();
+  backward = tensor::backward_id();
+  ready.assign(params.size(), 0);
+  for (ZeroGroup& g : groups) {
+    g.pending = static_cast<int>(g.slots.size());
+    g.launched = false;
+  }
+  next_launch = 0;
+  tensor::queue_backward_callback([this] { finish_backward(); });
+}
+
+void ZeroOptimizer::Impl::on_grad_ready(size_t i, Tensor& grad) {
+  if (options.stage == 1 && no_sync_depth > 0) return;
+  if (tensor::backward_id() != backward) open_step();
+  const auto [gi, si] = where[i];
+  ZeroGroup& g = groups[gi];
+  const FlatSlot& slot = g.slots[si];
+  if (options.stage == 2) {
+    if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype);
+    if (grad.defined()) g.flat_grad.narrow(0, slot.offset, slot.numel).copy_(grad.reshape({-1}));
+    params[i].set_grad({});  // the full gradient goes: only the shard stays
+  } else {
+    if (options.stage == 3) bind_unit_grads(gi);  // normally done before the unit's backward
+    // A gradient that is not (or no longer) the view into the group's buffer goes back into it.
+    Tensor view = g.flat_grad.narrow(0, slot.offset, slot.numel).view(params[i].shape());
+    if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
+      if (grad.defined())
+        view.copy_(grad);
+      else
+        view.zero_();
+      params[i].bind_grad(view);
+    }
+  }
+  if (ready[i]) return;
+  ready[i] = 1;
+  if (--g.pending == 0) {
+    if (options.stage == 3) release(gi);  // every use of the unit's parameters is behind us
+    launch_ready();
+  }
+}
+
+void ZeroOptimizer::Impl::launch_ready() {
+  while (next_launch < groups.size() && groups[next_launch].pending == 0) launch(next_launch++);
+}
+
+void ZeroOptimizer::Impl::launch(size_t gi) {
+  ZeroGroup& g = groups[gi];
+  const size_t shard = static_cast<size_t>(g.hi - g.lo);
+  const size_t es = dtype_size(g.dtype);
+  auto* flat = static_cast<std::byte*>(g.flat_grad.data_ptr());
+  g.launched = true;
+  if (options.stage == 1) {
+    // In place: this rank's reduced shard lands at [lo, hi) of the gradient buffer.
+    g.reduce = dp->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard, g.dtype,
+                                        ReduceOp::kAvg);
+  } else {
+    // Free the buffers of reduce-scatters that are done, and keep at most kInFlight full
+    // buffers alive: beyond that, the oldest is waited for (bounded memory for less overlap).
+    poll_reduces();
+    constexpr int kInFlight = 2;
+    int in_flight = 0;
+    for (const ZeroGroup& other : groups) in_flight += other.reducing ? 1 : 0;
+    for (size_t o = 0; o < groups.size() && in_flight >= kInFlight; ++o)
+      if (groups[o].reducing) {
+        wait_reduce(o);
+        --in_flight;
+      }
+    Tensor target = g.shard_grad;
+    if (!g.shard_grad_fresh) target = g.reduce_into = Tensor::empty({g.hi - g.lo}, g.dtype);
+    g.shard_grad_fresh = false;
+    g.reduce = dp->reduce_scatter_async(flat, target.data_ptr(), shard, g.dtype, ReduceOp::kAvg);
+    // The buffer now belongs to the reduce-scatter: a later backward binds a fresh one
+    // (prepare_backward), and this one goes once the reduce-scatter is done (wait_reduce).
+    g.grads_bound = false;
+  }
+  g.reducing = true;
+}
+
+void ZeroOptimizer::Impl::finish_backward() {
+  if (next_launch < groups.size()) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (ready[i]) continue;
+      if (unused.insert(names[i]).second)
+        CHORUS_WARN(kLogPar, "ZeroOptimizer: parameter '", names[i],
+                    "' got no gradient in this backward; it is reduced as zero (reported once)");
+      ZeroGroup& g = groups[where[i].first];
+      if (options.stage == 3) bind_unit_grads(where[i].first);
+      if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype);
+      ready[i] = 1;
+      if (--g.pending == 0 && options.stage == 3) release(where[i].first);
+    }
+    launch_ready();
+  }
+  CHORUS_CHECK(next_launch == groups.size(), "ZeroOptimizer: ", groups.size() - next_launch,
+               " groups never reduced");
+}
+
+void ZeroOptimizer::Impl::wait_reduce(size_t gi) {
+  ZeroGroup& g = groups[gi];
+  if (!g.reducing) return;
+  g.reducing = false;
+  g.reduce.wait();
+  if (g.reduce_into.defined()) {
+    kernels::reduce(g.dtype, ReduceOp::kSum, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
+                    g.reduce_into.data_ptr(), static_cast<size_t>(g.hi - g.lo));
+    g.reduce_into = Tensor();
+  }
+  if (options.stage >= 2 && !g.grads_bound) {
+    // The full buffer is no longer needed: its memory goes now (parameters whose gradients are
+    // still views into it let go of them).
+    for (const FlatSlot& s : g.slots) {
+      Tensor& p = params[s.param];
+      if (p.grad_bound() && p.grad().storage() == g.flat_grad.storage()) p.set_grad({});
+    }
+    g.flat_grad = Tensor();
+  }
+}
+
+void ZeroOptimizer::Impl::wait_all_reduces() {
+  for (size_t g = 0; g < groups.size(); ++g) wait_reduce(g);
+}
+
+void ZeroOptimizer::Impl::poll_reduces() {
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (groups[g].reducing && groups[g].reduce.test()) wait_reduce(g);
+}
+
+}  // namespace chorus::parallel

@@ -1,0 +1,99 @@
+// Internal: the state ZeroOptimizer's files share (zero.cc: construction, step, state dicts;
+// gradient_flow.cc: gradients to shards; parameter_flow.cc: stage 3's gathered parameters).
+//
+// Vocabulary
+//   group   a bucket (stages 1-2) or a unit (stage 3): one flat buffer of one dtype holding
+//           several parameters, padded to a multiple of the N ranks.
+//   shard   rank r's [lo, hi) of a group: numel / N elements. The rank owns the optimizer state
+//           of those elements (and at stages 2-3 their gradient, at stage 3 their values).
+//   piece   the part of one parameter inside this rank's shard: what the shard optimizer (an
+//           ordinary AdamW) sees as a parameter, a 1-D view.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chorus/parallel/zero.h"
+#include "common/flat_layout.h"
+
+namespace chorus::parallel {
+
+using tensor::Tensor;
+
+struct ZeroGroup {
+  std::string name;
+  DataType dtype = DataType::kF32;
+  int64_t numel = 0;       // padded
+  int64_t lo = 0, hi = 0;  // this rank's shard
+  std::vector<FlatSlot> slots;
+  tensor::nn::Module* module = nullptr;  // stage 3: the unit's module (null for the root unit)
+
+  Tensor flat_param;             // numel; stage 3: storage released while not gathered
+  Tensor shard_param;            // stage 3: the persistent own shard (hi - lo)
+  Tensor flat_grad;              // stage 1: persistent, the parameters' gradients bound into it;
+                                 // stage 2: staging, allocated per backward; stage 3: per backward
+  Tensor shard_grad;             // stages 2-3: the own shard's reduced gradient (hi - lo)
+  bool shard_grad_fresh = true;  // the next reduce-scatter writes shard_grad instead of adding
+
+  // The step in progress.
+  int pending = 0;  // gradients still to come in this backward
+  bool launched = false;
+  Work reduce;         // its reduce-scatter
+  Tensor reduce_into;  // where that reduce-scatter writes, when it is added to shard_grad later
+  bool reducing = false;
+
+  // Stage 3.
+  enum class Params { kReleased, kGathering, kGathered } params = Params::kReleased;
+  Work gather;
+  bool grads_bound = false;  // flat_grad allocated and bound for the backward in progress
+};
+
+struct ZeroOptimizer::Impl {
+  tensor::nn::Module* model = nullptr;
+  Communicator* dp = nullptr;
+  ZeroOptions options;
+  int ranks = 1, rank = 0;
+  std::vector<std::string> names;  // parameters that require grad, registration order
+  std::vector<Tensor> params;
+  std::vector<ZeroGroup> groups;
+  std::vector<std::pair<size_t, size_t>> where;  // per parameter: (group, slot)
+  std::vector<char> ready;                       // per parameter: final in this backward
+  size_t next_launch = 0;                        // groups [0, next_launch) have started
+  uint64_t backward = 0;                         // backward_id() of the step's backward
+  int no_sync_depth = 0;
+  std::unique_ptr<tensor::optim::AdamW> optimizer;  // over this rank's pieces
+  std::vector<int> grad_hooks;
+  std::vector<std::pair<tensor::nn::Module*, int>> module_hooks;
+  std::set<std::string> unused;
+
+  // Stage 3: unit order in forward (indices into groups; the root unit is not among them).
+  std::vector<size_t> forward_units;
+  size_t root_unit = SIZE_MAX;
+  bool in_backward_phase = false;  // between the model's forward and the next one
+
+  // gradient_flow.cc
+  void install_gradient_hooks();
+  void on_grad_ready(size_t i, Tensor& grad);
+  void open_step();
+  void launch_ready();
+  void launch(size_t g);
+  void finish_backward();
+  void wait_reduce(size_t g);
+  void wait_all_reduces();
+  void poll_reduces();
+
+  // parameter_flow.cc (stage 3)
+  void install_unit_hooks();
+  void prefetch(size_t g);
+  void ensure_gathered(size_t g);
+  void release(size_t g);
+  void prepare_backward(size_t g);
+  // A fresh zeroed gradient buffer for unit g, its parameters' gradients bound into it.
+  void bind_unit_grads(size_t g);
+  size_t unit_of(const tensor::nn::Module& m) const;
+};
+
+}  // namespace chorus::parallel

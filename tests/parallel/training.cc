@@ -1,0 +1,248 @@
+#include "training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "chorus/kernels/cpu.h"
+#include "chorus/parallel/data_parallel.h"
+#include "chorus/parallel/zero.h"
+#include "chorus/tensor/amp.h"
+#include "chorus/tensor/autograd.h"
+#include "chorus/tensor/optim.h"
+#include "chorus/tensor/random.h"
+
+namespace chorus::testing {
+
+using tensor::Tensor;
+using tensor::nn::GPT;
+using tensor::nn::NamedTensors;
+
+namespace {
+
+tensor::optim::AdamWOptions adamw_of(const TrainSpec& spec) {
+  return {.lr = spec.lr, .weight_decay = spec.weight_decay};
+}
+
+std::unique_ptr<GPT> make_model(const TrainSpec& spec) {
+  auto model = std::make_unique<GPT>(spec.model);
+  model->init(spec.seed);
+  model->set_activation_checkpointing(spec.checkpointing);
+  if (spec.param_dtype != DataType::kF32) model->to(spec.param_dtype);
+  return model;
+}
+
+// The scaled loss of micro-batch (step, rank, k); backward from it accumulates its gradients.
+Tensor micro_loss(const GPT& model, const TrainSpec& spec, int step, int rank, int k) {
+  const auto [x, y] = micro_batch(spec, step, rank, k);
+  tensor::AutocastGuard autocast(spec.autocast);
+  Tensor loss = model.loss(x, y, static_cast<uint64_t>(step));
+  return spec.accumulation == 1 ? loss : tensor::scale(loss, 1.0 / spec.accumulation);
+}
+
+NamedTensors copy_of(const NamedTensors& in) {
+  NamedTensors out;
+  for (const auto& [n, t] : in) out.emplace_back(n, t.detach().clone());
+  return out;
+}
+
+// The moments of an optimizer state, in the order of `params`.
+NamedTensors moments_of(const NamedTensors& state, const NamedTensors& params) {
+  NamedTensors out;
+  for (const char* suffix : {".exp_avg", ".exp_avg_sq"})
+    for (const auto& [p, t] : params)
+      for (const auto& [n, s] : state)
+        if (n == p + suffix) out.emplace_back(n, s.detach().clone());
+  return out;
+}
+
+// dst = fold over the sources in order, then / divisor: the deterministic kAvg.
+void fold_average(Tensor& dst, const std::vector<Tensor>& srcs, int divisor) {
+  std::vector<const void*> ptrs;
+  for (const Tensor& s : srcs) ptrs.push_back(s.data_ptr());
+  const auto count = static_cast<size_t>(dst.numel());
+  kernels::reduce_n(dst.dtype(), ReduceOp::kSum, dst.data_ptr(), ptrs.data(),
+                    static_cast<int>(ptrs.size()), count);
+  kernels::divide(dst.dtype(), dst.data_ptr(), dst.data_ptr(), count, divisor);
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> micro_batch(const TrainSpec& spec, int step, int rank, int k) {
+  const int64_t B = spec.micro_batch, T = spec.model.context, V = spec.model.vocab;
+  std::vector<int64_t> x(static_cast<size_t>(B * T)), y(x.size());
+  const tensor::RngKey key{spec.seed, 0xda7aull + static_cast<uint64_t>(step) * 1000003ull +
+                                          static_cast<uint64_t>(rank) * 1009ull +
+                                          static_cast<uint64_t>(k)};
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<int64_t>(tensor::uniform_at(key, 2 * i) * static_cast<float>(V)) % V;
+    y[i] = static_cast<int64_t>(tensor::uniform_at(key, 2 * i + 1) * static_cast<float>(V)) % V;
+  }
+  return {Tensor::from_vector(std::span<const int64_t>(x), {B, T}),
+          Tensor::from_vector(std::span<const int64_t>(y), {B, T})};
+}
+
+TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode) {
+  std::unique_ptr<GPT> model = make_model(spec);
+  const NamedTensors params = model->named_parameters();
+  tensor::optim::AdamW opt(params, adamw_of(spec));
+  TrainResult result;
+  for (int step = 0; step < spec.steps; ++step) {
+    // grads[r][i]: rank r's gradient of parameter i (for kReduceThenLocal: of one micro-step).
+    std::vector<Tensor> total(params.size());
+    double loss_sum = 0;
+    std::vector<double> rank_loss(static_cast<size_t>(dp), 0.0);
+    const int outer = mode == Accumulate::kLocalThenReduce ? 1 : spec.accumulation;
+    const int inner = mode == Accumulate::kLocalThenReduce ? spec.accumulation : 1;
+    for (int o = 0; o < outer; ++o) {
+      std::vector<std::vector<Tensor>> grads(static_cast<size_t>(dp));
+      for (int r = 0; r < dp; ++r) {
+        model->zero_grad();
+        for (int i = 0; i < inner; ++i) {
+          const int k = mode == Accumulate::kLocalThenReduce ? i : o;
+          Tensor loss = micro_loss(*model, spec, step, r, k);
+          rank_loss[static_cast<size_t>(r)] += loss.item();
+          loss.backward();
+        }
+        for (const auto& [n, p] : params) grads[static_cast<size_t>(r)].push_back(p.grad().clone());
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        std::vector<Tensor> srcs;
+        for (int r = 0; r < dp; ++r) srcs.push_back(grads[static_cast<size_t>(r)][i]);
+        Tensor reduced = Tensor::empty_like(srcs[0]);
+        fold_average(reduced, srcs, dp);
+        if (!total[i].defined()) {
+          total[i] = reduced;
+        } else {
+          kernels::reduce(total[i].dtype(), ReduceOp::kSum, total[i].data_ptr(),
+                          total[i].data_ptr(), reduced.data_ptr(),
+                          static_cast<size_t>(reduced.numel()));
+        }
+      }
+    }
+    for (size_t i = 0; i < params.size(); ++i) Tensor(params[i].second).set_grad(total[i]);
+    if (spec.clip > 0) result.norms.push_back(tensor::optim::clip_grad_norm(opt, spec.clip));
+    opt.step();
+    opt.zero_grad();
+    for (double l : rank_loss) loss_sum += l;
+    result.losses.push_back(loss_sum / dp);
+  }
+  result.parameters = copy_of(params);
+  result.optimizer_state = moments_of(opt.state_dict(), params);
+  return result;
+}
+
+TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Scheme& scheme) {
+  std::unique_ptr<GPT> model = make_model(spec);
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
+  std::unique_ptr<tensor::optim::AdamW> opt;
+  std::unique_ptr<parallel::ZeroOptimizer> zero;
+  if (scheme.zero_stage == 0) {
+    ddp = std::make_unique<parallel::DistributedDataParallel>(*model, world);
+    opt = std::make_unique<tensor::optim::AdamW>(model->named_parameters(), adamw_of(spec));
+    ddp->attach(*opt);
+  } else {
+    zero = std::make_unique<parallel::ZeroOptimizer>(
+        *model, world, parallel::ZeroOptions{.stage = scheme.zero_stage, .adamw = adamw_of(spec)});
+  }
+  TrainResult result;
+  for (int step = 0; step < spec.steps; ++step) {
+    double local = 0;
+    for (int k = 0; k < spec.accumulation; ++k) {
+      const bool last = k + 1 == spec.accumulation;
+      std::optional<parallel::DistributedDataParallel::NoSync> ddp_quiet;
+      std::optional<parallel::ZeroOptimizer::NoSync> zero_quiet;
+      if (!last && ddp) ddp_quiet.emplace(ddp->no_sync());
+      if (!last && zero) zero_quiet.emplace(zero->no_sync());
+      Tensor loss = micro_loss(*model, spec, step, world.rank(), k);
+      local += loss.item();
+      loss.backward();
+    }
+    if (spec.clip > 0)
+      result.norms.push_back(ddp ? tensor::optim::clip_grad_norm(*opt, spec.clip)
+                                 : zero->clip_grad_norm(spec.clip));
+    if (ddp) {
+      opt->step();
+      opt->zero_grad();
+    } else {
+      zero->step();
+      zero->zero_grad();
+    }
+    double mean = 0;
+    world.all_reduce(&local, &mean, 1, DataType::kF64, ReduceOp::kAvg);
+    result.losses.push_back(mean);
+  }
+  result.parameters = copy_of(zero ? zero->state_dict() : model->named_parameters());
+  result.optimizer_state =
+      moments_of(zero ? zero->optimizer_state_dict() : opt->state_dict(), result.parameters);
+  return result;
+}
+
+std::string first_bit_difference(const TrainResult& a, const TrainResult& b) {
+  std::ostringstream os;
+  if (a.losses.size() != b.losses.size()) return "different step counts";
+  for (size_t s = 0; s < a.losses.size(); ++s)
+    if (std::memcmp(&a.losses[s], &b.losses[s], sizeof(double)) != 0) {
+      os.precision(17);
+      os << "step " << s << " loss " << a.losses[s] << " vs " << b.losses[s];
+      return os.str();
+    }
+  NamedTensors ta_all = a.parameters, tb_all = b.parameters;
+  ta_all.insert(ta_all.end(), a.optimizer_state.begin(), a.optimizer_state.end());
+  tb_all.insert(tb_all.end(), b.optimizer_state.begin(), b.optimizer_state.end());
+  if (ta_all.size() != tb_all.size())
+    return "different tensor counts: " + std::to_string(ta_all.size()) + " vs " +
+           std::to_string(tb_all.size());
+  for (size_t i = 0; i < ta_all.size(); ++i) {
+    const auto& [na, ta] = ta_all[i];
+    const auto& [nb, tb] = tb_all[i];
+    if (na != nb) return "parameter " + std::to_string(i) + ": " + na + " vs " + nb;
+    if (ta.shape() != tb.shape() || ta.dtype() != tb.dtype())
+      return na + ": shape or dtype differs";
+    if (std::memcmp(ta.data_ptr(), tb.data_ptr(), ta.nbytes()) != 0) {
+      const std::vector<double> va = ta.to_vector(), vb = tb.to_vector();
+      size_t e = 0;
+      while (e < va.size() && va[e] == vb[e]) ++e;
+      os.precision(9);
+      os << na << " element " << e << ": " << (e < va.size() ? va[e] : 0) << " vs "
+         << (e < vb.size() ? vb[e] : 0);
+      return os.str();
+    }
+  }
+  return "";
+}
+
+double max_relative_difference(const TrainResult& a, const TrainResult& b, std::string* where) {
+  double worst = 0;
+  auto note = [&](double d, const std::string& what) {
+    if (d > worst) {
+      worst = d;
+      if (where != nullptr) *where = what;
+    }
+  };
+  for (size_t s = 0; s < std::min(a.losses.size(), b.losses.size()); ++s)
+    note(std::abs(a.losses[s] - b.losses[s]) / std::abs(b.losses[s]),
+         "loss of step " + std::to_string(s));
+  for (size_t s = 0; s < std::min(a.norms.size(), b.norms.size()); ++s)
+    note(std::abs(a.norms[s] - b.norms[s]) / std::abs(b.norms[s]),
+         "gradient norm of step " + std::to_string(s));
+  // The parameters as one vector: ||a - b|| / ||b||. (Per tensor the measure would be dominated
+  // by the attention's key bias, whose gradient is zero but for rounding (it shifts every score
+  // of a row alike): AdamW turns that noise into steps of about lr, so its few elements follow
+  // the rounding of whichever summation order ran.)
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < std::min(a.parameters.size(), b.parameters.size()); ++i) {
+    const std::vector<double> va = a.parameters[i].second.to_vector();
+    const std::vector<double> vb = b.parameters[i].second.to_vector();
+    for (size_t e = 0; e < std::min(va.size(), vb.size()); ++e) {
+      diff += (va[e] - vb[e]) * (va[e] - vb[e]);
+      ref += vb[e] * vb[e];
+    }
+  }
+  note(std::sqrt(diff) / std::max(std::sqrt(ref), 1e-12), "the parameters");
+  return worst;
+}
+
+}  // namespace chorus::testing

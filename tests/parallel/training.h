@@ -1,0 +1,81 @@
+// The training runs the parallel schemes are checked against, and the runs themselves.
+//
+// A run trains a tiny GPT for `steps` steps with AdamW. Each step, each of the `dp` ranks takes
+// `accumulation` micro-batches; micro-batch (step, rank, k) is a pure function of the seed, so
+// the one-process reference can take the very same ones. The loss of a micro-batch is scaled by
+// 1/accumulation (a power of two in the tests: exact). A step's reported loss is the mean over
+// ranks of each rank's sum of scaled micro-batch losses.
+//
+// The reference (one process, plain tensor engine, no communication) computes what data
+// parallelism promises, with the deterministic communicator's arithmetic: gradients of the ranks
+// added in rank order (chorus::kernels::reduce_n, the fold the ordered algorithms make) and
+// divided by dp (chorus::kernels::divide, kAvg's division). Where the accumulation happens
+// depends on the scheme:
+//   kLocalThenReduce  (DDP, ZeRO-1 with no_sync): each rank accumulates its micro-batches in the
+//                     engine, then the ranks' sums are reduced once;
+//   kReduceThenLocal  (ZeRO-2, ZeRO-3): every micro-step is reduced across ranks, and the reduced
+//                     gradients are added up over the micro-steps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chorus/communicator.h"
+#include "chorus/tensor/nn.h"
+
+namespace chorus::testing {
+
+struct TrainSpec {
+  tensor::nn::GPTConfig model{.vocab = 64, .context = 8, .layers = 3, .heads = 2, .width = 16};
+  int64_t micro_batch = 2;  // rows per rank per micro-step
+  int accumulation = 1;
+  int steps = 4;
+  uint64_t seed = 11;
+  double lr = 3e-3;
+  double weight_decay = 0.1;
+  DataType autocast = DataType::kF32;  // kBF16: matmuls under autocast
+  bool checkpointing = false;
+  DataType param_dtype = DataType::kF32;  // the model converted with Module::to
+  double clip = 0;  // > 0: gradients clipped to this global norm before each step
+};
+
+enum class Accumulate { kLocalThenReduce, kReduceThenLocal };
+
+// "ddp", "zero1", "zero2", "zero3".
+struct Scheme {
+  int zero_stage = 0;  // 0 = DistributedDataParallel
+  std::string name() const { return zero_stage == 0 ? "ddp" : "zero" + std::to_string(zero_stage); }
+  Accumulate accumulate() const {
+    return zero_stage >= 2 ? Accumulate::kReduceThenLocal : Accumulate::kLocalThenReduce;
+  }
+};
+
+struct TrainResult {
+  std::vector<double> losses;           // per step
+  std::vector<double> norms;            // per step, the gradient norm before clipping (clip > 0)
+  tensor::nn::NamedTensors parameters;  // final, full, by name (copies)
+  // AdamW's "<param>.exp_avg" and "<param>.exp_avg_sq", full, by name (copies).
+  tensor::nn::NamedTensors optimizer_state;
+};
+
+// Micro-batch (step, rank, k): inputs and targets (micro_batch, context), i64.
+std::pair<tensor::Tensor, tensor::Tensor> micro_batch(const TrainSpec& spec, int step, int rank,
+                                                      int k);
+
+// The one-process run equal to `dp` ranks (see above).
+TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode);
+
+// This rank's part of the parallel run over `world` (all ranks data parallel). Collective.
+TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Scheme& scheme);
+
+// The first difference between two runs ("" when bit-identical): a step's loss or a parameter.
+std::string first_bit_difference(const TrainResult& a, const TrainResult& b);
+// The largest relative difference of a step's loss (|a-b| / |b|) or of the parameters taken
+// as one vector (||a-b|| / ||b||, L2 over every element of every parameter).
+// `where`, when given, names the worst.
+double max_relative_difference(const TrainResult& a, const TrainResult& b,
+                               std::string* where = nullptr);
+
+}  // namespace chorus::testing

@@ -1,0 +1,239 @@
+// ZeroOptimizer, stages 1-3, against the one-process reference (training.h); its shard layout,
+// its memory per rank, and the release of stage 3's parameters.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "chorus/parallel/data_parallel.h"
+#include "chorus/parallel/zero.h"
+#include "chorus/tensor/gemm.h"
+#include "multiproc.h"
+#include "training.h"
+
+namespace chorus::testing {
+namespace {
+
+using tensor::Tensor;
+
+RunOptions deterministic_env() {
+  RunOptions o;
+  o.env["CHORUS_DETERMINISTIC"] = "1";
+  o.env["CHORUS_TENSOR_THREADS"] = "1";
+  return o;
+}
+
+void expect_bit_identical(int dp, const TrainSpec& spec, const Scheme& scheme,
+                          RunOptions options = deterministic_env()) {
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  const TrainResult ref = reference_run(spec, dp, scheme.accumulate());
+  run_ranks(
+      dp,
+      [&](Communicator& world) {
+        const TrainResult got = parallel_run(world, spec, scheme);
+        EXPECT_EQ(first_bit_difference(got, ref), "")
+            << scheme.name() << " dp=" << dp << " accumulation=" << spec.accumulation << " rank "
+            << world.rank();
+      },
+      options);
+}
+
+class ZeroEquivalence : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(ZeroEquivalence, BitIdenticalToOneProcess) {
+  const auto [stage, dp, accumulation] = GetParam();
+  TrainSpec spec;
+  spec.accumulation = accumulation;
+  expect_bit_identical(dp, spec, Scheme{stage});
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, ZeroEquivalence,
+                         ::testing::Combine(::testing::Values(1, 2, 3),
+                                            ::testing::Values(1, 2, 3, 4), ::testing::Values(1, 4)),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_dp" +
+                                  std::to_string(std::get<1>(info.param)) + "_acc" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
+TEST(Zero, Stage3WithCheckpointingAndAutocastStaysBitIdentical) {
+  TrainSpec spec;
+  spec.autocast = DataType::kBF16;
+  spec.checkpointing = true;
+  spec.accumulation = 2;
+  for (int stage : {2, 3}) expect_bit_identical(3, spec, Scheme{stage});
+}
+
+TEST(Zero, SixteenBitParametersKeepF32MasterShards) {
+  TrainSpec spec;
+  spec.param_dtype = DataType::kBF16;
+  spec.steps = 3;
+  for (int stage : {1, 2, 3}) expect_bit_identical(2, spec, Scheme{stage});
+}
+
+TEST(Zero, TheCheckCatchesAShardShiftedByOne) {
+  TrainSpec spec;
+  spec.steps = 2;
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  for (int stage : {1, 3}) {
+    const Scheme scheme{stage};
+    const TrainResult ref = reference_run(spec, 2, scheme.accumulate());
+    RunOptions options = deterministic_env();
+    options.env["CHORUS_PARALLEL_FAULT"] = "zero_shard_shift";
+    run_ranks(
+        2,
+        [&](Communicator& world) {
+          const TrainResult got = parallel_run(world, spec, scheme);
+          EXPECT_NE(first_bit_difference(got, ref), "") << "a shifted shard went unnoticed";
+        },
+        options);
+  }
+}
+
+TEST(Zero, DefaultModeMatchesWithinTolerance) {
+  TrainSpec spec;
+  spec.steps = 20;
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  RunOptions options;
+  options.env["CHORUS_TENSOR_THREADS"] = "1";
+  options.env["CHORUS_ALGO"] = "ring";
+  for (int stage : {1, 3}) {
+    const TrainResult ref = reference_run(spec, 4, Scheme{stage}.accumulate());
+    run_ranks(
+        4,
+        [&](Communicator& world) {
+          const TrainResult got = parallel_run(world, spec, Scheme{stage});
+          EXPECT_LE(max_relative_difference(got, ref), 1e-5) << "stage " << stage;
+        },
+        options);
+  }
+}
+
+TEST(Zero, ClipGradNormClipsByTheGlobalNorm) {
+  // The norm is summed in another order (per shard, then over ranks): equal to rounding.
+  TrainSpec spec;
+  spec.clip = 0.05;  // below the gradients' norm: every step clips
+  spec.steps = 3;
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  for (int stage : {0, 2, 3}) {
+    const TrainResult ref = reference_run(spec, 2, Scheme{stage}.accumulate());
+    ASSERT_GT(ref.norms.front(), spec.clip);
+    run_ranks(2, [&](Communicator& world) {
+      const TrainResult got = parallel_run(world, spec, Scheme{stage});
+      ASSERT_EQ(got.norms.size(), ref.norms.size());
+      std::string where;
+      EXPECT_LE(max_relative_difference(got, ref, &where), 1e-6) << "stage " << stage << ": " << where;
+    }, deterministic_env());
+  }
+}
+
+TEST(Zero, ShardsCoverEveryParameterOnce) {
+  run_ranks(3, [](Communicator& world) {
+    for (int stage : {1, 2, 3}) {
+      tensor::nn::GPT model({.vocab = 50, .context = 8, .layers = 2, .heads = 2, .width = 12});
+      model.init(1);
+      parallel::ZeroOptimizer zero(
+          model, world, {.stage = stage, .bucket_bytes = 4096, .first_bucket_bytes = 1024});
+      for (const auto& g : zero.groups()) {
+        EXPECT_EQ(g.numel % 3, 0) << g.name;
+        EXPECT_EQ(g.shard_end - g.shard_begin, g.numel / 3) << g.name;
+      }
+      if (stage == 3) {
+        const auto groups = zero.groups();
+        ASSERT_EQ(groups.size(), 3u);  // h.1, h.0, then the root
+        EXPECT_EQ(groups[0].name, "h.1");
+        EXPECT_EQ(groups[1].name, "h.0");
+        EXPECT_EQ(groups[2].name, "");
+      }
+      // Every element of every parameter is owned by exactly one rank.
+      for (const auto& s : zero.shard_layout()) {
+        std::vector<int64_t> mine{s.owned_begin, s.owned_end}, all(6);
+        world.all_gather(mine.data(), all.data(), 2, DataType::kI64);
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        for (int r = 0; r < 3; ++r)
+          if (all[2 * r] < all[2 * r + 1]) ranges.emplace_back(all[2 * r], all[2 * r + 1]);
+        std::sort(ranges.begin(), ranges.end());
+        int64_t covered = 0;
+        for (const auto& [b, e] : ranges) {
+          EXPECT_EQ(b, covered) << s.name << " stage " << stage;
+          covered = e;
+        }
+        EXPECT_EQ(covered, s.numel) << s.name << " stage " << stage;
+      }
+    }
+  });
+}
+
+TEST(Zero, Stage3KeepsOnlyShardsBetweenSteps) {
+  run_ranks(2, [](Communicator& world) {
+    tensor::nn::GPT model({.vocab = 64, .context = 8, .layers = 2, .heads = 2, .width = 16});
+    model.init(1);
+    const int64_t full = model.num_parameters() * 4;
+    parallel::ZeroOptimizer zero(model, world, {.stage = 3});
+    EXPECT_THROW(model.h[0]->mlp->c_fc->weight.to_vector(), InvalidArgument);  // released
+    EXPECT_LE(zero.memory().parameter_bytes, full / 2 + 4096);
+    const auto [x, y] = micro_batch(TrainSpec{}, 0, world.rank(), 0);
+    model.loss(x, y).backward();
+    zero.step();
+    zero.zero_grad();
+    EXPECT_THROW(model.h[1]->attn->c_attn->weight.to_vector(), InvalidArgument);
+    EXPECT_THROW(model.wte->weight.to_vector(), InvalidArgument);  // the root too, after backward
+    EXPECT_LE(zero.memory().parameter_bytes, full / 2 + 4096);
+    // state_dict gathers them (and releases them again).
+    const auto state = zero.state_dict();
+    EXPECT_EQ(state.size(), model.named_parameters().size());
+    EXPECT_THROW(model.wte->weight.to_vector(), InvalidArgument);
+  });
+}
+
+TEST(Zero, MemoryPerRankFollowsTheStage) {
+  // Persistent bytes per rank after a step, against the unsharded run: optimizer state (AdamW's
+  // two moments) / N from stage 1, gradients / N from stage 2, parameters / N at stage 3. The
+  // engine's peak over a step (above what the model held before wrapping) falls stage by stage.
+  const int n = 4;
+  run_ranks(n, [&](Communicator& world) {
+    // Many small units, as real models have: a unit's transient (gathered, prefetched, its
+    // gradients in flight) is then small beside what sharding saves.
+    const tensor::nn::GPTConfig cfg{
+        .vocab = 256, .context = 8, .layers = 12, .heads = 2, .width = 32};
+    int64_t peak[4] = {};
+    int64_t elements = 0;
+    for (int stage = 0; stage <= 3; ++stage) {
+      tensor::nn::GPT model(cfg);
+      model.init(1);
+      elements = model.num_parameters();
+      const int64_t bytes = elements * 4, slack = 64 * 1024;  // padding and alignment
+      const auto [x, y] =
+          micro_batch(TrainSpec{.model = cfg, .micro_batch = 1}, 0, world.rank(), 0);
+      tensor::reset_peak_memory();
+      const int64_t base = tensor::memory_stats().current_bytes;
+      if (stage == 0) {
+        parallel::DistributedDataParallel ddp(model, world);
+        tensor::optim::AdamW opt(model.named_parameters(), {});
+        model.loss(x, y).backward();
+        opt.step();
+        peak[0] = tensor::memory_stats().peak_bytes - base;
+        continue;
+      }
+      parallel::ZeroOptimizer zero(
+          model, world, {.stage = stage, .bucket_bytes = 64 << 10, .first_bucket_bytes = 16 << 10});
+      model.loss(x, y).backward();
+      zero.step();
+      const auto m = zero.memory();
+      peak[stage] = tensor::memory_stats().peak_bytes - base;
+      EXPECT_NEAR(m.optimizer_bytes, 2 * bytes / n, slack) << "stage " << stage;
+      EXPECT_NEAR(m.gradient_bytes, stage >= 2 ? bytes / n : bytes, slack) << "stage " << stage;
+      EXPECT_NEAR(m.parameter_bytes, stage == 3 ? bytes / n : bytes, slack) << "stage " << stage;
+    }
+    EXPECT_LT(peak[1], peak[0]);
+    EXPECT_LT(peak[2], peak[1]);
+    EXPECT_LT(peak[3], peak[2]);
+  });
+}
+
+}  // namespace
+}  // namespace chorus::testing
