@@ -9,7 +9,8 @@ namespace chorus::parallel {
 namespace {
 const StringKnob kFaultKnob{"CHORUS_PARALLEL_FAULT", "",
                             "tests only: inject a fault into the parallel layer to prove the "
-                            "equivalence tests catch it (ddp_reduce_twice, zero_shard_shift)"};
+                            "equivalence tests catch it (ddp_reduce_twice, zero_shard_shift, "
+                            "tp_head_slice)"};
 }  // namespace
 
 Fault injected_fault() {
@@ -17,8 +18,10 @@ Fault injected_fault() {
   if (f.empty() || f == "none") return Fault::kNone;
   if (f == "ddp_reduce_twice") return Fault::kReduceTwice;
   if (f == "zero_shard_shift") return Fault::kShardShift;
-  throw InvalidArgument(
-      detail::concat(kFaultKnob.name(), "=", f, ": expected ddp_reduce_twice or zero_shard_shift"));
+  if (f == "tp_head_slice") return Fault::kHeadSlice;
+  throw InvalidArgument(detail::concat(kFaultKnob.name(), "=", f,
+                                       ": expected ddp_reduce_twice, zero_shard_shift or "
+                                       "tp_head_slice"));
 }
 
 }  // namespace chorus::parallel

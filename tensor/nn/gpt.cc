@@ -46,9 +46,7 @@ Tensor GPT::blocks(const Tensor& x_in, int64_t begin, int64_t end, uint64_t step
 }
 
 Tensor GPT::head(const Tensor& x) const {
-  const Tensor y = ln_f->forward(x);
-  const Tensor& w = wte->weight;  // lm_head tied to the token embedding
-  return linear(y, w.dtype() == y.dtype() ? w : w.to(y.dtype()));  // (B, T, V)
+  return wte->tied_logits(ln_f->forward(x));  // (B, T, V): lm_head tied to the token embedding
 }
 
 Tensor GPT::forward(const Tensor& idx, uint64_t step) const {
@@ -58,7 +56,7 @@ Tensor GPT::forward(const Tensor& idx, uint64_t step) const {
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, uint64_t step) const {
   Tensor logits = forward(idx, step);
   const int64_t N = idx.numel();
-  return cross_entropy(logits.view({N, cfg_.vocab}), targets.reshape({N}));
+  return wte->tied_loss(logits.view({N, logits.size(-1)}), targets.reshape({N}));
 }
 
 }  // namespace chorus::tensor::nn

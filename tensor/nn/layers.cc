@@ -42,6 +42,14 @@ Tensor Embedding::forward(const Tensor& idx) const {
   return hooked([&] { return embedding(idx, as_dtype(weight, compute_dtype(weight.dtype()))); });
 }
 
+Tensor Embedding::tied_logits(const Tensor& x) const {
+  return linear(x, as_dtype(weight, x.dtype()));
+}
+
+Tensor Embedding::tied_loss(const Tensor& logits, const Tensor& targets) const {
+  return cross_entropy(logits, targets);
+}
+
 LayerNorm::LayerNorm(int64_t dim) {
   weight = register_parameter("weight", Tensor::ones({dim}));
   bias = register_parameter("bias", Tensor::zeros({dim}));

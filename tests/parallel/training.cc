@@ -8,6 +8,8 @@
 
 #include "chorus/kernels/cpu.h"
 #include "chorus/parallel/data_parallel.h"
+#include "chorus/parallel/mesh.h"
+#include "chorus/parallel/tensor_parallel.h"
 #include "chorus/parallel/zero.h"
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/autograd.h"
@@ -135,17 +137,21 @@ TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode) {
 }
 
 TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Scheme& scheme) {
+  parallel::DeviceMesh mesh(world, {.dp = world.size() / scheme.tp, .tp = scheme.tp},
+                           {.placement = parallel::MeshOptions::Placement::kRankOrder});
+  Communicator& dp = mesh.dp();
   std::unique_ptr<GPT> model = make_model(spec);
+  if (scheme.tp > 1) parallel::tensor_parallel(*model, mesh.tp());
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   std::unique_ptr<tensor::optim::AdamW> opt;
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (scheme.zero_stage == 0) {
-    ddp = std::make_unique<parallel::DistributedDataParallel>(*model, world);
+    ddp = std::make_unique<parallel::DistributedDataParallel>(*model, dp);
     opt = std::make_unique<tensor::optim::AdamW>(model->named_parameters(), adamw_of(spec));
     ddp->attach(*opt);
   } else {
     zero = std::make_unique<parallel::ZeroOptimizer>(
-        *model, world, parallel::ZeroOptions{.stage = scheme.zero_stage, .adamw = adamw_of(spec)});
+        *model, dp, parallel::ZeroOptions{.stage = scheme.zero_stage, .adamw = adamw_of(spec)});
   }
   TrainResult result;
   for (int step = 0; step < spec.steps; ++step) {
@@ -156,7 +162,7 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
       std::optional<parallel::ZeroOptimizer::NoSync> zero_quiet;
       if (!last && ddp) ddp_quiet.emplace(ddp->no_sync());
       if (!last && zero) zero_quiet.emplace(zero->no_sync());
-      Tensor loss = micro_loss(*model, spec, step, world.rank(), k);
+      Tensor loss = micro_loss(*model, spec, step, dp.rank(), k);
       local += loss.item();
       loss.backward();
     }
@@ -171,8 +177,12 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
       zero->zero_grad();
     }
     double mean = 0;
-    world.all_reduce(&local, &mean, 1, DataType::kF64, ReduceOp::kAvg);
+    dp.all_reduce(&local, &mean, 1, DataType::kF64, ReduceOp::kAvg);
     result.losses.push_back(mean);
+  }
+  if (scheme.tp > 1) {
+    result.parameters = parallel::gather_tensor_parallel(*model, mesh.tp());
+    return result;
   }
   result.parameters = copy_of(zero ? zero->state_dict() : model->named_parameters());
   result.optimizer_state =

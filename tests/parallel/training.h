@@ -43,10 +43,14 @@ struct TrainSpec {
 
 enum class Accumulate { kLocalThenReduce, kReduceThenLocal };
 
-// "ddp", "zero1", "zero2", "zero3".
+// "ddp", "zero1", "zero2", "zero3", with "+tp2" etc. for tensor parallelism.
 struct Scheme {
   int zero_stage = 0;  // 0 = DistributedDataParallel
-  std::string name() const { return zero_stage == 0 ? "ddp" : "zero" + std::to_string(zero_stage); }
+  int tp = 1;          // tensor-parallel ranks; the rest of the world is data parallel
+  std::string name() const {
+    return (zero_stage == 0 ? "ddp" : "zero" + std::to_string(zero_stage)) +
+           (tp > 1 ? "+tp" + std::to_string(tp) : "");
+  }
   Accumulate accumulate() const {
     return zero_stage >= 2 ? Accumulate::kReduceThenLocal : Accumulate::kLocalThenReduce;
   }
@@ -67,7 +71,8 @@ std::pair<tensor::Tensor, tensor::Tensor> micro_batch(const TrainSpec& spec, int
 // The one-process run equal to `dp` ranks (see above).
 TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode);
 
-// This rank's part of the parallel run over `world` (all ranks data parallel). Collective.
+// This rank's part of the parallel run over `world` (dp = world / tp). Collective. With tp > 1
+// the parameters are gathered from the tp slices and the optimizer state is left out.
 TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Scheme& scheme);
 
 // The first difference between two runs ("" when bit-identical): a step's loss or a parameter.

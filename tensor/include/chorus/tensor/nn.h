@@ -136,6 +136,8 @@ class Linear : public Module {
   virtual Tensor forward(const Tensor& x) const;
   Tensor weight;  // (out, in)
   Tensor bias;    // (out) or undefined
+  // The standard deviation reset_parameters() draws the weight with.
+  double init_std() const { return init_std_; }
 
  protected:
   void reset_parameters(const std::string& prefix, uint64_t seed) override;
@@ -149,6 +151,11 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim);
   virtual Tensor forward(const Tensor& idx) const;
+  // The lm_head tied to this table: x (..., C) -> logits (..., num) = x @ weight^T. A
+  // vocabulary-parallel table (parallel/) returns this rank's columns of the logits.
+  virtual Tensor tied_logits(const Tensor& x) const;
+  // Mean cross-entropy of tied_logits' output, viewed (N, num), against targets (N).
+  virtual Tensor tied_loss(const Tensor& logits, const Tensor& targets) const;
   Tensor weight;  // (num, dim)
 };
 

@@ -19,6 +19,8 @@ Tensor add(const Tensor& a, const Tensor& b);     // same shape
 Tensor sub(const Tensor& a, const Tensor& b);     // same shape
 Tensor mul(const Tensor& a, const Tensor& b);     // same shape
 Tensor scale(const Tensor& a, double factor);     // a * factor
+// x (..., C) + bias (C) on every row (the bias of a layer whose product is computed apart).
+Tensor add_bias(const Tensor& x, const Tensor& bias);
 Tensor gelu(const Tensor& x);                     // tanh approximation (GPT-2)
 // Zeroes each element with probability p (mask from key at the element's row-major index) and
 // scales the rest by 1/(1-p). p == 0 returns x unchanged.
