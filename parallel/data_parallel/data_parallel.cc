@@ -148,7 +148,9 @@ DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Com
   d.module = &module;
   d.group = &group;
   d.options = options;
-  const tensor::nn::NamedTensors all = module.named_parameters();
+  tensor::nn::NamedTensors all;
+  for (auto& [name, p] : module.named_parameters())
+    if (!options.include || options.include(name)) all.emplace_back(name, p);
   check_same_parameters(group, all, "DistributedDataParallel");
   if (options.broadcast_parameters) broadcast_parameters(group, all);
   agree_on_kernels(group);

@@ -56,7 +56,11 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   z.options = options;
   z.ranks = dp.size();
   z.rank = dp.rank();
-  const tensor::nn::NamedTensors all = model.named_parameters();
+  CHORUS_ARG_CHECK(!options.include || options.stage < 3,
+                   "ZeroOptimizer: stage 3 gathers whole units and takes no parameter filter");
+  tensor::nn::NamedTensors all;
+  for (auto& [name, p] : model.named_parameters())
+    if (!options.include || options.include(name)) all.emplace_back(name, p);
   check_same_parameters(dp, all, "ZeroOptimizer");
   if (options.broadcast_parameters) broadcast_parameters(dp, all);
   agree_on_kernels(dp);

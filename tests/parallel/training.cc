@@ -9,6 +9,7 @@
 #include "chorus/kernels/cpu.h"
 #include "chorus/parallel/data_parallel.h"
 #include "chorus/parallel/mesh.h"
+#include "chorus/parallel/pipeline.h"
 #include "chorus/parallel/tensor_parallel.h"
 #include "chorus/parallel/zero.h"
 #include "chorus/tensor/amp.h"
@@ -137,34 +138,66 @@ TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode) {
 }
 
 TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Scheme& scheme) {
-  parallel::DeviceMesh mesh(world, {.dp = world.size() / scheme.tp, .tp = scheme.tp},
-                           {.placement = parallel::MeshOptions::Placement::kRankOrder});
+  parallel::DeviceMesh mesh(
+      world, {.dp = world.size() / (scheme.tp * scheme.pp), .tp = scheme.tp, .pp = scheme.pp},
+      {.placement = parallel::MeshOptions::Placement::kRankOrder});
   Communicator& dp = mesh.dp();
   std::unique_ptr<GPT> model = make_model(spec);
   if (scheme.tp > 1) parallel::tensor_parallel(*model, mesh.tp());
+  std::unique_ptr<parallel::PipelineEngine> pipe;
+  std::function<bool(const std::string&)> include;
+  if (scheme.pp > 1) {
+    pipe = std::make_unique<parallel::PipelineEngine>(
+        *model, mesh,
+        parallel::PipelineOptions{.schedule = scheme.schedule,
+                                  .chunks = scheme.chunks,
+                                  .micro_batches = spec.accumulation,
+                                  .balance = "uniform"});
+    include = [&pipe](const std::string& name) { return pipe->owns(name); };
+  }
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   std::unique_ptr<tensor::optim::AdamW> opt;
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (scheme.zero_stage == 0) {
-    ddp = std::make_unique<parallel::DistributedDataParallel>(*model, dp);
-    opt = std::make_unique<tensor::optim::AdamW>(model->named_parameters(), adamw_of(spec));
+    ddp = std::make_unique<parallel::DistributedDataParallel>(
+        *model, dp, parallel::DDPOptions{.include = include});
+    opt = std::make_unique<tensor::optim::AdamW>(
+        pipe ? pipe->parameters() : model->named_parameters(), adamw_of(spec));
     ddp->attach(*opt);
   } else {
     zero = std::make_unique<parallel::ZeroOptimizer>(
-        *model, dp, parallel::ZeroOptions{.stage = scheme.zero_stage, .adamw = adamw_of(spec)});
+        *model, dp,
+        parallel::ZeroOptions{
+            .stage = scheme.zero_stage, .adamw = adamw_of(spec), .include = include});
   }
   TrainResult result;
   for (int step = 0; step < spec.steps; ++step) {
     double local = 0;
-    for (int k = 0; k < spec.accumulation; ++k) {
-      const bool last = k + 1 == spec.accumulation;
-      std::optional<parallel::DistributedDataParallel::NoSync> ddp_quiet;
-      std::optional<parallel::ZeroOptimizer::NoSync> zero_quiet;
-      if (!last && ddp) ddp_quiet.emplace(ddp->no_sync());
-      if (!last && zero) zero_quiet.emplace(zero->no_sync());
-      Tensor loss = micro_loss(*model, spec, step, dp.rank(), k);
-      local += loss.item();
-      loss.backward();
+    if (pipe) {
+      tensor::AutocastGuard autocast(spec.autocast);
+      local = pipe->forward_backward([&](int m) { return micro_batch(spec, step, dp.rank(), m); },
+                                     static_cast<uint64_t>(step),
+                                     [&](bool last, const std::function<void()>& backward) {
+                                       if (last) return backward();
+                                       if (ddp) {
+                                         auto quiet = ddp->no_sync();
+                                         backward();
+                                       } else {
+                                         auto quiet = zero->no_sync();
+                                         backward();
+                                       }
+                                     });
+    } else {
+      for (int k = 0; k < spec.accumulation; ++k) {
+        const bool last = k + 1 == spec.accumulation;
+        std::optional<parallel::DistributedDataParallel::NoSync> ddp_quiet;
+        std::optional<parallel::ZeroOptimizer::NoSync> zero_quiet;
+        if (!last && ddp) ddp_quiet.emplace(ddp->no_sync());
+        if (!last && zero) zero_quiet.emplace(zero->no_sync());
+        Tensor loss = micro_loss(*model, spec, step, dp.rank(), k);
+        local += loss.item();
+        loss.backward();
+      }
     }
     if (spec.clip > 0)
       result.norms.push_back(ddp ? tensor::optim::clip_grad_norm(*opt, spec.clip)
@@ -176,9 +209,14 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
       zero->step();
       zero->zero_grad();
     }
+    if (pipe) pipe->sync_tied_weights();
     double mean = 0;
     dp.all_reduce(&local, &mean, 1, DataType::kF64, ReduceOp::kAvg);
     result.losses.push_back(mean);
+  }
+  if (pipe) {
+    if (scheme.tp == 1) result.parameters = pipe->gather_parameters();
+    return result;
   }
   if (scheme.tp > 1) {
     result.parameters = parallel::gather_tensor_parallel(*model, mesh.tp());
@@ -200,8 +238,11 @@ std::string first_bit_difference(const TrainResult& a, const TrainResult& b) {
       return os.str();
     }
   NamedTensors ta_all = a.parameters, tb_all = b.parameters;
-  ta_all.insert(ta_all.end(), a.optimizer_state.begin(), a.optimizer_state.end());
-  tb_all.insert(tb_all.end(), b.optimizer_state.begin(), b.optimizer_state.end());
+  // The optimizer state where both runs kept it (pipelines and tensor parallelism do not).
+  if (!a.optimizer_state.empty() && !b.optimizer_state.empty()) {
+    ta_all.insert(ta_all.end(), a.optimizer_state.begin(), a.optimizer_state.end());
+    tb_all.insert(tb_all.end(), b.optimizer_state.begin(), b.optimizer_state.end());
+  }
   if (ta_all.size() != tb_all.size())
     return "different tensor counts: " + std::to_string(ta_all.size()) + " vs " +
            std::to_string(tb_all.size());

@@ -46,10 +46,15 @@ enum class Accumulate { kLocalThenReduce, kReduceThenLocal };
 // "ddp", "zero1", "zero2", "zero3", with "+tp2" etc. for tensor parallelism.
 struct Scheme {
   int zero_stage = 0;  // 0 = DistributedDataParallel
-  int tp = 1;          // tensor-parallel ranks; the rest of the world is data parallel
+  int tp = 1;          // tensor-parallel ranks
+  int pp = 1;          // pipeline stages (> 1: TrainSpec::accumulation micro-batches per step)
+  std::string schedule = "1f1b";
+  int chunks = 1;
+  // the rest of the world is data parallel
   std::string name() const {
     return (zero_stage == 0 ? "ddp" : "zero" + std::to_string(zero_stage)) +
-           (tp > 1 ? "+tp" + std::to_string(tp) : "");
+           (tp > 1 ? "+tp" + std::to_string(tp) : "") +
+           (pp > 1 ? "+pp" + std::to_string(pp) + "/" + schedule : "");
   }
   Accumulate accumulate() const {
     return zero_stage >= 2 ? Accumulate::kReduceThenLocal : Accumulate::kLocalThenReduce;
@@ -71,8 +76,10 @@ std::pair<tensor::Tensor, tensor::Tensor> micro_batch(const TrainSpec& spec, int
 // The one-process run equal to `dp` ranks (see above).
 TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode);
 
-// This rank's part of the parallel run over `world` (dp = world / tp). Collective. With tp > 1
-// the parameters are gathered from the tp slices and the optimizer state is left out.
+// This rank's part of the parallel run over `world` (dp = world / (tp pp)). Collective. With
+// pp > 1 the micro-batches of a step go through a pipeline (PipelineEngine) and the parameters
+// are gathered from the stages; with tp > 1 from the tp slices (only when pp is 1: with both,
+// only the losses are kept); the optimizer state is left out of either.
 TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Scheme& scheme);
 
 // The first difference between two runs ("" when bit-identical): a step's loss or a parameter.

@@ -44,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,9 @@ struct DDPOptions {
   size_t first_bucket_bytes = size_t{1} << 20;
   bool average = true;               // the mean over ranks; false: the sum
   bool broadcast_parameters = true;  // start every rank from rank 0's values
+  // When set, only the parameters it accepts (by name) are checked, broadcast and reduced; the
+  // rest belong to someone else (a pipeline stage's wrapper takes its own stage's).
+  std::function<bool(const std::string& name)> include = nullptr;
 };
 
 class DistributedDataParallel {

@@ -49,6 +49,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,9 @@ struct ZeroOptions {
   std::vector<std::string> units = {};
   bool prefetch = true;  // stage 3: gather the next unit while this one computes
   bool broadcast_parameters = true;
+  // Stages 1-2: when set, only the parameters it accepts (by name) are sharded and updated (a
+  // pipeline stage's own); stage 3 refuses it.
+  std::function<bool(const std::string& name)> include = nullptr;
 };
 
 class ZeroOptimizer {

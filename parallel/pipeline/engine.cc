@@ -1,0 +1,426 @@
+// PipelineEngine: one interpreter for every schedule (pipeline.h).
+//
+// Per (micro, chunk) the engine keeps the stage input (a received activation, a leaf that
+// requires grad, or the embedding's output on the first virtual stage), the stage output or,
+// on the last virtual stage, the micro-batch's loss; a backward consumes them. Actions run in
+// the schedule's order; each run of communication actions is one group (communicate()), posted
+// at once, asynchronously, on three channels; a compute step waits for the receives it needs,
+// and sends are waited for at the end of the step. The
+// lm_head's copy of the token embedding on the last stage hands its gradient to the first stage
+// micro-batch by micro-batch; the first stage adds it to the embedding's gradient just before
+// that micro-batch's embedding backward: the order one process accumulates in.
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "chorus/error.h"
+#include "chorus/kernels/cpu.h"
+#include "chorus/log.h"
+#include "chorus/parallel/pipeline.h"
+#include "chorus/tensor/autograd.h"
+
+namespace chorus::parallel {
+
+using tensor::Tensor;
+
+namespace {
+
+bool is_send(PipeOp op) {
+  return op == PipeOp::kSendActivation || op == PipeOp::kSendGrad || op == PipeOp::kSendTiedGrad;
+}
+bool is_comm(PipeOp op) {
+  return is_send(op) || op == PipeOp::kRecvActivation || op == PipeOp::kRecvGrad ||
+         op == PipeOp::kRecvTiedGrad;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+struct PipelineEngine::Impl {
+  tensor::nn::GPT* model = nullptr;
+  DeviceMesh* mesh = nullptr;
+  Communicator* pp = nullptr;
+  // One communicator per channel (each runs its operations in issue order): activations
+  // forward, gradients backward, and the tied embedding's gradients.
+  std::optional<Communicator> act, grad, tied_comm;
+  PipelineOptions options;
+  PipeSchedule schedule;
+  std::vector<int64_t> bounds;  // block boundaries of the virtual stages
+  int p = 1, s = 0, V = 1;
+  bool tied = false;  // first and last virtual stages on different ranks
+  std::set<std::string> owned;
+  Stats stats;
+
+  // The step in progress, per (micro, chunk).
+  struct Slot {
+    Tensor input, output, loss, grad_out;
+  };
+  std::map<std::pair<int, int>, Slot> slots;
+  std::vector<Work> sends;
+  std::vector<Tensor> send_buffers;
+  double loss_sum = 0;
+  Batch batch;
+  uint64_t step = 0;
+
+  int virtual_stage(int chunk) const { return chunk * p + s; }
+  int stage_of(int k) const { return k % p; }
+  bool first(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool last(int chunk) const { return virtual_stage(chunk) == V - 1; }
+
+  tensor::Shape activation_shape() const {
+    const auto& cfg = model->config();
+    return {options_micro_batch, cfg.context, cfg.width};
+  }
+  int64_t options_micro_batch = 0;  // rows of a micro-batch, learned from the first batch
+
+  // ---- what to send and where to receive -------------------------------------------------
+  Tensor payload(const PipeAction& a) {
+    Slot& slot = slots[{a.micro, a.chunk}];
+    switch (a.op) {
+      case PipeOp::kSendActivation:
+        return slot.output.detach().contiguous();
+      case PipeOp::kSendGrad: {
+        CHORUS_CHECK(slot.input.grad().defined(), "pipeline: no input gradient to send");
+        return slot.input.grad().contiguous();
+      }
+      default: {  // kSendTiedGrad: this micro-batch's lm_head gradient of the embedding copy
+        Tensor w = model->wte->weight;
+        Tensor g = w.grad().defined() ? w.grad().clone() : Tensor::zeros_like(w);
+        w.set_grad({});
+        return g;
+      }
+    }
+  }
+  int peer(const PipeAction& a) const {
+    const int k = virtual_stage(a.chunk);
+    switch (a.op) {
+      case PipeOp::kSendActivation:
+        return stage_of(k + 1);
+      case PipeOp::kRecvActivation:
+        return stage_of(k - 1);
+      case PipeOp::kSendGrad:
+        return stage_of(k - 1);
+      case PipeOp::kRecvGrad:
+        return stage_of(k + 1);
+      case PipeOp::kSendTiedGrad:
+        return 0;
+      default:
+        return stage_of(V - 1);  // kRecvTiedGrad
+    }
+  }
+  Tensor receive_buffer(const PipeAction& a) {
+    if (a.op == PipeOp::kRecvTiedGrad) return Tensor::empty_like(model->wte->weight);
+    return Tensor::empty(activation_shape());
+  }
+  void received(const PipeAction& a, Tensor buf) {
+    Slot& slot = slots[{a.micro, a.chunk}];
+    if (a.op == PipeOp::kRecvActivation) {
+      buf.set_requires_grad(true);
+      slot.input = buf;
+    } else if (a.op == PipeOp::kRecvGrad) {
+      slot.grad_out = buf;
+    } else {  // kRecvTiedGrad: added now, before this micro-batch's embedding backward
+      Tensor w = model->wte->weight;
+      if (!w.grad().defined()) {
+        w.set_grad(buf);
+      } else {
+        Tensor g = w.mutable_grad();
+        kernels::reduce(g.dtype(), ReduceOp::kSum, g.data_ptr(), g.data_ptr(), buf.data_ptr(),
+                        static_cast<size_t>(g.numel()));
+      }
+    }
+  }
+
+  // One group of communication actions (a run of them in the schedule), posted at once: on each
+  // channel a send and a receive go out as one send_recv, anything else one by one, all
+  // asynchronous. A compute step waits for the receives it needs (await_input); sends are waited
+  // for at the end of the step. (The validator's rule, so a validated schedule cannot deadlock.)
+  Communicator& channel(PipeOp op) {
+    if (op == PipeOp::kSendActivation || op == PipeOp::kRecvActivation) return *act;
+    if (op == PipeOp::kSendGrad || op == PipeOp::kRecvGrad) return *grad;
+    return *tied_comm;
+  }
+  struct Pending {
+    PipeAction action;
+    Tensor buffer;
+    Work work;
+  };
+  std::map<std::tuple<int, int, int>, Pending> inbox;  // posted receives by (op, micro, chunk)
+
+  void communicate(const std::vector<PipeAction>& group) {
+    auto expect = [&](const PipeAction& a, Tensor buffer, Work work) {
+      inbox[{static_cast<int>(a.op), a.micro, a.chunk}] = {a, std::move(buffer), std::move(work)};
+    };
+    for (Communicator* c : {&*act, &*grad, &*tied_comm}) {
+      std::vector<const PipeAction*> mine;
+      for (const PipeAction& a : group)
+        if (&channel(a.op) == c) mine.push_back(&a);
+      const bool fused = mine.size() == 2 && is_send(mine[0]->op) != is_send(mine[1]->op);
+      if (fused) {
+        const PipeAction& snd = is_send(mine[0]->op) ? *mine[0] : *mine[1];
+        const PipeAction& rcv = is_send(mine[0]->op) ? *mine[1] : *mine[0];
+        Tensor out = payload(snd);
+        Tensor in = receive_buffer(rcv);
+        Work w = c->send_recv_async(out.data_ptr(), static_cast<size_t>(out.numel()), peer(snd),
+                                    in.data_ptr(), static_cast<size_t>(in.numel()), peer(rcv),
+                                    out.dtype());
+        send_buffers.push_back(out);
+        expect(rcv, in, w);
+        continue;
+      }
+      for (const PipeAction* a : mine) {
+        if (is_send(a->op)) {
+          Tensor out = payload(*a);
+          sends.push_back(c->send_async(out.data_ptr(), static_cast<size_t>(out.numel()),
+                                        out.dtype(), peer(*a)));
+          send_buffers.push_back(out);  // kept until the send is done
+        } else {
+          Tensor in = receive_buffer(*a);
+          expect(
+              *a, in,
+              c->recv_async(in.data_ptr(), static_cast<size_t>(in.numel()), in.dtype(), peer(*a)));
+        }
+      }
+    }
+  }
+
+  // Waits for the receive (op, micro, chunk) a compute step needs, and takes it in.
+  void await_input(PipeOp op, int micro, int chunk) {
+    auto it = inbox.find({static_cast<int>(op), micro, chunk});
+    CHORUS_CHECK(it != inbox.end(), "pipeline: ", to_string(op), " of micro-batch ", micro,
+                 " was never posted");
+    const auto t0 = std::chrono::steady_clock::now();
+    it->second.work.wait();
+    stats.wait_seconds += seconds_since(t0);
+    received(it->second.action, it->second.buffer);
+    inbox.erase(it);
+  }
+
+  // ---- compute ---------------------------------------------------------------------------
+  void forward(const PipeAction& a) {
+    const int k = virtual_stage(a.chunk);
+    if (k > 0) await_input(PipeOp::kRecvActivation, a.micro, a.chunk);
+    Slot& slot = slots[{a.micro, a.chunk}];
+    Tensor x;
+    if (k == 0) {
+      x = model->embed(batch(a.micro).first);
+    } else {
+      CHORUS_CHECK(slot.input.defined(), "pipeline: forward of micro-batch ", a.micro,
+                   " without its input");
+      x = slot.input;
+    }
+    Tensor y =
+        model->blocks(x, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1], step);
+    if (k == V - 1) {
+      const Tensor targets = batch(a.micro).second;
+      const int64_t n = targets.numel();
+      Tensor logits = model->head(y);
+      Tensor loss = model->wte->tied_loss(logits.view({n, logits.size(-1)}), targets.reshape({n}));
+      if (schedule.micro_batches > 1) loss = tensor::scale(loss, 1.0 / schedule.micro_batches);
+      loss_sum += loss.item();
+      slot.loss = loss;
+    } else {
+      slot.output = y;
+    }
+  }
+
+  void backward(const PipeAction& a, bool last_of_step, const AroundBackward& around) {
+    const int k = virtual_stage(a.chunk);
+    if (k < V - 1) await_input(PipeOp::kRecvGrad, a.micro, a.chunk);
+    if (k == 0 && tied) await_input(PipeOp::kRecvTiedGrad, a.micro, a.chunk);
+    Slot& slot = slots[{a.micro, a.chunk}];
+    auto run = [&] {
+      if (slot.loss.defined()) {
+        slot.loss.backward();
+      } else {
+        CHORUS_CHECK(slot.grad_out.defined(), "pipeline: backward of micro-batch ", a.micro,
+                     " without its output's gradient");
+        slot.output.backward(slot.grad_out);
+      }
+    };
+    if (around)
+      around(last_of_step, run);
+    else
+      run();
+    slot.output = Tensor();
+    slot.loss = Tensor();
+    slot.grad_out = Tensor();
+  }
+};
+
+PipelineEngine::PipelineEngine(tensor::nn::GPT& model, DeviceMesh& mesh, PipelineOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& e = *impl_;
+  e.model = &model;
+  e.mesh = &mesh;
+  e.pp = &mesh.pp();
+  e.options = options;
+  e.p = e.pp->size();
+  e.s = e.pp->rank();
+  e.tied = e.p > 1;
+  e.act = e.pp->split(0, e.s);
+  e.grad = e.pp->split(0, e.s);
+  e.tied_comm = e.pp->split(0, e.s);
+  e.schedule = make_schedule(options.schedule, e.p, options.chunks, options.micro_batches, e.tied);
+  validate(e.schedule);  // throws on a broken schedule, before any work
+  e.V = e.p * e.schedule.chunks;
+  const tensor::nn::GPTConfig& cfg = model.config();
+  CHORUS_ARG_CHECK(cfg.layers >= e.V, "pipeline: ", cfg.layers, " layers for ", e.V,
+                   " virtual stages (", e.p, " stages x ", e.schedule.chunks,
+                   " chunks; every virtual stage needs at least one block)");
+
+  // The cut: given, uniform, or measured on world rank 0 and shared.
+  if (!options.boundaries.empty()) {
+    e.bounds = options.boundaries;
+    CHORUS_ARG_CHECK(e.bounds.size() == static_cast<size_t>(e.V) + 1 && e.bounds.front() == 0 &&
+                         e.bounds.back() == cfg.layers,
+                     "pipeline: boundaries need ", e.V + 1, " entries from 0 to ", cfg.layers);
+    for (size_t i = 1; i < e.bounds.size(); ++i)
+      CHORUS_ARG_CHECK(e.bounds[i] > e.bounds[i - 1], "pipeline: boundaries must increase");
+  } else if (options.balance == "uniform") {
+    std::vector<double> costs(static_cast<size_t>(cfg.layers) + 2, 1.0);
+    costs.front() = costs.back() = 0;
+    e.bounds = balance_layers(costs, e.V);
+  } else {
+    CHORUS_ARG_CHECK(options.balance == "measured", "pipeline: balance '", options.balance,
+                     "' (expected measured or uniform)");
+    std::vector<double> costs(static_cast<size_t>(cfg.layers) + 2, 0.0);
+    Communicator& world = mesh.world();
+    if (world.rank() == 0) costs = measure_layer_costs(model, 1);
+    world.broadcast(costs.data(), costs.data(), costs.size(), DataType::kF64, 0);
+    e.bounds = balance_layers(costs, e.V);
+  }
+
+  // What this rank owns; the rest of the model's storage goes.
+  for (int c = 0; c < e.schedule.chunks; ++c) {
+    const int k = e.virtual_stage(c);
+    for (int64_t b = e.bounds[static_cast<size_t>(k)]; b < e.bounds[static_cast<size_t>(k) + 1];
+         ++b)
+      for (const auto& [name, t] : model.h[static_cast<size_t>(b)]->named_parameters())
+        e.owned.insert("h." + std::to_string(b) + "." + name);
+    if (k == 0)
+      for (const auto& [name, t] : model.named_parameters())
+        if (name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0) e.owned.insert(name);
+    if (k == e.V - 1)
+      for (const auto& [name, t] : model.named_parameters())
+        if (name.rfind("ln_f.", 0) == 0) e.owned.insert(name);
+  }
+  const bool uses_wte_copy =
+      e.virtual_stage(e.schedule.chunks - 1) == e.V - 1 && !e.owned.count("wte.weight");
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (e.owned.count(name) || (uses_wte_copy && name.rfind("wte.", 0) == 0)) continue;
+    t.storage()->release();
+  }
+  CHORUS_INFO(kLogPar, "pipeline ", e.schedule.name, ": stage ", e.s, " of ", e.p, ", ",
+              e.schedule.chunks, " chunk(s), ", e.schedule.micro_batches, " micro-batches, ",
+              e.owned.size(), " parameters");
+}
+
+PipelineEngine::~PipelineEngine() {
+  for (Work& w : impl_->sends) {
+    try {
+      w.wait();
+    } catch (const std::exception& ex) {
+      CHORUS_WARN(kLogPar, "pipeline: a send failed during teardown: ", ex.what());
+    }
+  }
+}
+
+const PipeSchedule& PipelineEngine::schedule() const { return impl_->schedule; }
+const std::vector<int64_t>& PipelineEngine::boundaries() const { return impl_->bounds; }
+bool PipelineEngine::owns(const std::string& name) const { return impl_->owned.count(name) > 0; }
+
+tensor::nn::NamedTensors PipelineEngine::parameters() const {
+  tensor::nn::NamedTensors out;
+  for (const auto& [name, t] : impl_->model->named_parameters())
+    if (owns(name)) out.emplace_back(name, t);
+  return out;
+}
+
+double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
+                                        const AroundBackward& around_backward) {
+  Impl& e = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  e.stats = Stats{};
+  e.slots.clear();
+  e.batch = batch;
+  e.step = step;
+  e.loss_sum = 0;
+  e.options_micro_batch = batch(0).first.size(0);
+  const std::vector<PipeAction>& list = e.schedule.actions[static_cast<size_t>(e.s)];
+  size_t last_backward = 0;
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].op == PipeOp::kBackward) last_backward = i;
+  int live = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const PipeAction& a = list[i];
+    if (is_comm(a.op)) {
+      std::vector<PipeAction> group;
+      while (i < list.size() && is_comm(list[i].op)) group.push_back(list[i++]);
+      --i;
+      e.communicate(group);
+      continue;
+    }
+    const auto c0 = std::chrono::steady_clock::now();
+    const double waited = e.stats.wait_seconds;
+    if (a.op == PipeOp::kForward) {
+      e.forward(a);
+      e.stats.peak_activations = std::max(e.stats.peak_activations, ++live);
+    } else if (a.op == PipeOp::kBackward) {
+      e.backward(a, i == last_backward, around_backward);
+      --live;
+    }
+    e.stats.compute_seconds += seconds_since(c0) - (e.stats.wait_seconds - waited);
+  }
+  CHORUS_CHECK(e.inbox.empty(), "pipeline: ", e.inbox.size(), " receives never used");
+  for (Work& w : e.sends) w.wait();
+  e.sends.clear();
+  e.send_buffers.clear();
+  e.slots.clear();
+  // The loss lives on the last stage; every stage returns it.
+  double loss = e.s == e.p - 1 ? e.loss_sum : 0.0;
+  e.pp->broadcast(&loss, &loss, 1, DataType::kF64, e.p - 1);
+  e.stats.total_seconds = seconds_since(t0);
+  return loss;
+}
+
+void PipelineEngine::sync_tied_weights() {
+  Impl& e = *impl_;
+  if (!e.tied) return;
+  Tensor w = e.model->wte->weight;
+  if (e.s == 0) e.pp->send(w.data_ptr(), static_cast<size_t>(w.numel()), w.dtype(), e.p - 1);
+  if (e.s == e.p - 1) e.pp->recv(w.data_ptr(), static_cast<size_t>(w.numel()), w.dtype(), 0);
+}
+
+tensor::nn::NamedTensors PipelineEngine::gather_parameters() {
+  Impl& e = *impl_;
+  tensor::nn::NamedTensors out;
+  // The owner of every parameter: the same computation on every rank.
+  auto owner = [&](const std::string& name) {
+    if (name.rfind("h.", 0) == 0) {
+      const int64_t b = std::stoll(name.substr(2, name.find('.', 2) - 2));
+      for (int k = 0; k < e.V; ++k)
+        if (b < e.bounds[static_cast<size_t>(k) + 1]) return e.stage_of(k);
+    }
+    if (name.rfind("ln_f.", 0) == 0) return e.stage_of(e.V - 1);
+    return 0;  // wte, wpe
+  };
+  for (const auto& [name, t] : e.model->named_parameters()) {
+    Tensor full = Tensor::empty(t.shape(), t.dtype());
+    const int root = owner(name);
+    if (e.s == root) full.copy_(t);
+    e.pp->broadcast(full.data_ptr(), full.data_ptr(), static_cast<size_t>(full.numel()),
+                    full.dtype(), root);
+    out.emplace_back(name, full);
+  }
+  return out;
+}
+
+PipelineEngine::Stats PipelineEngine::stats() const { return impl_->stats; }
+
+}  // namespace chorus::parallel

@@ -1,0 +1,380 @@
+// validate(): a schedule run on paper before it runs on ranks.
+//
+// The simulation steps every stage through its list. A forward costs 1, a backward
+// `backward_cost`, communication nothing but waiting: a Send and its Recv complete together, when
+// the later of the two has been posted (rendezvous: the strictest rule, so a schedule that
+// passes here also runs with asynchronous sends); a Send next to a Recv in a list is posted as
+// one. Data dependencies are checked, not waited for: a forward whose input this stage has not
+// received yet is an error in the schedule, not a wait. When no stage can move and some are not
+// done, every blocked stage and what it waits for is named.
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "chorus/error.h"
+#include "chorus/parallel/pipeline.h"
+
+namespace chorus::parallel {
+namespace {
+
+bool is_send(PipeOp op) {
+  return op == PipeOp::kSendActivation || op == PipeOp::kSendGrad || op == PipeOp::kSendTiedGrad;
+}
+bool is_recv(PipeOp op) {
+  return op == PipeOp::kRecvActivation || op == PipeOp::kRecvGrad || op == PipeOp::kRecvTiedGrad;
+}
+bool is_comm(PipeOp op) { return is_send(op) || is_recv(op); }
+
+// What a transfer carries: (kind, micro, boundary), where the boundary of activations and
+// gradients is the virtual stage on the sending side of the forward direction.
+using Key = std::tuple<int, int, int>;
+
+std::string describe(int stage, const PipeAction& a) {
+  std::ostringstream os;
+  os << "stage " << stage << " " << to_string(a.op) << "(micro " << a.micro;
+  if (a.op != PipeOp::kReduceGrads) os << ", chunk " << a.chunk;
+  os << ")";
+  return os.str();
+}
+
+struct Sim {
+  const PipeSchedule& s;
+  double backward_cost;
+  int V;
+  int virtual_stage(int stage, int chunk) const { return chunk * s.stages + stage; }
+  int stage_of(int k) const { return k % s.stages; }
+
+  // (kind, micro, boundary) and the peer stage of a communication action.
+  std::pair<Key, int> transfer(int stage, const PipeAction& a) const {
+    const int k = virtual_stage(stage, a.chunk);
+    switch (a.op) {
+      case PipeOp::kSendActivation:
+        return {{0, a.micro, k}, stage_of(k + 1)};
+      case PipeOp::kRecvActivation:
+        return {{0, a.micro, k - 1}, stage_of(k - 1)};
+      case PipeOp::kSendGrad:
+        return {{1, a.micro, k - 1}, stage_of(k - 1)};
+      case PipeOp::kRecvGrad:
+        return {{1, a.micro, k}, stage_of(k + 1)};
+      case PipeOp::kSendTiedGrad:
+        return {{2, a.micro, 0}, 0};
+      case PipeOp::kRecvTiedGrad:
+        return {{2, a.micro, 0}, stage_of(V - 1)};
+      default:
+        return {{-1, 0, 0}, -1};
+    }
+  }
+
+  void check_action(int stage, const PipeAction& a) const {
+    const std::string what = describe(stage, a);
+    CHORUS_ARG_CHECK(a.micro >= 0 && a.micro < s.micro_batches, "pipeline schedule ", s.name, ": ",
+                     what, ": micro-batch outside [0, ", s.micro_batches, ")");
+    CHORUS_ARG_CHECK(a.chunk >= 0 && a.chunk < s.chunks, "pipeline schedule ", s.name, ": ", what,
+                     ": chunk outside [0, ", s.chunks, ")");
+    const int k = virtual_stage(stage, a.chunk);
+    const bool ok = (a.op != PipeOp::kRecvActivation && a.op != PipeOp::kSendGrad) || k > 0;
+    const bool ok2 = (a.op != PipeOp::kSendActivation && a.op != PipeOp::kRecvGrad) || k < V - 1;
+    const bool tied = s.tied_embedding && s.stages > 1;
+    const bool ok3 = (a.op != PipeOp::kSendTiedGrad || (k == V - 1 && tied)) &&
+                     (a.op != PipeOp::kRecvTiedGrad || (k == 0 && tied));
+    CHORUS_ARG_CHECK(ok && ok2 && ok3, "pipeline schedule ", s.name, ": ", what,
+                     " has no peer (virtual stage ", k, " of ", V, ")");
+  }
+};
+
+}  // namespace
+
+PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
+  CHORUS_ARG_CHECK(s.stages >= 1 && s.chunks >= 1 && s.micro_batches >= 1 &&
+                       s.actions.size() == static_cast<size_t>(s.stages),
+                   "pipeline schedule ", s.name, ": ", s.actions.size(), " action lists for ",
+                   s.stages, " stages");
+  Sim sim{s, backward_cost, s.stages * s.chunks};
+  const int p = s.stages;
+
+  // Static checks: every (micro, chunk) forwarded and backwarded once, in that order, then one
+  // reduction after the last backward.
+  for (int st = 0; st < p; ++st) {
+    const auto& list = s.actions[static_cast<size_t>(st)];
+    std::map<std::pair<int, int>, int> fwd, bwd;
+    int reduce_at = -1, last_backward = -1;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const PipeAction& a = list[i];
+      sim.check_action(st, a);
+      if (a.op == PipeOp::kForward) ++fwd[std::make_pair(a.micro, a.chunk)];
+      if (a.op == PipeOp::kBackward) {
+        const bool forwarded = fwd.count(std::make_pair(a.micro, a.chunk)) == 1;
+        CHORUS_ARG_CHECK(forwarded, "pipeline schedule ", s.name, ": ", describe(st, a),
+                         " comes before its forward");
+        ++bwd[std::make_pair(a.micro, a.chunk)];
+        last_backward = static_cast<int>(i);
+      }
+      if (a.op == PipeOp::kReduceGrads) {
+        CHORUS_ARG_CHECK(reduce_at < 0, "pipeline schedule ", s.name, ": stage ", st,
+                         " reduces its gradients twice");
+        reduce_at = static_cast<int>(i);
+      }
+    }
+    for (int m = 0; m < s.micro_batches; ++m)
+      for (int c = 0; c < s.chunks; ++c) {
+        const int nf = fwd[std::make_pair(m, c)], nb = bwd[std::make_pair(m, c)];
+        CHORUS_ARG_CHECK(nf == 1 && nb == 1, "pipeline schedule ", s.name, ": stage ", st,
+                         " runs micro-batch ", m, " of chunk ", c, " ", nf, " times forward and ",
+                         nb, " times backward (once each expected)");
+      }
+    CHORUS_ARG_CHECK(reduce_at > last_backward, "pipeline schedule ", s.name, ": stage ", st,
+                     reduce_at < 0 ? " never reduces its gradients"
+                                   : " reduces its gradients before its last backward");
+  }
+
+  // The simulation. A communication action is a *part*; the parts of one group on one channel
+  // (activations, gradients, tied gradients) form one queue entry when they are one send and one
+  // receive (the engine's send_recv), else one entry each. Every rank has an in-order queue per
+  // channel. A part is matched when the entry holding it and the entry holding its peer's
+  // matching part are both at the heads of their queues; an entry leaves its queue when all its
+  // parts are matched. A group blocks its stage until all its receives are matched.
+  PipeSimulation out;
+  out.peak_activations.assign(static_cast<size_t>(p), 0);
+  out.timeline.resize(static_cast<size_t>(p));
+  struct Part {
+    PipeAction action;
+    int stage = 0;
+    bool send = false;
+    Key key;
+    int peer = 0;
+    double posted = 0;
+    double matched_at = -1;  // < 0: not yet
+  };
+  struct Entry {
+    std::vector<Part*> parts;
+  };
+  std::deque<Part> parts;  // stable addresses
+  std::deque<Entry> entries;
+  std::vector<std::array<std::deque<Entry*>, 3>> queues(static_cast<size_t>(p));
+  std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0.0);
+  std::vector<int> live(static_cast<size_t>(p), 0);
+  // Posted receives of every stage, by (op, micro, chunk): what its compute steps wait for.
+  std::vector<std::map<std::tuple<int, int, int>, Part*>> inbox(static_cast<size_t>(p));
+  double busy = 0;
+  auto channel = [](PipeOp op) {
+    return op == PipeOp::kSendActivation || op == PipeOp::kRecvActivation ? 0
+           : op == PipeOp::kSendGrad || op == PipeOp::kRecvGrad           ? 1
+                                                                          : 2;
+  };
+
+  auto post_group = [&](int st, size_t begin, size_t end) {
+    const auto& list = s.actions[static_cast<size_t>(st)];
+    std::array<std::vector<Part*>, 3> by_channel;
+    for (size_t i = begin; i < end; ++i) {
+      const PipeAction& a = list[i];
+      const auto [key, peer] = sim.transfer(st, a);
+      parts.push_back({a, st, is_send(a.op), key, peer, clock[static_cast<size_t>(st)], -1});
+      by_channel[static_cast<size_t>(channel(a.op))].push_back(&parts.back());
+      if (!is_send(a.op))
+        inbox[static_cast<size_t>(st)][std::make_tuple(static_cast<int>(a.op), a.micro, a.chunk)] =
+            &parts.back();
+    }
+    for (int c = 0; c < 3; ++c) {
+      auto& ps = by_channel[static_cast<size_t>(c)];
+      const bool fused = ps.size() == 2 && ps[0]->send != ps[1]->send;
+      if (fused) {
+        entries.push_back({{ps[0], ps[1]}});
+        queues[static_cast<size_t>(st)][static_cast<size_t>(c)].push_back(&entries.back());
+      } else {
+        for (Part* part : ps) {
+          entries.push_back({{part}});
+          queues[static_cast<size_t>(st)][static_cast<size_t>(c)].push_back(&entries.back());
+        }
+      }
+    }
+  };
+  // Matches every part whose peer part sits at the head of the peer's queue. Returns whether
+  // anything changed.
+  auto match = [&]() {
+    bool changed = false;
+    for (int st = 0; st < p; ++st)
+      for (int c = 0; c < 3; ++c) {
+        auto& q = queues[static_cast<size_t>(st)][static_cast<size_t>(c)];
+        if (q.empty()) continue;
+        for (Part* part : q.front()->parts) {
+          if (part->matched_at >= 0) continue;
+          auto& pq = queues[static_cast<size_t>(part->peer)][static_cast<size_t>(c)];
+          if (pq.empty()) continue;
+          for (Part* other : pq.front()->parts) {
+            if (other->matched_at >= 0 || other->send == part->send || other->key != part->key)
+              continue;
+            CHORUS_ARG_CHECK(other->peer == st, "pipeline schedule ", s.name, ": ",
+                             describe(st, part->action), " meets ",
+                             describe(part->peer, other->action), " sent elsewhere");
+            part->matched_at = other->matched_at = std::max(part->posted, other->posted);
+            changed = true;
+          }
+        }
+      }
+    // Entries whose parts are all matched leave their queues.
+    for (int st = 0; st < p; ++st)
+      for (auto& q : queues[static_cast<size_t>(st)])
+        while (!q.empty() && std::all_of(q.front()->parts.begin(), q.front()->parts.end(),
+                                         [](const Part* x) { return x->matched_at >= 0; })) {
+          q.pop_front();
+          changed = true;
+        }
+    return changed;
+  };
+
+  size_t executed = 0, total_actions = 0;
+  for (const auto& l : s.actions) total_actions += l.size();
+  std::vector<const Part*> waits_for(static_cast<size_t>(p), nullptr);  // for the deadlock message
+  while (true) {
+    bool moved = match();
+    for (int st = 0; st < p; ++st) {
+      const auto& list = s.actions[static_cast<size_t>(st)];
+      size_t& i = pc[static_cast<size_t>(st)];
+      waits_for[static_cast<size_t>(st)] = nullptr;
+      while (i < list.size()) {
+        const PipeAction& a = list[i];
+        if (is_comm(a.op)) {
+          size_t end = i;
+          while (end < list.size() && is_comm(list[end].op)) ++end;
+          post_group(st, i, end);
+          executed += end - i;
+          i = end;
+          moved = true;
+          continue;
+        }
+        if (a.op == PipeOp::kReduceGrads) {
+          ++executed;
+          ++i;
+          moved = true;
+          continue;
+        }
+        // A compute step: what it needs must have been posted before it (else the schedule is
+        // wrong), and it waits until that has arrived.
+        const int k = sim.virtual_stage(st, a.chunk);
+        std::vector<PipeOp> needs;
+        if (a.op == PipeOp::kForward && k > 0) needs.push_back(PipeOp::kRecvActivation);
+        if (a.op == PipeOp::kBackward && k < sim.V - 1) needs.push_back(PipeOp::kRecvGrad);
+        if (a.op == PipeOp::kBackward && k == 0 && s.tied_embedding && p > 1)
+          needs.push_back(PipeOp::kRecvTiedGrad);
+        const Part* missing = nullptr;
+        double ready = clock[static_cast<size_t>(st)];
+        for (PipeOp need : needs) {
+          auto& box = inbox[static_cast<size_t>(st)];
+          auto it = box.find(std::make_tuple(static_cast<int>(need), a.micro, a.chunk));
+          CHORUS_ARG_CHECK(it != box.end(), "pipeline schedule ", s.name, ": ", describe(st, a),
+                           need == PipeOp::kRecvActivation ? " runs before its input is received"
+                           : need == PipeOp::kRecvGrad
+                               ? " runs before its output's gradient is received"
+                               : " runs before the lm_head's embedding gradient of its "
+                                 "micro-batch is received");
+          if (it->second->matched_at < 0)
+            missing = it->second;
+          else
+            ready = std::max(ready, it->second->matched_at);
+        }
+        if (missing != nullptr) {
+          waits_for[static_cast<size_t>(st)] = missing;
+          break;
+        }
+        const double cost = a.op == PipeOp::kForward ? 1.0 : backward_cost;
+        clock[static_cast<size_t>(st)] = ready + cost;
+        busy += cost;
+        out.timeline[static_cast<size_t>(st)].push_back({a, ready, ready + cost});
+        int& l = live[static_cast<size_t>(st)];
+        if (a.op == PipeOp::kForward)
+          out.peak_activations[static_cast<size_t>(st)] =
+              std::max(out.peak_activations[static_cast<size_t>(st)], ++l);
+        else
+          --l;
+        ++executed;
+        ++i;
+        moved = true;
+      }
+    }
+    bool finished = executed == total_actions;
+    for (int st = 0; st < p && finished; ++st)
+      for (const auto& q : queues[static_cast<size_t>(st)]) finished = finished && q.empty();
+    if (finished) break;
+    if (!moved) {
+      // Nothing can move: name what every stage waits for.
+      std::ostringstream os;
+      bool deadlock = false;
+      for (int st = 0; st < p; ++st) {
+        if (const Part* x = waits_for[static_cast<size_t>(st)]) {
+          os << " " << describe(st, s.actions[static_cast<size_t>(st)][pc[static_cast<size_t>(st)]])
+             << " waits for " << describe(st, x->action) << " from stage " << x->peer << ";";
+          deadlock = true;
+        }
+        for (const auto& q : queues[static_cast<size_t>(st)])
+          if (!q.empty())
+            for (const Part* x : q.front()->parts)
+              if (x->matched_at < 0)
+                os << " " << describe(st, x->action) << " heads its queue unmatched;";
+      }
+      throw InvalidArgument("pipeline schedule " + s.name +
+                            (deadlock ? " deadlocks:" : ": unmatched communication:") + os.str());
+    }
+  }
+  for (double c : clock) out.makespan = std::max(out.makespan, c);
+  out.bubble = out.makespan > 0 ? 1.0 - busy / (static_cast<double>(p) * out.makespan) : 0.0;
+  return out;
+}
+
+double predicted_bubble(const PipeSchedule& s) {
+  const double p = s.stages, m = s.micro_batches, v = s.chunks;
+  const double bubble = (p - 1) / v;
+  return bubble / (m + bubble);
+}
+
+std::string timeline_text(const PipeSchedule& s, const PipeSimulation& sim) {
+  std::ostringstream os;
+  for (int st = 0; st < s.stages; ++st) {
+    os << "stage " << st << ":";
+    double t = 0;
+    for (const auto& span : sim.timeline[static_cast<size_t>(st)]) {
+      for (; t + 1e-9 < span.start; t += 1) os << " .";
+      os << " " << (span.action.op == PipeOp::kForward ? "F" : "B") << span.action.micro;
+      if (s.chunks > 1) os << "'" << span.action.chunk;
+      t = span.end;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string timeline_svg(const PipeSchedule& s, const PipeSimulation& sim) {
+  const double unit = 28, row = 30, left = 70, top = 30;
+  const double width = left + sim.makespan * unit + 20, height = top + s.stages * row + 30;
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  os << "<text x=\"" << left << "\" y=\"18\" font-size=\"13\">" << s.name << ": " << s.stages
+     << " stages, " << s.micro_batches << " micro-batches"
+     << (s.chunks > 1 ? ", " + std::to_string(s.chunks) + " chunks" : std::string()) << "; bubble "
+     << static_cast<int>(sim.bubble * 1000 + 0.5) / 10.0 << "%</text>\n";
+  for (int st = 0; st < s.stages; ++st) {
+    const double y = top + st * row;
+    os << "<text x=\"4\" y=\"" << y + 19 << "\">stage " << st << "</text>\n";
+    for (const auto& span : sim.timeline[static_cast<size_t>(st)]) {
+      const bool f = span.action.op == PipeOp::kForward;
+      // Forwards blue, backwards green, lighter for later chunks.
+      const int shade = 90 + 50 * span.action.chunk;
+      os << "<rect x=\"" << left + span.start * unit << "\" y=\"" << y << "\" width=\""
+         << (span.end - span.start) * unit - 1 << "\" height=\"" << row - 4 << "\" fill=\"rgb("
+         << (f ? shade : 60) << "," << (f ? shade + 40 : shade + 60) << "," << (f ? 220 : shade)
+         << ")\"/>\n";
+      os << "<text x=\"" << left + span.start * unit + 4 << "\" y=\"" << y + 18 << "\">"
+         << (f ? "F" : "B") << span.action.micro
+         << (s.chunks > 1 ? "." + std::to_string(span.action.chunk) : std::string()) << "</text>\n";
+    }
+  }
+  os << "</svg>\n";
+  return os.str();
+}
+
+}  // namespace chorus::parallel
