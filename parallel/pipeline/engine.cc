@@ -289,9 +289,10 @@ PipelineEngine::PipelineEngine(tensor::nn::GPT& model, DeviceMesh& mesh, Pipelin
   } else {
     CHORUS_ARG_CHECK(options.balance == "measured", "pipeline: balance '", options.balance,
                      "' (expected measured or uniform)");
-    std::vector<double> costs(static_cast<size_t>(cfg.layers) + 2, 0.0);
+    // Every rank measures (a tensor-parallel layer's collectives need its whole tp group), and
+    // world rank 0's costs decide, so that every rank cuts alike.
+    std::vector<double> costs = measure_layer_costs(model, 1);
     Communicator& world = mesh.world();
-    if (world.rank() == 0) costs = measure_layer_costs(model, 1);
     world.broadcast(costs.data(), costs.data(), costs.size(), DataType::kF64, 0);
     e.bounds = balance_layers(costs, e.V);
   }

@@ -92,4 +92,13 @@ tensor::nn::NamedTensors gather_tensor_parallel(tensor::nn::Module& model, Commu
   return out;
 }
 
+bool is_tensor_parallel_slice(tensor::nn::Module& model, const std::string& name) {
+  const size_t dot = name.rfind('.');
+  tensor::nn::Module& m = model.module_at(dot == std::string::npos ? "" : name.substr(0, dot));
+  const std::string member = name.substr(dot + 1);
+  if (dynamic_cast<ColumnParallelLinear*>(&m) != nullptr) return true;
+  if (dynamic_cast<VocabParallelEmbedding*>(&m) != nullptr) return true;
+  return dynamic_cast<RowParallelLinear*>(&m) != nullptr && member == "weight";
+}
+
 }  // namespace chorus::parallel

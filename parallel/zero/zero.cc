@@ -250,16 +250,20 @@ double ZeroOptimizer::lr() const { return impl_->optimizer->lr(); }
 void ZeroOptimizer::set_lr(double lr) { impl_->optimizer->set_lr(lr); }
 int64_t ZeroOptimizer::step_count() const { return impl_->optimizer->step_count(); }
 
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
+double ZeroOptimizer::clip_grad_norm(double max_norm, Communicator* model_parallel,
+                                     const std::function<bool(const std::string&)>& counted) {
   Impl& z = *impl_;
   z.wait_all_reduces();
   double sq = 0;
   for (const auto& [name, piece] : z.optimizer->params())
-    for (double v : piece.grad().to_vector()) sq += v * v;
+    if (!counted || counted(name))
+      for (double v : piece.grad().to_vector()) sq += v * v;
   double total = 0;
   z.dp->all_reduce(&sq, &total, 1, DataType::kF64, ReduceOp::kSum);
+  if (model_parallel != nullptr)
+    model_parallel->all_reduce(&total, &total, 1, DataType::kF64, ReduceOp::kSum);
   const double norm = std::sqrt(total);
-  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  if (max_norm <= 0 || !std::isfinite(norm) || norm <= max_norm) return norm;
   const double factor = max_norm / (norm + 1e-6);
   for (const auto& [name, piece] : z.optimizer->params()) {
     Tensor g = piece.grad();

@@ -61,13 +61,14 @@ NamedTensors moments_of(const NamedTensors& state, const NamedTensors& params) {
   return out;
 }
 
-// dst = fold over the sources in order, then / divisor: the deterministic kAvg.
+// dst = fold over the sources in order, one rounding per step (what the deterministic
+// reductions do, 16-bit types included), then / divisor: the deterministic kAvg.
 void fold_average(Tensor& dst, const std::vector<Tensor>& srcs, int divisor) {
-  std::vector<const void*> ptrs;
-  for (const Tensor& s : srcs) ptrs.push_back(s.data_ptr());
   const auto count = static_cast<size_t>(dst.numel());
-  kernels::reduce_n(dst.dtype(), ReduceOp::kSum, dst.data_ptr(), ptrs.data(),
-                    static_cast<int>(ptrs.size()), count);
+  dst.copy_(srcs[0]);
+  for (size_t r = 1; r < srcs.size(); ++r)
+    kernels::reduce(dst.dtype(), ReduceOp::kSum, dst.data_ptr(), dst.data_ptr(),
+                    srcs[r].data_ptr(), count);
   kernels::divide(dst.dtype(), dst.data_ptr(), dst.data_ptr(), count, divisor);
 }
 

@@ -114,8 +114,8 @@ std::string timeline_text(const PipeSchedule& s, const PipeSimulation& sim);
 // fewer layers than parts is an InvalidArgument naming both.
 std::vector<int64_t> balance_layers(const std::vector<double>& costs, int parts);
 // Seconds of forward + backward of the embedding, each block and the head of `model` on a
-// (micro_batch, context) input, median of `reps` (this process; the engine measures on one rank
-// and shares the result so every rank cuts alike).
+// (micro_batch, context) input, median of `reps` (this process; the engine takes world rank 0's
+// result so every rank cuts alike). Every rank of a tensor-parallel group must call it together.
 std::vector<double> measure_layer_costs(tensor::nn::GPT& model, int64_t micro_batch, int reps = 3);
 
 struct PipelineOptions {
@@ -136,7 +136,7 @@ struct PipelineOptions {
 // process would, and which receives the updated values after each step (sync_tied_weights()).
 class PipelineEngine {
  public:
-  // Collective over mesh.world() (the cut is measured on world rank 0 and shared).
+  // Collective over mesh.world() (every rank measures the cut, world rank 0's is used).
   PipelineEngine(tensor::nn::GPT& model, DeviceMesh& mesh, PipelineOptions options);
   ~PipelineEngine();
   PipelineEngine(const PipelineEngine&) = delete;

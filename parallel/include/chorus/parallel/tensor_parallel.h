@@ -124,4 +124,9 @@ void tensor_parallel(tensor::nn::GPT& model, Communicator& tp);
 // every rank gets them all). Checkpoints and comparisons with one process use it.
 tensor::nn::NamedTensors gather_tensor_parallel(tensor::nn::Module& model, Communicator& tp);
 
+// Whether parameter `name` of `model` is a tensor-parallel slice (each tp rank holds a different
+// part) rather than replicated (every tp rank holds all of it): a global gradient norm counts a
+// slice on every rank and a replicated parameter on one.
+bool is_tensor_parallel_slice(tensor::nn::Module& model, const std::string& name);
+
 }  // namespace chorus::parallel

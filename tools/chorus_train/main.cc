@@ -1,0 +1,43 @@
+// chorus-train: trains the GPT at any parallel configuration (see --help and
+// docs/PARALLELISM.md). Every rank parses the same flags and decides the same way, so a usage
+// error stops every rank before any work, with one message (from rank 0).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "chorus/communicator.h"
+#include "options.h"
+#include "trainer.h"
+
+int main(int argc, char** argv) {
+  using namespace chorus;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& a : args)
+    if (a == "-h" || a == "--help") {
+      std::fputs(train::usage().c_str(), stdout);
+      return 0;
+    }
+  train::Options options;
+  try {
+    options = train::parse_options(args);
+  } catch (const train::UsageError& e) {
+    std::fprintf(stderr, "chorus-train: %s\n", e.message.c_str());
+    return 2;
+  }
+  try {
+    CommOptions comm_options;
+    if (options.deterministic) comm_options.deterministic = true;
+    Communicator world = Communicator::from_env(comm_options);
+    train::Mesh mesh;
+    try {
+      mesh = train::resolve_mesh(options, world.size());
+    } catch (const train::UsageError& e) {
+      if (world.rank() == 0) std::fprintf(stderr, "chorus-train: %s\n", e.message.c_str());
+      return 2;
+    }
+    return train::run(options, mesh, world);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chorus-train: %s\n", e.what());
+    return 1;
+  }
+}

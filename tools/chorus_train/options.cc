@@ -1,0 +1,229 @@
+#include "options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace chorus::train {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw UsageError{message}; }
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+int64_t as_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size())
+    fail(flag + " expects an integer, got '" + v + "'");
+  if (x < lo || x > hi)
+    fail(flag + " " + v + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+double as_double(const std::string& flag, const std::string& v, double lo) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    if (!(x >= lo)) fail(flag + " " + v + " must be at least " + std::to_string(lo));
+    return x;
+  } catch (const std::logic_error&) {
+    fail(flag + " expects a number, got '" + v + "'");
+  }
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(Usage: chorus-run -n N chorus-train [flags]
+
+Trains the GPT on a byte corpus at any parallel configuration; rank 0 prints every step.
+
+Mesh (omitted sizes are chosen from the world size and printed with the reason):
+  --dp D --tp T --pp P     data x tensor x pipeline parallel ranks (D*T*P = world size)
+  --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp (pipelines: 0-2)
+  --schedule NAME          gpipe | 1f1b (default) | interleaved
+  --chunks V               interleaved: model chunks per stage (default 2)
+  --micro-batches M        per step and replica (default: P with a pipeline, else 1)
+Model:
+  --layers L --width C --heads H --context T --vocab V   (default 4, 128, 4, 64, 256)
+Training:
+  --batch B                global batch in sequences, split over dp and the micro-batches
+                           (default 16): the same command at another mesh sees the same data
+  --steps S                (default 50)
+  --lr X --min-lr X        cosine schedule peak and floor (default 1e-3, lr/10)
+  --warmup N               linear warm-up steps (default min(100, steps/10))
+  --clip X                 clip the global gradient norm (default 1.0; 0 = off)
+  --weight-decay X         AdamW's (default 0.1; matrices only)
+  --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling
+  --checkpoint-activations recompute each block in backward
+  --deterministic          rank-ordered reductions and pinned kernels: bit-identical reruns
+                           (CHORUS_DETERMINISTIC=1)
+  --seed N                 initialisation and data (default 1234)
+  --data FILE              train on FILE's bytes (default: the built-in corpus)
+Checkpoints and logs:
+  --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
+  --load DIR               resume from a checkpoint (any mesh: it reshards)
+  --log-json FILE          one JSON line per step (rank 0)
+  --trace FILE             a Chrome-trace timeline of every rank's step (Perfetto, chrome://tracing)
+  --quiet                  no per-step lines
+  -h, --help               this text
+)";
+}
+
+Options parse_options(const std::vector<std::string>& args) {
+  Options o;
+  using Setter = std::function<void(const std::string& flag, const std::string& v)>;
+  std::map<std::string, std::pair<bool, Setter>> flags;  // flag -> (takes a value, setter)
+  auto value = [&](const char* name, Setter set) { flags[name] = {true, std::move(set)}; };
+  auto boolean = [&](const char* name, bool* out) {
+    flags[name] = {false, [out](const std::string&, const std::string&) { *out = true; }};
+  };
+  value("--dp", [&](auto& f, auto& v) { o.dp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
+  value("--tp", [&](auto& f, auto& v) { o.tp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
+  value("--pp", [&](auto& f, auto& v) { o.pp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
+  value("--zero", [&](auto& f, auto& v) { o.zero = static_cast<int>(as_int(f, v, 0, 3)); });
+  value("--schedule", [&](auto& f, auto& v) {
+    if (v != "gpipe" && v != "1f1b" && v != "interleaved")
+      fail(f + " " + v + ": expected gpipe, 1f1b or interleaved");
+    o.schedule = v;
+  });
+  value("--chunks", [&](auto& f, auto& v) { o.chunks = static_cast<int>(as_int(f, v, 1, 64)); });
+  value("--micro-batches",
+        [&](auto& f, auto& v) { o.micro_batches = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
+  value("--layers", [&](auto& f, auto& v) { o.layers = as_int(f, v, 1, 4096); });
+  value("--width", [&](auto& f, auto& v) { o.width = as_int(f, v, 1, 1 << 16); });
+  value("--heads", [&](auto& f, auto& v) { o.heads = as_int(f, v, 1, 1 << 10); });
+  value("--context", [&](auto& f, auto& v) { o.context = as_int(f, v, 1, 1 << 16); });
+  value("--vocab", [&](auto& f, auto& v) { o.vocab = as_int(f, v, 256, 1 << 20); });
+  value("--batch", [&](auto& f, auto& v) { o.batch = as_int(f, v, 1, 1 << 20); });
+  value("--steps", [&](auto& f, auto& v) { o.steps = as_int(f, v, 0, int64_t{1} << 40); });
+  value("--lr", [&](auto& f, auto& v) { o.lr = as_double(f, v, 0); });
+  value("--min-lr", [&](auto& f, auto& v) { o.min_lr = as_double(f, v, 0); });
+  value("--warmup", [&](auto& f, auto& v) { o.warmup = as_int(f, v, 0, int64_t{1} << 40); });
+  value("--clip", [&](auto& f, auto& v) { o.clip = as_double(f, v, 0); });
+  value("--weight-decay", [&](auto& f, auto& v) { o.weight_decay = as_double(f, v, 0); });
+  value("--dtype", [&](auto& f, auto& v) {
+    if (v != "f32" && v != "bf16" && v != "f16") fail(f + " " + v + ": expected f32, bf16 or f16");
+    o.dtype = v;
+  });
+  value("--seed",
+        [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(as_int(f, v, 0, INT64_MAX)); });
+  value("--data", [&](auto&, auto& v) { o.data = v; });
+  value("--save", [&](auto&, auto& v) { o.save = v; });
+  value("--load", [&](auto&, auto& v) { o.load = v; });
+  value("--save-every",
+        [&](auto& f, auto& v) { o.save_every = as_int(f, v, 1, int64_t{1} << 40); });
+  value("--log-json", [&](auto&, auto& v) { o.log_json = v; });
+  value("--trace", [&](auto&, auto& v) { o.trace = v; });
+  boolean("--checkpoint-activations", &o.checkpoint_activations);
+  boolean("--deterministic", &o.deterministic);
+  boolean("--quiet", &o.quiet);
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], v;
+    bool inline_value = false;
+    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    auto it = flags.find(flag);
+    if (it == flags.end()) {
+      std::string nearest;
+      size_t best = SIZE_MAX;
+      for (const auto& [name, f] : flags)
+        if (const size_t d = edit_distance(flag, name); d < best) {
+          best = d;
+          nearest = name;
+        }
+      fail("unknown flag '" + flag + "'" +
+           (best <= 3 ? " (did you mean " + nearest + "?)" : std::string(" (see --help)")));
+    }
+    const auto& [takes_value, set] = it->second;
+    if (takes_value && !inline_value) {
+      if (i + 1 >= args.size()) fail(flag + " needs a value");
+      v = args[++i];
+    } else if (!takes_value && inline_value) {
+      fail(flag + " takes no value");
+    }
+    set(flag, v);
+  }
+  if (o.save_every > 0 && o.save.empty()) fail("--save-every needs --save DIR");
+  if (o.min_lr > o.lr) fail("--min-lr is above --lr");
+  return o;
+}
+
+Mesh resolve_mesh(const Options& o, int world) {
+  Mesh m;
+  std::ostringstream why;
+  const int tp = o.tp > 0 ? o.tp : 1, pp = o.pp > 0 ? o.pp : 1;
+  if (world % (tp * pp) != 0)
+    fail("tp=" + std::to_string(tp) + " x pp=" + std::to_string(pp) + " does not divide the " +
+         std::to_string(world) + " ranks");
+  const int dp = o.dp > 0 ? o.dp : world / (tp * pp);
+  if (dp * tp * pp != world)
+    fail("mesh dp=" + std::to_string(dp) + " x tp=" + std::to_string(tp) +
+         " x pp=" + std::to_string(pp) + " = " + std::to_string(dp * tp * pp) +
+         " ranks, but the world has " + std::to_string(world));
+  m.dp = dp;
+  m.tp = tp;
+  m.pp = pp;
+  if (o.dp == 0 || o.tp == 0 || o.pp == 0) {
+    why << "mesh dp=" << dp << " tp=" << tp << " pp=" << pp;
+    if (o.tp == 0 && o.pp == 0)
+      why << ": the model fits one rank, so every rank is a data-parallel replica (the cheapest "
+             "communication: one gradient reduction per step)";
+    else
+      why << ": the ranks not taken by tp and pp are data parallel";
+  }
+  m.reason = why.str();
+  m.chunks = o.schedule == "interleaved" ? (o.chunks > 0 ? o.chunks : 2) : 1;
+  if (o.schedule != "interleaved" && o.chunks > 1)
+    fail("--chunks " + std::to_string(o.chunks) + " needs --schedule interleaved");
+  m.micro_batches = o.micro_batches > 0 ? o.micro_batches : pp;
+  // What the model and the batch must satisfy.
+  if (o.heads % tp != 0)
+    fail(std::to_string(o.heads) + " heads do not divide over tp=" + std::to_string(tp));
+  if (o.width % o.heads != 0)
+    fail("--width " + std::to_string(o.width) + " is not a multiple of --heads " +
+         std::to_string(o.heads));
+  if (o.layers < static_cast<int64_t>(pp) * m.chunks)
+    fail(std::to_string(o.layers) + " layers for " + std::to_string(pp * m.chunks) +
+         " pipeline stages (every stage needs a block)");
+  if (pp > 1 && m.micro_batches < pp)
+    fail("--micro-batches " + std::to_string(m.micro_batches) + " is below the " +
+         std::to_string(pp) + " pipeline stages");
+  if (pp > 1 && m.chunks > 1 && m.micro_batches % pp != 0)
+    fail("the interleaved schedule needs --micro-batches a multiple of pp=" + std::to_string(pp));
+  if (pp == 1 && o.schedule == "interleaved")
+    fail("--schedule interleaved needs --pp of at least 2");
+  if (o.batch % (static_cast<int64_t>(dp) * m.micro_batches) != 0)
+    fail("--batch " + std::to_string(o.batch) + " does not split into dp=" + std::to_string(dp) +
+         " replicas x " + std::to_string(m.micro_batches) + " micro-batches");
+  if (o.zero == 3 && (pp > 1 || tp > 1))
+    fail("--zero 3 works with data parallelism alone (tp=1, pp=1); use --zero 1 or 2 with tp/pp");
+  if (o.dtype == "f16" && (tp > 1 || pp > 1 || o.zero > 0))
+    fail(
+        "--dtype f16 (loss scaling) needs --zero 0, tp=1 and pp=1: a skipped step must be "
+        "decided alike on every rank; use --dtype bf16");
+  return m;
+}
+
+}  // namespace chorus::train

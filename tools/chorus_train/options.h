@@ -1,0 +1,62 @@
+// chorus-train's command line: what the flags say, and every combination that cannot work
+// refused before any rank starts work.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace chorus::train {
+
+struct Options {
+  // The mesh; 0 = choose (docs: a proposal from the world size, printed with its reason).
+  int dp = 0, tp = 0, pp = 0;
+  int zero = 0;                   // 0 = DDP, 1-3 = ZeRO stage
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved
+  int chunks = 0;                 // interleaved: chunks per stage (0: 2)
+  int micro_batches = 0;          // per step and replica (0: pp, or 1 without a pipeline)
+  // The model.
+  int64_t layers = 4, width = 128, heads = 4, context = 64, vocab = 256;
+  // Training.
+  int64_t batch = 16;  // global: split over dp and the micro-batches
+  int64_t steps = 50;
+  double lr = 1e-3;
+  double min_lr = 0;    // 0: lr / 10
+  int64_t warmup = -1;  // -1: min(100, steps / 10)
+  double clip = 1.0;    // 0: no clipping
+  double weight_decay = 0.1;
+  std::string dtype = "f32";  // f32, bf16 (autocast), f16 (autocast and loss scaling)
+  bool checkpoint_activations = false;
+  bool deterministic = false;
+  uint64_t seed = 1234;
+  std::string data;  // a file of bytes; empty: the built-in corpus
+  // Checkpoints and logs.
+  std::string save, load;
+  int64_t save_every = 0;  // 0: only at the end
+  std::string log_json, trace;
+  bool quiet = false;
+};
+
+// Parses argv (without the program name). Throws UsageError for anything malformed, an unknown
+// flag (naming the nearest valid one), or a value out of range.
+struct UsageError {
+  std::string message;
+};
+Options parse_options(const std::vector<std::string>& args);
+
+// The mesh for `world` ranks: the flags given, the rest chosen; `reason` says how. Throws
+// UsageError when the mesh does not divide the world or the model cannot be split on it (heads
+// or layers that do not divide, micro-batches fewer than stages, a batch the replicas and
+// micro-batches do not divide, a combination the layers do not support).
+struct Mesh {
+  int dp = 1, tp = 1, pp = 1;
+  int micro_batches = 1;
+  int chunks = 1;
+  std::string reason;
+};
+Mesh resolve_mesh(const Options& o, int world);
+
+std::string usage();
+
+}  // namespace chorus::train

@@ -1,0 +1,257 @@
+#include "trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "chorus/error.h"
+#include "chorus/parallel/data_parallel.h"
+#include "chorus/parallel/grad_norm.h"
+#include "chorus/parallel/mesh.h"
+#include "chorus/parallel/pipeline.h"
+#include "chorus/parallel/tensor_parallel.h"
+#include "chorus/parallel/zero.h"
+#include "chorus/tensor/amp.h"
+#include "chorus/tensor/data.h"
+#include "chorus/tensor/gemm.h"
+#include "chorus/tensor/nn.h"
+#include "chorus/tensor/optim.h"
+#include "corpus.h"
+
+namespace chorus::train {
+namespace {
+
+using tensor::Tensor;
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The matmul FLOPs of one training step (forward and two backward GEMMs per weight, and the
+// causal attention's two products), for the MFU estimate.
+double step_flops(const tensor::nn::GPTConfig& c, int64_t batch) {
+  const double N = double(batch) * double(c.context), C = double(c.width);
+  const double per_layer =
+      N * 12 * C * C + double(batch) * double(c.context) * double(c.context) * C;
+  return 6.0 * (double(c.layers) * per_layer + N * C * double(c.vocab));
+}
+
+// This rank's f32 GEMM rate (GFLOP/s) on a 512^3 product, measured while every rank measures.
+double gemm_peak_gflops() {
+  const int64_t n = 512;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    tensor::gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    if (rep > 0) best = std::min(best, seconds(t0));
+  }
+  return 2.0 * double(n * n * n) / best * 1e-9;
+}
+
+std::string duration_text(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(t / 60),
+                static_cast<long long>(t % 60));
+  return buf;
+}
+
+}  // namespace
+
+int run(const Options& o, const Mesh& m, Communicator& world) {
+  const bool root = world.rank() == 0;
+  parallel::DeviceMesh mesh(world, {.dp = m.dp, .tp = m.tp, .pp = m.pp});
+  Communicator& dp = mesh.dp();
+  const tensor::ByteCorpus corpus =
+      o.data.empty() ? tensor::ByteCorpus(builtin_corpus()) : tensor::ByteCorpus::from_file(o.data);
+  CHORUS_ARG_CHECK(corpus.size() > o.context + 1, "chorus-train: the corpus has ", corpus.size(),
+                   " bytes, fewer than --context ", o.context, " + 1");
+  const tensor::BatchSampler sampler(corpus, o.batch, o.context, o.seed);
+  const tensor::nn::GPTConfig cfg{.vocab = o.vocab,
+                                  .context = o.context,
+                                  .layers = o.layers,
+                                  .heads = o.heads,
+                                  .width = o.width};
+  tensor::nn::GPT model(cfg);
+  model.init(o.seed);
+  const int64_t params_total = model.num_parameters();
+  model.set_activation_checkpointing(o.checkpoint_activations);
+  if (m.tp > 1) parallel::tensor_parallel(model, mesh.tp());
+  std::unique_ptr<parallel::PipelineEngine> pipe;
+  std::function<bool(const std::string&)> include;
+  if (m.pp > 1) {
+    pipe = std::make_unique<parallel::PipelineEngine>(
+        model, mesh,
+        parallel::PipelineOptions{
+            .schedule = o.schedule, .chunks = m.chunks, .micro_batches = m.micro_batches});
+    include = [&pipe](const std::string& name) { return pipe->owns(name); };
+  }
+  const tensor::optim::AdamWOptions adamw{.lr = o.lr, .weight_decay = o.weight_decay};
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
+  std::unique_ptr<tensor::optim::AdamW> opt;
+  std::unique_ptr<parallel::ZeroOptimizer> zero;
+  if (o.zero == 0) {
+    ddp = std::make_unique<parallel::DistributedDataParallel>(
+        model, dp, parallel::DDPOptions{.include = include});
+    opt = std::make_unique<tensor::optim::AdamW>(
+        pipe ? pipe->parameters() : model.named_parameters(), adamw);
+    ddp->attach(*opt);
+  } else {
+    zero = std::make_unique<parallel::ZeroOptimizer>(
+        model, dp, parallel::ZeroOptions{.stage = o.zero, .adamw = adamw, .include = include});
+  }
+  const DataType autocast = o.dtype == "bf16"  ? DataType::kBF16
+                            : o.dtype == "f16" ? DataType::kF16
+                                               : DataType::kF32;
+  std::optional<tensor::GradScaler> scaler;
+  if (o.dtype == "f16") scaler.emplace();
+  const tensor::optim::CosineSchedule schedule{
+      .max_lr = o.lr,
+      .min_lr = o.min_lr > 0 ? o.min_lr : o.lr / 10,
+      .warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(100, o.steps / 10),
+      .total = o.steps};
+  // A replicated tensor-parallel parameter is counted by tp rank 0 only; every slice by its rank.
+  const bool tp_rank0 = mesh.tp().rank() == 0;
+  auto counted = [&](const std::string& name) {
+    return tp_rank0 || parallel::is_tensor_parallel_slice(model, name);
+  };
+
+  world.barrier();
+  double peak = gemm_peak_gflops();
+  world.all_reduce(&peak, &peak, 1, DataType::kF64, ReduceOp::kSum);
+  const double flops = step_flops(cfg, o.batch);
+  const int64_t local = o.batch / m.dp, micro_rows = local / m.micro_batches;
+  if (root) {
+    std::printf(
+        "chorus-train: GPT %lld parameters (%lld layers, width %lld, %lld heads, context "
+        "%lld), %d ranks\n",
+        static_cast<long long>(params_total), static_cast<long long>(o.layers),
+        static_cast<long long>(o.width), static_cast<long long>(o.heads),
+        static_cast<long long>(o.context), world.size());
+    if (!m.reason.empty()) std::printf("%s\n", m.reason.c_str());
+    std::printf(
+        "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
+        "replica(s) x %d micro-batch(es) of %lld\n",
+        m.dp, m.tp, m.pp, mesh.layout().c_str(),
+        o.zero == 0 ? "DDP" : ("ZeRO-" + std::to_string(o.zero)).c_str(),
+        m.pp > 1 ? (", " + o.schedule + " pipeline").c_str() : "", static_cast<long long>(o.batch),
+        static_cast<long long>(o.context), m.dp, m.micro_batches,
+        static_cast<long long>(micro_rows));
+    std::fflush(stdout);
+  }
+  std::unique_ptr<std::ofstream> json;
+  if (root && !o.log_json.empty()) {
+    json = std::make_unique<std::ofstream>(o.log_json);
+    CHORUS_ARG_CHECK(json->good(), "chorus-train: cannot write --log-json ", o.log_json);
+  }
+  const bool bar = root && !o.quiet && ::isatty(STDOUT_FILENO) != 0;
+  const auto start = Clock::now();
+
+  for (int64_t step = 0; step < o.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = schedule.at(step);
+    if (opt) opt->set_lr(lr);
+    if (zero) zero->set_lr(lr);
+    const auto [x_all, y_all] = sampler.batch(step);
+    auto micro = [&](int k) {
+      const int64_t row = dp.rank() * local + k * micro_rows;
+      return std::make_pair(x_all.narrow(0, row, micro_rows).contiguous(),
+                            y_all.narrow(0, row, micro_rows).contiguous());
+    };
+    double loss = 0;
+    {
+      tensor::AutocastGuard guard(autocast);
+      if (pipe) {
+        loss = pipe->forward_backward(micro, static_cast<uint64_t>(step),
+                                      [&](bool last, const std::function<void()>& backward) {
+                                        if (last) return backward();
+                                        if (ddp) {
+                                          auto quiet = ddp->no_sync();
+                                          backward();
+                                        } else {
+                                          auto quiet = zero->no_sync();
+                                          backward();
+                                        }
+                                      });
+      } else {
+        for (int k = 0; k < m.micro_batches; ++k) {
+          std::optional<parallel::DistributedDataParallel::NoSync> q1;
+          std::optional<parallel::ZeroOptimizer::NoSync> q2;
+          if (k + 1 < m.micro_batches) {
+            if (ddp) q1.emplace(ddp->no_sync());
+            if (zero) q2.emplace(zero->no_sync());
+          }
+          const auto [x, y] = micro(k);
+          Tensor l = model.loss(x, y, static_cast<uint64_t>(step));
+          if (m.micro_batches > 1) l = tensor::scale(l, 1.0 / m.micro_batches);
+          loss += l.item();
+          (scaler ? scaler->scale(l) : l).backward();
+        }
+      }
+    }
+    // The global gradient norm, clipped (scaled gradients under f16: the threshold scales too).
+    const double scale = scaler ? scaler->get_scale() : 1.0;
+    double norm = 0;
+    if (ddp) {
+      opt->wait_grads();
+      norm = parallel::clip_grad_norm(opt->params(), o.clip * scale, mesh.mp(), counted) / scale;
+    } else {
+      norm = zero->clip_grad_norm(o.clip, m.tp * m.pp > 1 ? &mesh.mp() : nullptr, counted);
+    }
+    if (ddp) {
+      if (scaler) {
+        scaler->step(*opt);
+        scaler->update();
+      } else {
+        opt->step();
+      }
+      opt->zero_grad();
+    } else {
+      zero->step();
+      zero->zero_grad();
+    }
+    if (pipe) pipe->sync_tied_weights();
+    dp.all_reduce(&loss, &loss, 1, DataType::kF64, ReduceOp::kAvg);
+    const double step_s = seconds(t0);
+    if (!root) continue;
+    const double tokens_s = double(o.batch * o.context) / step_s;
+    const double mfu = flops / step_s / (peak * 1e9);
+    char line[256];
+    std::snprintf(
+        line, sizeof line,
+        "step %lld loss %.4f grad_norm %.3f lr %.2e step_ms %.1f tokens/s %.0f mfu %.1f%%",
+        static_cast<long long>(step), loss, norm, lr, 1e3 * step_s, tokens_s, 100 * mfu);
+    if (bar) {
+      const double done = double(step + 1) / double(o.steps);
+      const int width = 24, filled = static_cast<int>(done * width);
+      const double eta = seconds(start) / done * (1 - done);
+      std::printf("\r[%s%s] %lld/%lld loss %.4f %.0f tok/s ETA %s   ",
+                  std::string(static_cast<size_t>(filled), '#').c_str(),
+                  std::string(static_cast<size_t>(width - filled), '.').c_str(),
+                  static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss, tokens_s,
+                  duration_text(eta).c_str());
+      if (step + 1 == o.steps) std::printf("\n%s\n", line);
+    } else if (!o.quiet) {
+      std::printf("%s\n", line);
+    }
+    std::fflush(stdout);
+    if (json)
+      *json << "{\"step\": " << step << ", \"loss\": " << loss << ", \"grad_norm\": " << norm
+            << ", \"lr\": " << lr << ", \"step_ms\": " << 1e3 * step_s
+            << ", \"tokens_per_s\": " << tokens_s << ", \"mfu\": " << mfu << "}" << std::endl;
+  }
+  if (root)
+    std::printf("done: %lld steps in %s\n", static_cast<long long>(o.steps),
+                duration_text(seconds(start)).c_str());
+  return 0;
+}
+
+}  // namespace chorus::train
