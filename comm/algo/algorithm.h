@@ -9,8 +9,9 @@
 // Rank order (CHORUS_DETERMINISTIC, Context::rank_order): some reductions fold every element as
 // x_0 op x_1 op ... op x_{n-1}, one rounding per step, so that their bits depend on nothing but
 // the inputs: not on the algorithm, the chunk size, the ring or where ranks run. The direct
-// algorithms always fold that way (one-step rounding aside, see reduce_inbox()); the two-shot
-// ones do when the context asks (reduce_scatter_direct_step()). folds_in_rank_order() says which.
+// algorithms fold in rank order always, and round f16/bf16 once per step when the context asks
+// (reduce_inbox()); the two-shot ones fold in rank order when it asks
+// (reduce_scatter_direct_step()). folds_in_rank_order() says which algorithms can.
 #pragma once
 
 #include <cstddef>

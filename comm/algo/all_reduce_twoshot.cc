@@ -1,7 +1,8 @@
 // Two-shot all-reduce: a direct reduce-scatter, then a direct all-gather. The buffer is cut into
 // `size` segments (patterns.h segment()); rank r owns segment r.
 //   1. Every rank sends segment p of its input to rank p. Rank r folds the n-1 copies of segment
-//      r it receives into its own, one peer after another (r+1, r+2, ...), into recv.
+//      r it receives into its own, one peer after another (r+1, r+2, ...), into recv; with
+//      Context::rank_order it folds all n in rank order instead (reduce_scatter_direct_step()).
 //   2. Every rank sends its reduced segment to every peer and receives theirs in place.
 // Per rank 2(n-1)/n x bytes in and out, like the ring, but in two steps instead of 2(n-1): over
 // single-copy links each receive reads the peer's buffer directly, and a rank whose peers are

@@ -6,8 +6,9 @@
 //   read different peers at once), or with Context::rank_order rank 0's first, then rank 1's,
 //   ..., which makes it the rank-ordered reduce-scatter for large messages.
 // Cost per rank: one step, (n-1)/n x input bytes sent and received, like the ring's n-1 steps;
-// no scratch (the direct reduce-scatter gathers all n blocks first, the ring pipelines partials
-// through two chunks). Each block is reduced once, by its owner.
+// no scratch but, in place with Context::rank_order, one block's partial on ranks >= 2 (the direct
+// reduce-scatter gathers all n blocks first, the ring pipelines partials through two chunks).
+// Each block is reduced once, by its owner.
 #include "algo/algorithm.h"
 
 namespace chorus::algo {

@@ -1,8 +1,8 @@
 // Two-shot reduce (Rabenseifner's): a direct reduce-scatter, then a gather to the root. The buffer
 // is cut into `size` segments (patterns.h segment()); rank q owns segment q.
 //   1. Every rank sends segment q of its input to rank q. Rank q folds the n-1 copies of segment q
-//      it receives into its own (from q+1, q+2, ...): into recv at the root, into scratch
-//      elsewhere.
+//      it receives into its own (from q+1, q+2, ...; in rank order with Context::rank_order):
+//      into recv at the root, into scratch elsewhere.
 //   2. Every other rank sends its reduced segment to the root, which receives it in place.
 // Every rank reduces 1/n of the buffer, where the direct, tree and ring reduces leave the root (or
 // each link of the chain) to reduce all of it: for large buffers the work is spread over every
