@@ -9,6 +9,7 @@ enum class Fault {
   kReduceTwice,  // "ddp_reduce_twice": DDP reduces its first bucket twice (summed, then averaged)
   kShardShift,   // "zero_shard_shift": ZeRO's optimizer updates its shard one element off
   kHeadSlice,    // "tp_head_slice": tensor parallelism gives attention's keys the next rank's heads
+  kCheckpointWrite,  // "checkpoint_write": world rank 1 fails to write its checkpoint file
 };
 
 // The fault CHORUS_PARALLEL_FAULT names (read on each call; InvalidArgument for an unknown one).

@@ -216,6 +216,7 @@ ZeroOptimizer::~ZeroOptimizer() {
 }
 
 int ZeroOptimizer::stage() const { return impl_->options.stage; }
+tensor::optim::AdamW& ZeroOptimizer::shard_optimizer() { return *impl_->optimizer; }
 
 void ZeroOptimizer::step() {
   Impl& z = *impl_;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "chorus/kernels/cpu.h"
+#include "chorus/parallel/checkpoint.h"
 #include "chorus/parallel/data_parallel.h"
 #include "chorus/parallel/mesh.h"
 #include "chorus/parallel/pipeline.h"
@@ -67,8 +68,8 @@ void fold_average(Tensor& dst, const std::vector<Tensor>& srcs, int divisor) {
   const auto count = static_cast<size_t>(dst.numel());
   dst.copy_(srcs[0]);
   for (size_t r = 1; r < srcs.size(); ++r)
-    kernels::reduce(dst.dtype(), ReduceOp::kSum, dst.data_ptr(), dst.data_ptr(),
-                    srcs[r].data_ptr(), count);
+    kernels::reduce(dst.dtype(), ReduceOp::kSum, dst.data_ptr(), dst.data_ptr(), srcs[r].data_ptr(),
+                    count);
   kernels::divide(dst.dtype(), dst.data_ptr(), dst.data_ptr(), count, divisor);
 }
 
@@ -172,7 +173,17 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
             .stage = scheme.zero_stage, .adamw = adamw_of(spec), .include = include});
   }
   TrainResult result;
-  for (int step = 0; step < spec.steps; ++step) {
+  parallel::CheckpointState ckpt{.model = model.get(),
+                                 .mesh = &mesh,
+                                 .optimizer = opt.get(),
+                                 .zero = zero.get(),
+                                 .pipeline = pipe.get()};
+  int first = 0;
+  if (!spec.load_dir.empty()) {
+    first = static_cast<int>(parallel::load_checkpoint(spec.load_dir, ckpt).step);
+    if (pipe) pipe->sync_tied_weights();
+  }
+  for (int step = first; step < spec.steps; ++step) {
     double local = 0;
     if (pipe) {
       tensor::AutocastGuard autocast(spec.autocast);
@@ -214,6 +225,10 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
     double mean = 0;
     dp.all_reduce(&local, &mean, 1, DataType::kF64, ReduceOp::kAvg);
     result.losses.push_back(mean);
+    if (step == spec.save_after) {
+      ckpt.step = step + 1;
+      parallel::save_checkpoint(spec.save_dir, ckpt);
+    }
   }
   if (pipe) {
     if (scheme.tp == 1) result.parameters = pipe->gather_parameters();

@@ -39,6 +39,10 @@ struct TrainSpec {
   bool checkpointing = false;
   DataType param_dtype = DataType::kF32;  // the model converted with Module::to
   double clip = 0;  // > 0: gradients clipped to this global norm before each step
+  // Checkpoints: saved after step `save_after` (>= 0) into save_dir; a run with load_dir starts
+  // from that checkpoint (its losses then begin at the saved step).
+  std::string save_dir = {}, load_dir = {};
+  int save_after = -1;
 };
 
 enum class Accumulate { kLocalThenReduce, kReduceThenLocal };

@@ -2,10 +2,12 @@
 // docs/PARALLELISM.md). Every rank parses the same flags and decides the same way, so a usage
 // error stops every rank before any work, with one message (from rank 0).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "chorus/parallel/checkpoint.h"
 #include "options.h"
 #include "trainer.h"
 
@@ -17,6 +19,28 @@ int main(int argc, char** argv) {
       std::fputs(train::usage().c_str(), stdout);
       return 0;
     }
+  if (!args.empty() && args[0] == "--convert") {
+    // One process, no communicator: a checkpoint directory to one file, or back.
+    if (args.size() != 3) {
+      std::fprintf(stderr,
+                   "chorus-train: --convert CHECKPOINT_DIR FILE (export) or --convert FILE "
+                   "CHECKPOINT_DIR (import)\n");
+      return 2;
+    }
+    try {
+      if (std::filesystem::is_directory(args[1])) {
+        parallel::export_checkpoint(args[1], args[2]);
+        std::printf("exported %s to %s\n", args[1].c_str(), args[2].c_str());
+      } else {
+        parallel::import_checkpoint(args[1], args[2]);
+        std::printf("imported %s into %s\n", args[1].c_str(), args[2].c_str());
+      }
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "chorus-train: %s\n", e.what());
+      return 1;
+    }
+  }
   train::Options options;
   try {
     options = train::parse_options(args);

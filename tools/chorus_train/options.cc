@@ -69,6 +69,8 @@ Training:
   --steps S                (default 50)
   --lr X --min-lr X        cosine schedule peak and floor (default 1e-3, lr/10)
   --warmup N               linear warm-up steps (default min(100, steps/10))
+  --lr-steps N             the schedule's length (default --steps): stop at --steps, resume
+                           later with --load and a larger --steps, on the same curve
   --clip X                 clip the global gradient norm (default 1.0; 0 = off)
   --weight-decay X         AdamW's (default 0.1; matrices only)
   --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling
@@ -81,6 +83,8 @@ Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
   --load DIR               resume from a checkpoint (any mesh: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
+  --convert DIR FILE       (alone) export a checkpoint as one file of named tensors;
+  --convert FILE DIR       or import one as a checkpoint
   --trace FILE             a Chrome-trace timeline of every rank's step (Perfetto, chrome://tracing)
   --quiet                  no per-step lines
   -h, --help               this text
@@ -115,6 +119,7 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--batch", [&](auto& f, auto& v) { o.batch = as_int(f, v, 1, 1 << 20); });
   value("--steps", [&](auto& f, auto& v) { o.steps = as_int(f, v, 0, int64_t{1} << 40); });
   value("--lr", [&](auto& f, auto& v) { o.lr = as_double(f, v, 0); });
+  value("--lr-steps", [&](auto& f, auto& v) { o.lr_steps = as_int(f, v, 1, int64_t{1} << 40); });
   value("--min-lr", [&](auto& f, auto& v) { o.min_lr = as_double(f, v, 0); });
   value("--warmup", [&](auto& f, auto& v) { o.warmup = as_int(f, v, 0, int64_t{1} << 40); });
   value("--clip", [&](auto& f, auto& v) { o.clip = as_double(f, v, 0); });

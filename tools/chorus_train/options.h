@@ -21,6 +21,7 @@ struct Options {
   // Training.
   int64_t batch = 16;  // global: split over dp and the micro-batches
   int64_t steps = 50;
+  int64_t lr_steps = 0;  // the schedule's length (0: --steps), so a run can stop and resume
   double lr = 1e-3;
   double min_lr = 0;    // 0: lr / 10
   int64_t warmup = -1;  // -1: min(100, steps / 10)

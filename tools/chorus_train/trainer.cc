@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "chorus/error.h"
+#include "chorus/parallel/checkpoint.h"
 #include "chorus/parallel/data_parallel.h"
 #include "chorus/parallel/grad_norm.h"
 #include "chorus/parallel/mesh.h"
@@ -113,11 +114,12 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
                                                : DataType::kF32;
   std::optional<tensor::GradScaler> scaler;
   if (o.dtype == "f16") scaler.emplace();
+  const int64_t lr_steps = o.lr_steps > 0 ? o.lr_steps : o.steps;
   const tensor::optim::CosineSchedule schedule{
       .max_lr = o.lr,
       .min_lr = o.min_lr > 0 ? o.min_lr : o.lr / 10,
-      .warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(100, o.steps / 10),
-      .total = o.steps};
+      .warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(100, lr_steps / 10),
+      .total = lr_steps};
   // A replicated tensor-parallel parameter is counted by tp rank 0 only; every slice by its rank.
   const bool tp_rank0 = mesh.tp().rank() == 0;
   auto counted = [&](const std::string& name) {
@@ -147,6 +149,42 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         static_cast<long long>(micro_rows));
     std::fflush(stdout);
   }
+  // Resume: the checkpoint fills whatever this mesh holds (it reshards).
+  parallel::CheckpointState ckpt{.model = &model,
+                                 .mesh = &mesh,
+                                 .optimizer = opt.get(),
+                                 .zero = zero.get(),
+                                 .pipeline = pipe.get()};
+  int64_t first = 0;
+  if (!o.load.empty()) {
+    const parallel::CheckpointInfo info = parallel::load_checkpoint(o.load, ckpt);
+    for (const auto& [key, mine] :
+         {std::pair<std::string, double>{"seed", double(o.seed)}, {"batch", double(o.batch)}}) {
+      auto it = info.scalars.find(key);
+      CHORUS_ARG_CHECK(it == info.scalars.end() || it->second == mine, "chorus-train: --load ",
+                       o.load, " was trained with --", key, " ", it->second, ", not ", mine,
+                       " (the data would not continue)");
+    }
+    if (auto it = info.scalars.find("loss_scale"); it != info.scalars.end() && scaler)
+      scaler.emplace(tensor::GradScalerOptions{.init_scale = it->second});
+    if (pipe) pipe->sync_tied_weights();
+    first = info.step;
+    if (root) {
+      const std::string here = "dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
+                               " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(o.zero);
+      std::printf("resumed from %s at step %lld (saved at %s%s)\n", o.load.c_str(),
+                  static_cast<long long>(first), info.saved_mesh.c_str(),
+                  info.saved_mesh == here ? "" : (", resharded to " + here).c_str());
+    }
+  }
+  auto save = [&](int64_t next_step) {
+    ckpt.step = next_step;
+    ckpt.scalars = {{"seed", double(o.seed)}, {"batch", double(o.batch)}};
+    if (scaler) ckpt.scalars["loss_scale"] = scaler->get_scale();
+    parallel::save_checkpoint(o.save, ckpt);
+    if (root)
+      std::printf("saved %s at step %lld\n", o.save.c_str(), static_cast<long long>(next_step));
+  };
   std::unique_ptr<std::ofstream> json;
   if (root && !o.log_json.empty()) {
     json = std::make_unique<std::ofstream>(o.log_json);
@@ -155,7 +193,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   const bool bar = root && !o.quiet && ::isatty(STDOUT_FILENO) != 0;
   const auto start = Clock::now();
 
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = first; step < o.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = schedule.at(step);
     if (opt) opt->set_lr(lr);
@@ -221,6 +259,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     if (pipe) pipe->sync_tied_weights();
     dp.all_reduce(&loss, &loss, 1, DataType::kF64, ReduceOp::kAvg);
     const double step_s = seconds(t0);
+    if (!o.save.empty() && o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps)
+      save(step + 1);
     if (!root) continue;
     const double tokens_s = double(o.batch * o.context) / step_s;
     const double mfu = flops / step_s / (peak * 1e9);
@@ -230,7 +270,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         "step %lld loss %.4f grad_norm %.3f lr %.2e step_ms %.1f tokens/s %.0f mfu %.1f%%",
         static_cast<long long>(step), loss, norm, lr, 1e3 * step_s, tokens_s, 100 * mfu);
     if (bar) {
-      const double done = double(step + 1) / double(o.steps);
+      const double done = double(step + 1 - first) / double(o.steps - first);
       const int width = 24, filled = static_cast<int>(done * width);
       const double eta = seconds(start) / done * (1 - done);
       std::printf("\r[%s%s] %lld/%lld loss %.4f %.0f tok/s ETA %s   ",
@@ -248,8 +288,9 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
             << ", \"lr\": " << lr << ", \"step_ms\": " << 1e3 * step_s
             << ", \"tokens_per_s\": " << tokens_s << ", \"mfu\": " << mfu << "}" << std::endl;
   }
+  if (!o.save.empty()) save(std::max<int64_t>(o.steps, first));
   if (root)
-    std::printf("done: %lld steps in %s\n", static_cast<long long>(o.steps),
+    std::printf("done: %lld steps in %s\n", static_cast<long long>(o.steps - first),
                 duration_text(seconds(start)).c_str());
   return 0;
 }

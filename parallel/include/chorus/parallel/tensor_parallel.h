@@ -35,6 +35,7 @@
 // equal the one-process run to rounding: a row-parallel product adds its inner sum in tp parts.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -60,6 +61,10 @@ class ColumnParallelLinear : public tensor::nn::Linear {
                                                         Communicator& tp, int parts = 1);
   tensor::Tensor forward(const tensor::Tensor& x) const override;
   int parts() const { return parts_; }
+  int64_t full_in() const { return in_; }
+  int64_t full_out() const { return out_; }
+  int tp_rank() const { return tp_->rank(); }
+  int tp_size() const { return tp_->size(); }
 
  protected:
   void reset_parameters(const std::string& prefix, uint64_t seed) override;
@@ -79,6 +84,10 @@ class RowParallelLinear : public tensor::nn::Linear {
   static std::shared_ptr<RowParallelLinear> slice_of(const tensor::nn::Linear& full,
                                                      Communicator& tp);
   tensor::Tensor forward(const tensor::Tensor& x) const override;
+  int64_t full_in() const { return in_; }
+  int64_t full_out() const { return out_; }
+  int tp_rank() const { return tp_->rank(); }
+  int tp_size() const { return tp_->size(); }
 
  protected:
   void reset_parameters(const std::string& prefix, uint64_t seed) override;
@@ -104,6 +113,8 @@ class VocabParallelEmbedding : public tensor::nn::Embedding {
                            const tensor::Tensor& targets) const override;
   int64_t vocab() const { return vocab_; }
   int64_t vocab_start() const { return start_; }
+  // Rows of this rank's slice that hold vocabulary (the rest is padding).
+  int64_t real_rows() const { return std::max<int64_t>(0, std::min(rows_, vocab_ - start_)); }
 
  protected:
   void reset_parameters(const std::string& prefix, uint64_t seed) override;

@@ -85,6 +85,9 @@ class ZeroOptimizer {
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   int stage() const;
+  // The AdamW that updates this rank's shard: its parameters are the pieces (1-D views, named
+  // as the parameters they belong to) and its state is theirs (checkpoints read and write it).
+  tensor::optim::AdamW& shard_optimizer();
   // Waits for the gradients, updates this rank's shard with AdamW, and (stages 1-2) all-gathers
   // the parameters. Collective.
   void step();

@@ -1,0 +1,503 @@
+// Sharded checkpoints: what each rank writes, the atomic replacement of the directory, and
+// loading at any mesh by reading the overlapping entries (checkpoint.h).
+#include "chorus/parallel/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/region.h"
+#include "chorus/error.h"
+#include "chorus/log.h"
+#include "chorus/parallel/tensor_parallel.h"
+#include "chorus/tensor/autograd.h"
+#include "chorus/tensor/serialize.h"
+#include "common/fault_injection.h"
+
+namespace chorus::parallel {
+
+using tensor::Tensor;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kKinds[] = {"exp_avg", "exp_avg_sq", "master"};
+
+// One piece of one logical tensor this rank saves: its bytes are the local tensor's elements
+// that `region` covers, in run order.
+struct Item {
+  std::string name, kind;
+  Tensor local;  // contiguous
+  Region region;
+  tensor::Shape full_shape;
+};
+
+std::string file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%05d.bin", rank);
+  return buf;
+}
+
+std::string mesh_text(const CheckpointState& s) {
+  const MeshShape& m = s.mesh->shape();
+  return "dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
+         " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(s.zero ? s.zero->stage() : 0);
+}
+
+std::map<std::string, int64_t> model_fields(const tensor::nn::GPTConfig& c) {
+  return {{"vocab", c.vocab},
+          {"context", c.context},
+          {"layers", c.layers},
+          {"heads", c.heads},
+          {"width", c.width}};
+}
+
+const Tensor* find(const tensor::nn::NamedTensors& named, const std::string& name) {
+  for (const auto& [n, t] : named)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+// Whether this rank writes a parameter every tp rank holds whole (only tp rank 0 does).
+bool writes(tensor::nn::Module& model, const std::string& name, const CheckpointState& s) {
+  return s.mesh->tp().rank() == 0 || is_tensor_parallel_slice(model, name);
+}
+
+std::vector<Item> items_to_save(const CheckpointState& s) {
+  tensor::nn::GPT& model = *s.model;
+  std::vector<Item> items;
+  if (s.zero != nullptr) {
+    // A ZeRO rank saves its shard: the pieces' values and their AdamW state.
+    const tensor::nn::NamedTensors state = s.zero->shard_optimizer().state_dict();
+    const tensor::nn::NamedTensors named = model.named_parameters();
+    for (const auto& info : s.zero->shard_layout()) {
+      if (info.owned_begin == info.owned_end || !writes(model, info.name, s)) continue;
+      tensor::Shape full;
+      const Region whole = param_region(model, info.name, *find(named, info.name), &full);
+      const Region r = sub_region(whole, info.owned_begin, info.owned_end);
+      const Tensor* piece = find(s.zero->shard_optimizer().params(), info.name);
+      CHORUS_CHECK(piece != nullptr, "checkpoint: no ZeRO piece of ", info.name);
+      items.push_back({info.name, "param", piece->detach().contiguous(), r, full});
+      for (const char* kind : kKinds)
+        if (const Tensor* t = find(state, info.name + "." + kind))
+          items.push_back({info.name, kind, t->detach().contiguous(), r, full});
+    }
+    return items;
+  }
+  CHORUS_ARG_CHECK(s.optimizer != nullptr, "save_checkpoint: no optimizer (AdamW or ZeRO)");
+  // The data-parallel replicas hold the same values: each writes its dp-th part.
+  const int dp = s.mesh->dp().size(), d = s.mesh->dp().rank();
+  const tensor::nn::NamedTensors state = s.optimizer->state_dict();
+  for (const auto& [name, p] : s.optimizer->params()) {
+    if (!writes(model, name, s)) continue;
+    tensor::Shape full;
+    const Region whole = param_region(model, name, p, &full);
+    const int64_t n = p.numel(), a = n * d / dp, b = n * (d + 1) / dp;
+    const Region r = sub_region(whole, a, b);
+    auto part = [&](const Tensor& t) {
+      return t.detach().contiguous().view({-1}).narrow(0, a, b - a).contiguous();
+    };
+    items.push_back({name, "param", part(p), r, full});
+    for (const char* kind : kKinds)
+      if (const Tensor* t = find(state, name + "." + kind))
+        items.push_back({name, kind, part(*t), r, full});
+  }
+  return items;
+}
+
+// Writes the items' bytes to `path`; returns the file's description (entries with offsets).
+FileInfo write_items(const std::vector<Item>& items, const std::string& path,
+                     const std::string& file) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw_system_error("cannot create " + path, errno);
+  FileInfo info;
+  info.file = file;
+  uint64_t offset = 0;
+  for (const Item& it : items) {
+    Entry e;
+    e.name = it.name;
+    e.kind = it.kind;
+    e.dtype = it.local.dtype();
+    e.shape = it.full_shape;
+    e.offset = offset;
+    const size_t es = dtype_size(e.dtype);
+    const auto* base = static_cast<const char*>(it.local.data_ptr());
+    uint64_t h = fnv1a(nullptr, 0);
+    for (const Run& run : it.region) {
+      const char* bytes = base + run.local * static_cast<int64_t>(es);
+      const size_t n = static_cast<size_t>(run.length) * es;
+      out.write(bytes, static_cast<std::streamsize>(n));
+      h = fnv1a(bytes, n, h);
+      e.runs.emplace_back(run.logical, run.length);
+      offset += n;
+    }
+    e.bytes = offset - e.offset;
+    e.fnv = h;
+    info.entries.push_back(std::move(e));
+  }
+  out.flush();
+  if (!out) throw_system_error("cannot write " + path, errno);
+  info.bytes = offset;
+  return info;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InvalidArgument(path + ": cannot be read (" + std::strerror(errno) + ")");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Every rank's string, on rank 0 (empty elsewhere).
+std::vector<std::string> gather_strings(Communicator& world, const std::string& mine) {
+  const int n = world.size();
+  const int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(static_cast<size_t>(n));
+  world.all_gather(&len, lens.data(), 1, DataType::kI64);
+  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  std::string padded = mine;
+  padded.resize(width);
+  std::string all(width * static_cast<size_t>(n), '\0');
+  world.all_gather(padded.data(), all.data(), width, DataType::kU8);
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r)
+    out.push_back(all.substr(static_cast<size_t>(r) * width,
+                             static_cast<size_t>(lens[static_cast<size_t>(r)])));
+  return out;
+}
+
+// Every rank learns whether all succeeded; if not, every rank throws the first failure's text
+// (of `kind`), so that one rank's bad file fails the job at once, not at a later collective.
+void agree(Communicator& world, const std::string& error, ErrorKind kind = ErrorKind::kSystem) {
+  const std::vector<std::string> all = gather_strings(world, error);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) throw Error(kind, "rank " + std::to_string(r) + ": " + all[r]);
+}
+
+// Reads entries of a checkpoint on demand, verifying each entry's bytes once.
+class Reader {
+ public:
+  Reader(std::string dir, Manifest m) : dir_(std::move(dir)), m_(std::move(m)) {
+    for (size_t f = 0; f < m_.files.size(); ++f)
+      for (size_t e = 0; e < m_.files[f].entries.size(); ++e) {
+        const Entry& x = m_.files[f].entries[e];
+        index_[{x.name, x.kind}].push_back({f, e});
+      }
+  }
+  const Manifest& manifest() const { return m_; }
+  bool has(const std::string& name, const std::string& kind) const {
+    return index_.count({name, kind}) > 0;
+  }
+
+  // Fills the elements of `local` (contiguous) that `region` covers from the checkpoint's
+  // (name, kind) entries; throws when an element is in none.
+  void fill(Tensor& local, const Region& region, const std::string& name, const std::string& kind,
+            const tensor::Shape& full_shape) {
+    auto it = index_.find({name, kind});
+    CHORUS_ARG_CHECK(it != index_.end(), "checkpoint ", dir_, ": no ", kind, " of '", name,
+                     "' in any file (a partial checkpoint, or another model)");
+    const size_t es = dtype_size(local.dtype());
+    auto* base = static_cast<char*>(local.data_ptr());
+    int64_t covered = 0, wanted = 0;
+    for (const Run& need : region) wanted += need.length;
+    for (const auto& [f, e] : it->second) {
+      const Entry& x = m_.files[f].entries[e];
+      CHORUS_ARG_CHECK(x.shape == full_shape, "checkpoint ", dir_, ": '", name, "' has shape ",
+                       tensor::to_string(x.shape), ", the model's is ",
+                       tensor::to_string(full_shape), " (another model)");
+      CHORUS_ARG_CHECK(x.dtype == local.dtype(), "checkpoint ", dir_, ": ", kind, " of '", name,
+                       "' is ", to_string(x.dtype), ", the model holds ", to_string(local.dtype()));
+      const std::string* bytes = nullptr;
+      int64_t pos = 0;  // element position inside the entry's bytes
+      for (const auto& [begin, length] : x.runs) {
+        for (const Run& need : region) {
+          const int64_t a = std::max(begin, need.logical);
+          const int64_t b = std::min(begin + length, need.logical + need.length);
+          if (a >= b) continue;
+          if (bytes == nullptr) bytes = &entry_bytes(f, e);
+          std::memcpy(base + (need.local + (a - need.logical)) * static_cast<int64_t>(es),
+                      bytes->data() + (pos + (a - begin)) * static_cast<int64_t>(es),
+                      static_cast<size_t>(b - a) * es);
+          covered += b - a;
+        }
+        pos += length;
+      }
+    }
+    CHORUS_ARG_CHECK(covered >= wanted, "checkpoint ", dir_, ": ", wanted - covered, " of the ",
+                     wanted, " elements of ", kind, " '", name,
+                     "' this rank needs are in no file (a partial checkpoint?)");
+  }
+
+ private:
+  const std::string& entry_bytes(size_t f, size_t e) {
+    auto key = std::make_pair(f, e);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    const FileInfo& file = m_.files[f];
+    const Entry& x = file.entries[e];
+    const std::string path = (fs::path(dir_) / file.file).string();
+    if (!sizes_checked_.count(f)) {
+      std::error_code ec;
+      const auto size = fs::file_size(path, ec);
+      CHORUS_ARG_CHECK(!ec, "checkpoint ", dir_, ": ", file.file, " is missing (", ec.message(),
+                       ")");
+      CHORUS_ARG_CHECK(size == file.bytes, "checkpoint ", dir_, ": ", file.file, " has ", size,
+                       " bytes, the manifest says ", file.bytes, " (truncated?)");
+      sizes_checked_.insert({f, true});
+    }
+    std::ifstream in(path, std::ios::binary);
+    CHORUS_ARG_CHECK(in.good(), "checkpoint ", dir_, ": ", file.file, " cannot be read");
+    std::string data(x.bytes, '\0');
+    in.seekg(static_cast<std::streamoff>(x.offset));
+    in.read(data.data(), static_cast<std::streamsize>(x.bytes));
+    CHORUS_ARG_CHECK(static_cast<uint64_t>(in.gcount()) == x.bytes, "checkpoint ", dir_, ": ",
+                     file.file, " ends inside ", x.kind, " of '", x.name, "' (truncated?)");
+    CHORUS_ARG_CHECK(fnv1a(data.data(), data.size()) == x.fnv, "checkpoint ", dir_, ": ", file.file,
+                     ": the bytes of ", x.kind, " of '", x.name,
+                     "' do not match their checksum (corrupt)");
+    return cache_.emplace(key, std::move(data)).first->second;
+  }
+
+  std::string dir_;
+  Manifest m_;
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<size_t, size_t>>> index_;
+  std::map<std::pair<size_t, size_t>, std::string> cache_;
+  std::map<size_t, bool> sizes_checked_;
+};
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "manifest.json").string();
+  CHORUS_ARG_CHECK(fs::exists(path), "checkpoint ", dir,
+                   ": no manifest.json (not a checkpoint, or a save that did not finish)");
+  return parse_manifest(read_file(path), path);
+}
+
+// Replaces `dir` by `tmp` (the old one kept aside until the new one is in place).
+void replace_directory(const std::string& tmp, const std::string& dir) {
+  const std::string old = dir + ".old";
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  if (fs::exists(dir)) fs::rename(dir, old);
+  fs::rename(tmp, dir);
+  fs::remove_all(old, ec);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const CheckpointState& s) {
+  CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "save_checkpoint: no model or mesh");
+  Communicator& world = s.mesh->world();
+  const std::string tmp = dir + ".tmp";
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      fs::create_directories(tmp);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(world, error);
+  FileInfo mine;
+  try {
+    tensor::NoGradGuard no_grad;
+    mine = write_items(items_to_save(s), (fs::path(tmp) / file_name(world.rank())).string(),
+                       file_name(world.rank()));
+    if (world.rank() == 1 && injected_fault() == Fault::kCheckpointWrite)  // tests only
+      throw Error(ErrorKind::kSystem, "cannot write " + file_name(1) + ": injected failure");
+  } catch (const Error& e) {
+    error = e.message();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(world, error);
+  const std::vector<std::string> infos = gather_strings(world, to_json(mine));
+  if (world.rank() == 0) {
+    try {
+      Manifest m;
+      m.step = s.step;
+      m.scalars = s.scalars;
+      m.scalars["optimizer.step"] =
+          static_cast<double>(s.zero ? s.zero->step_count() : s.optimizer->step_count());
+      m.model = model_fields(s.model->config());
+      m.mesh = mesh_text(s);
+      for (const std::string& j : infos) m.files.push_back(parse_file_info(j, "a rank's entries"));
+      std::ofstream out((fs::path(tmp) / "manifest.json").string(), std::ios::trunc);
+      out << to_json(m);
+      out.flush();
+      if (!out) throw_system_error("cannot write the manifest of " + tmp, errno);
+      out.close();
+      replace_directory(tmp, dir);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(world, error);
+  CHORUS_INFO(kLogPar, "checkpoint saved to ", dir, " at step ", s.step);
+}
+
+namespace {
+
+// load_checkpoint's work on this rank; throws what is wrong.
+Manifest load_here(const std::string& dir, CheckpointState& s) {
+  Reader reader(dir, read_manifest(dir));
+  const Manifest& m = reader.manifest();
+  for (const auto& [field, value] : model_fields(s.model->config())) {
+    auto it = m.model.find(field);
+    CHORUS_ARG_CHECK(it != m.model.end() && it->second == value, "checkpoint ", dir,
+                     " holds another model: ", field, " ",
+                     it == m.model.end() ? std::string("missing") : std::to_string(it->second),
+                     ", this one has ", value);
+  }
+  tensor::NoGradGuard no_grad;
+  tensor::nn::GPT& model = *s.model;
+  const tensor::nn::NamedTensors named = model.named_parameters();
+  // Parameters this rank holds whole (storage live): a pipeline stage's, the lm_head's copy of
+  // the embedding, every parameter of a DDP or ZeRO-1/2 replica.
+  for (const auto& [name, p] : named) {
+    if (p.storage()->released()) continue;
+    tensor::Shape full;
+    Tensor t = p;
+    reader.fill(t, param_region(model, name, p, &full), name, "param", full);
+  }
+  if (s.zero != nullptr) {
+    // The shard's pieces: their values (ZeRO-3 keeps only those) and AdamW state.
+    tensor::optim::AdamW& opt = s.zero->shard_optimizer();
+    const tensor::nn::NamedTensors state = opt.state_dict();
+    for (const auto& info : s.zero->shard_layout()) {
+      if (info.owned_begin == info.owned_end) continue;
+      tensor::Shape full;
+      const Region r = sub_region(param_region(model, info.name, *find(named, info.name), &full),
+                                  info.owned_begin, info.owned_end);
+      Tensor piece = *find(opt.params(), info.name);
+      reader.fill(piece, r, info.name, "param", full);
+      for (const char* kind : kKinds)
+        if (const Tensor* t = find(state, info.name + "." + kind)) {
+          Tensor target = *t;
+          if (std::string(kind) == "master" && !reader.has(info.name, kind)) {
+            target.copy_(piece);  // a checkpoint from 32-bit parameters: the values are the master
+            continue;
+          }
+          reader.fill(target, r, info.name, kind, full);
+        }
+    }
+  } else {
+    CHORUS_ARG_CHECK(s.optimizer != nullptr, "load_checkpoint: no optimizer (AdamW or ZeRO)");
+    const tensor::nn::NamedTensors state = s.optimizer->state_dict();
+    for (const auto& [name, p] : s.optimizer->params()) {
+      tensor::Shape full;
+      const Region r = param_region(model, name, p, &full);
+      for (const char* kind : kKinds)
+        if (const Tensor* t = find(state, name + "." + kind)) {
+          Tensor target = *t;
+          if (std::string(kind) == "master" && !reader.has(name, kind)) {
+            target.copy_(p);
+            continue;
+          }
+          reader.fill(target, r, name, kind, full);
+        }
+    }
+  }
+  const auto step = m.scalars.find("optimizer.step");
+  const tensor::nn::NamedTensors steps{
+      {"step", Tensor::full({}, step == m.scalars.end() ? 0.0 : step->second, DataType::kI64)}};
+  if (s.zero != nullptr)
+    s.zero->shard_optimizer().load_state_dict(steps);
+  else
+    s.optimizer->load_state_dict(steps);
+  return m;
+}
+
+}  // namespace
+
+CheckpointInfo load_checkpoint(const std::string& dir, CheckpointState& s) {
+  CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "load_checkpoint: no model or mesh");
+  Manifest m;
+  std::string error;
+  try {
+    m = load_here(dir, s);
+  } catch (const Error& e) {
+    error = e.message();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(s.mesh->world(), error, ErrorKind::kInvalidArgument);
+  CheckpointInfo info;
+  info.step = m.step;
+  info.scalars = m.scalars;
+  info.scalars.erase("optimizer.step");
+  info.saved_mesh = m.mesh;
+  s.step = m.step;
+  return info;
+}
+
+void export_checkpoint(const std::string& dir, const std::string& file) {
+  Reader reader(dir, read_manifest(dir));
+  const Manifest& m = reader.manifest();
+  // Every (name, kind) in the order the files list them, assembled whole.
+  std::vector<std::pair<std::string, std::string>> order;
+  std::map<std::pair<std::string, std::string>, std::pair<tensor::Shape, DataType>> meta;
+  for (const FileInfo& f : m.files)
+    for (const Entry& e : f.entries)
+      if (meta.emplace(std::make_pair(e.name, e.kind), std::make_pair(e.shape, e.dtype)).second)
+        order.emplace_back(e.name, e.kind);
+  // Parameters first (in the order seen), then the optimizer state.
+  std::stable_partition(order.begin(), order.end(),
+                        [](const auto& k) { return k.second == "param"; });
+  tensor::nn::NamedTensors out;
+  for (const auto& key : order) {
+    const auto& [shape, dtype] = meta[key];
+    Tensor t = Tensor::zeros(shape, dtype);
+    reader.fill(t, whole_region(t.numel()), key.first, key.second, shape);
+    out.emplace_back(key.second == "param" ? key.first : key.first + "." + key.second, t);
+  }
+  out.emplace_back("step", Tensor::full({}, static_cast<double>(m.step), DataType::kI64));
+  for (const auto& [k, v] : m.model)
+    out.emplace_back("config." + k, Tensor::full({}, static_cast<double>(v), DataType::kI64));
+  for (const auto& [k, v] : m.scalars)
+    out.emplace_back("scalar." + k, Tensor::full({}, v, DataType::kF64));
+  tensor::save_tensors(file, out);
+}
+
+void import_checkpoint(const std::string& file, const std::string& dir) {
+  const tensor::nn::NamedTensors in = tensor::load_tensors(file);
+  Manifest m;
+  m.mesh = "dp=1 tp=1 pp=1 zero=0";
+  std::vector<Item> items;
+  for (const auto& [name, t] : in) {
+    if (name == "step") {
+      m.step = static_cast<int64_t>(t.item());
+    } else if (name.rfind("config.", 0) == 0) {
+      m.model[name.substr(7)] = static_cast<int64_t>(t.item());
+    } else if (name.rfind("scalar.", 0) == 0) {
+      m.scalars[name.substr(7)] = t.item();
+    } else {
+      std::string base = name, kind = "param";
+      for (const char* k : kKinds) {
+        const std::string suffix = std::string(".") + k;
+        if (name.size() > suffix.size() &&
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          base = name.substr(0, name.size() - suffix.size());
+          kind = k;
+        }
+      }
+      items.push_back({base, kind, t.contiguous(), whole_region(t.numel()), t.shape()});
+    }
+  }
+  CHORUS_ARG_CHECK(m.model.size() == 5, file,
+                   ": no model configuration (config.vocab, ...): not an exported checkpoint");
+  const std::string tmp = dir + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);
+  m.files.push_back(write_items(items, (fs::path(tmp) / file_name(0)).string(), file_name(0)));
+  std::ofstream((fs::path(tmp) / "manifest.json").string(), std::ios::trunc) << to_json(m);
+  replace_directory(tmp, dir);
+}
+
+}  // namespace chorus::parallel

@@ -1,0 +1,125 @@
+// chorus-train as a user runs it: flags that cannot work, a 3D run equal to one process, a run
+// that stops, saves and resumes on another mesh, and checkpoint conversion.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "run_command.h"
+
+namespace chorus::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string train(int ranks, const std::string& flags) {
+  const std::string bin = CHORUS_TRAIN_BIN;
+  return ranks == 1 ? bin + " " + flags
+                    : std::string(CHORUS_RUN_BIN) + " -n " + std::to_string(ranks) + " " + bin +
+                          " " + flags;
+}
+
+// The losses of the "step N loss L" lines, by step.
+std::map<int, double> losses(const std::string& out) {
+  std::map<int, double> v;
+  const std::regex re("step ([0-9]+) loss ([-0-9.eE+]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    v[std::stoi((*it)[1].str())] = std::stod((*it)[2].str());
+  return v;
+}
+
+std::string temp_dir() {
+  std::string t = (fs::temp_directory_path() / "chorus-train-XXXXXX").string();
+  return ::mkdtemp(t.data()) != nullptr ? t : std::string();
+}
+
+const std::string kModel = "--layers 4 --width 32 --heads 2 --context 16 --batch 8 ";
+
+TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
+  struct Case {
+    int ranks;
+    std::string flags, message;
+  };
+  const std::vector<Case> cases = {
+      {1, "--layrs 4", "unknown flag '--layrs' (did you mean --layers?)"},
+      {1, "--dtype f8", "--dtype f8: expected f32, bf16 or f16"},
+      {1, "--steps -3", "--steps -3 is outside"},
+      {2, "--tp 2 --heads 3 --width 12", "3 heads do not divide over tp=2"},
+      {4, "--dp 3", "mesh dp=3 x tp=1 x pp=1 = 3 ranks, but the world has 4"},
+      {2, "--pp 2 --micro-batches 1", "--micro-batches 1 is below the 2 pipeline stages"},
+      {2, "--pp 2 --layers 1", "1 layers for 2 pipeline stages"},
+      {2, "--batch 3", "--batch 3 does not split into dp=2 replicas x 1 micro-batches"},
+      {2, "--tp 2 --zero 3", "--zero 3 works with data parallelism alone"},
+      {2, "--tp 2 --dtype f16", "--dtype f16 (loss scaling) needs --zero 0, tp=1 and pp=1"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
+    EXPECT_NE(r.exit_code, 0) << c.flags;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
+    EXPECT_EQ(r.out.find("step 0 loss"), std::string::npos) << "trained anyway: " << c.flags;
+  }
+}
+
+TEST(ChorusTrain, A3DRunOnEightRanksPrintsTheOneProcessLosses) {
+  const std::string flags = kModel + "--steps 6";
+  const CommandResult one = run_command(train(1, flags));
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const auto ref = losses(one.out);
+  ASSERT_EQ(ref.size(), 6u) << one.out;
+  EXPECT_LT(ref.at(5), ref.at(0)) << "the loss does not fall";
+  const CommandResult r = run_command(train(8, flags + " --dp 2 --tp 2 --pp 2 --micro-batches 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto got = losses(r.out);
+  ASSERT_EQ(got.size(), ref.size()) << r.out;
+  for (const auto& [step, l] : ref) EXPECT_NEAR(got.at(step), l, 2e-4) << "step " << step;
+}
+
+TEST(ChorusTrain, StopsSavesAndResumesOnAnotherMesh) {
+  const std::string dir = temp_dir();
+  const std::string flags = kModel + "--lr-steps 6 --deterministic ";
+  const CommandResult whole = run_command(train(4, flags + "--steps 6 --dp 2 --pp 2 --zero 1"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  const CommandResult first =
+      run_command(train(4, flags + "--steps 3 --dp 2 --pp 2 --zero 1 --save " + dir + "/ckpt"));
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  EXPECT_NE(first.out.find("saved " + dir + "/ckpt at step 3"), std::string::npos) << first.out;
+  const CommandResult second =
+      run_command(train(4, flags + "--steps 6 --dp 2 --tp 2 --load " + dir + "/ckpt"));
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_NE(second.out.find("resumed from " + dir +
+                            "/ckpt at step 3 (saved at dp=2 tp=1 pp=2 "
+                            "zero=1, resharded to dp=2 tp=2 pp=1 zero=0)"),
+            std::string::npos)
+      << second.out;
+  const auto ref = losses(whole.out), got = losses(second.out);
+  ASSERT_EQ(got.size(), 3u) << second.out;  // steps 3, 4, 5: the numbering continues
+  for (const auto& [step, l] : got) EXPECT_NEAR(l, ref.at(step), 2e-4) << "step " << step;
+  // A checkpoint of another model is refused, naming what differs.
+  const CommandResult other = run_command(train(
+      2,
+      "--layers 4 --width 64 --heads 2 --context 16 --batch 8 --steps 4 --load " + dir + "/ckpt"));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.out.find("holds another model: width 32, this one has 64"), std::string::npos)
+      << other.out;
+  // Exported as one file and imported back, it still resumes.
+  const CommandResult exp = run_command(std::string(CHORUS_TRAIN_BIN) + " --convert " + dir +
+                                        "/ckpt " + dir + "/model.tensors");
+  ASSERT_EQ(exp.exit_code, 0) << exp.out;
+  const CommandResult imp = run_command(std::string(CHORUS_TRAIN_BIN) + " --convert " + dir +
+                                        "/model.tensors " + dir + "/again");
+  ASSERT_EQ(imp.exit_code, 0) << imp.out;
+  const CommandResult third = run_command(train(1, flags + "--steps 6 --load " + dir + "/again"));
+  ASSERT_EQ(third.exit_code, 0) << third.out;
+  const auto again = losses(third.out);
+  for (const auto& [step, l] : again) EXPECT_NEAR(l, ref.at(step), 2e-4) << "step " << step;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace chorus::test
