@@ -3,10 +3,12 @@
 
 #include <thread>
 
+#include "bootstrap/process_server.h"
 #include "chorus/in_process_store.h"
 #include "chorus/launch_env.h"
 #include "chorus/log.h"
 #include "communicator_impl.h"
+#include "launcher_report.h"
 #include "validate.h"
 
 namespace chorus {
@@ -75,25 +77,6 @@ Communicator::Communicator(int rank, int world_size, std::shared_ptr<Store> stor
   impl_ = std::make_shared<Impl>(std::move(s));
 }
 
-namespace {
-void linger_after_failed_setup(Store& store, int rank, int world_size, bool serving) {
-  try {
-    store.set("chorus/setup_failed/" + std::to_string(rank), "1");
-    if (!serving) return;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    for (int r = 0; r < world_size && std::chrono::steady_clock::now() < deadline;) {
-      if (r == rank || store.try_get("chorus/setup_failed/" + std::to_string(r))) {
-        ++r;
-        continue;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  } catch (...) {
-    // The original error is what matters.
-  }
-}
-}  // namespace
-
 Communicator Communicator::from_env(const CommOptions& options) {
   const LaunchEnv env = detect_launch_env();
   set_log_rank(env.rank);
@@ -103,30 +86,24 @@ Communicator Communicator::from_env(const CommOptions& options) {
   s.local_ranks = env.local_world_size;
   s.job_id = env.job_id;
   s.options = options;
-  std::unique_ptr<TcpStoreServer> server;
-  if (env.world_size == 1 && !env.store_fd) {
-    // A single process needs no rendezvous, no thread and no port.
-    s.store = std::make_shared<InProcessStore>();
-  } else {
-    if (env.rank == 0) {
-      server = env.store_fd ? TcpStoreServer::adopt(*env.store_fd)
-                            : std::make_unique<TcpStoreServer>(env.master_addr, env.master_port);
-    }
-    s.store = std::make_shared<TcpStore>(env.master_addr, env.master_port);
-  }
-  std::shared_ptr<Store> store = s.store;
+  s.owns_bootstrap = true;
   std::shared_ptr<Impl> impl;
   try {
+    if (env.world_size == 1 && !env.store_fd) {
+      // A single process needs no rendezvous, no thread and no port.
+      s.store = std::make_shared<InProcessStore>();
+    } else {
+      // The store's server belongs to rank 0's process and serves every communicator made here;
+      // each communicator has its own client, bounded by its timeout.
+      if (env.rank == 0) comm::bootstrap::serve_for_process(env);
+      s.store = std::make_shared<TcpStore>(env.master_addr, env.master_port,
+                                           Impl::resolve_timeout(options));
+    }
     impl = std::make_shared<Impl>(std::move(s));
-  } catch (...) {
-    // Set-up failed here. Say so through the store; the rank serving it keeps it up until the
-    // others have failed too (or briefly), so they report their own errors instead of a
-    // vanished store.
-    linger_after_failed_setup(*store, env.rank, env.world_size, server != nullptr);
+  } catch (const Error& e) {
+    report_failure_to_launcher(env.rank, blamed_rank(e, env.rank, env.world_size));
     throw;
   }
-  impl->server = std::move(server);
-  impl->owns_bootstrap = true;
   CHORUS_INFO(kLogInit, "started by ", env.launcher, ": rank ", env.rank, " of ", env.world_size,
               ", master ", env.master_addr, ":", env.master_port);
   return Communicator(std::move(impl));
@@ -374,7 +351,7 @@ void Communicator::synchronize() { impl_->synchronize(); }
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   CHORUS_ARG_CHECK(timeout.count() >= 0, "set_timeout: timeout ", timeout.count(),
                    " ms must not be negative");
-  impl_->call_timeout = timeout;
+  impl_->call_timeout = clamp_timeout(timeout);
 }
 
 void Communicator::abort(std::string_view reason) { impl_->abort(std::string(reason)); }

@@ -12,15 +12,14 @@
 #include "chorus/config.h"
 #include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
+#include "chorus/timeout.h"
+#include "launcher_report.h"
 #include "transport/factory.h"
 #include "transport/shm/shm_transport.h"
 
 namespace chorus {
 namespace {
 
-const DoubleKnob kTimeout{"CHORUS_TIMEOUT", 300.0,
-                          "seconds an operation (or a set-up step) may take before it fails "
-                          "with chorus::Timeout"};
 const StringKnob kAlgo{"CHORUS_ALGO", "",
                        "force an algorithm for every collective that has it: ring, tree, "
                        "direct, twoshot or hier, each also as <name>/fifo (large messages copy "
@@ -56,13 +55,6 @@ std::string random_job_id() {
   return id;
 }
 
-std::chrono::milliseconds resolve_timeout(const CommOptions& o) {
-  if (o.timeout.count() > 0) return o.timeout;
-  const double s = kTimeout.get();
-  CHORUS_ARG_CHECK(s > 0, "CHORUS_TIMEOUT must be positive, got ", s);
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-}
-
 bool resolve_deterministic(const CommOptions& o) {
   if (o.deterministic) return true;
   const int64_t v = kDeterministic.get();
@@ -91,10 +83,20 @@ void Work::State::complete(std::exception_ptr e) {
   cv.notify_all();
 }
 
+std::chrono::milliseconds Communicator::Impl::resolve_timeout(const CommOptions& o) {
+  CHORUS_ARG_CHECK(o.timeout.count() >= 0, "CommOptions::timeout ", o.timeout.count(),
+                   " ms must not be negative (0 = CHORUS_TIMEOUT)");
+  return o.timeout.count() > 0 ? clamp_timeout(o.timeout) : default_timeout();
+}
+
 Communicator::Impl::Impl(Setup s)
-    : rank(s.rank), size(s.world_size), local_ranks(std::max(1, s.local_ranks)),
-      root_store(std::move(s.store)) {
-  CHORUS_ARG_CHECK(size >= 1, "world_size must be >= 1, got ", size);
+    : rank(s.rank),
+      size(s.world_size),
+      local_ranks(std::max(1, s.local_ranks)),
+      root_store(std::move(s.store)),
+      owns_bootstrap(s.owns_bootstrap) {
+  CHORUS_ARG_CHECK(size >= 1 && size <= kMaxWorldSize, "world_size ", size, " is out of range [1, ",
+                   kMaxWorldSize, "]");
   CHORUS_ARG_CHECK(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
   CHORUS_ARG_CHECK(root_store != nullptr, "the store is null");
   timeout = resolve_timeout(s.options);
@@ -111,9 +113,23 @@ Communicator::Impl::Impl(Setup s)
 
   // Communicators made the same way on every rank get the same id: rank r's k-th world
   // communicator on this store is "w<k>" on every rank.
-  comm_id = s.comm_id.empty() ? claim_world_id() : s.comm_id;
-  store = std::make_shared<PrefixStore>(root_store, "chorus/" + comm_id + "/");
-  if (s.comm_id.empty()) check_world_size();
+  const bool world = s.comm_id.empty();
+  comm_id = world ? claim_world_id() : s.comm_id;
+  store = std::make_shared<SetupStore>(
+      std::make_shared<PrefixStore>(root_store, "chorus/" + comm_id + "/"), rank, size);
+  try {
+    store->announce();
+    if (world) check_world_size();
+    set_up(s);
+  } catch (const std::exception& e) {
+    // The peers waiting for this rank's keys learn why at once instead of at their deadline.
+    store->report_failure(e.what());
+    if (owns_bootstrap && rank == 0) linger_after_failed_setup();
+    throw;
+  }
+}
+
+void Communicator::Impl::set_up(Setup& s) {
   job_id = s.job_id;
   if (job_id.empty()) {
     if (rank == 0) store->set("job", random_job_id());
@@ -142,6 +158,26 @@ Communicator::Impl::Impl(Setup s)
   CHORUS_INFO(kLogInit, "communicator ", comm_id, " ready: rank ", rank, " of ", size,
               ", transport ", transport ? transport->name() : "none", ", kernels ",
               kernels::isa_name());
+}
+
+// Rank 0 of a from_env communicator whose set-up failed stays a moment, so that the store stays
+// up while the others fail too: they then report their own errors (or this rank's) instead of a
+// vanished store. The process's server outlives the communicator, but the process itself may
+// exit right after this error.
+void Communicator::Impl::linger_after_failed_setup() {
+  try {
+    const auto deadline = deadline_after(std::min(timeout, kTeardownBound));
+    DeadlineScope scope(deadline);
+    for (int r = 1; r < size && std::chrono::steady_clock::now() < deadline;) {
+      if (store->peer_gone(r)) {
+        ++r;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  } catch (...) {
+    // The original error is what matters.
+  }
 }
 
 // Every rank must segment and choose alike, or their messages would not pair up: all take rank
@@ -230,47 +266,64 @@ void Communicator::Impl::check_world_size() {
 
 Communicator::Impl::~Impl() {
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    // Teardown never waits long for the store: its host may be stopped or gone.
+    DeadlineScope scope(deadline_after(std::min(timeout, kTeardownBound)));
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    // Peers still waiting for this rank learn that it left instead of timing out; a communicator
+    // destroyed by an exception unwinding the stack is a failure, not a normal end.
+    if (transport) {
+      if (std::uncaught_exceptions() > 0)
+        transport->announce_failure(
+            rank, detail::concat("rank ", rank,
+                                 " destroyed the communicator while an exception "
+                                 "was propagating (the application raised an error) after ",
+                                 collectives, " collectives"));
+      else
+        transport->announce_exit();
+    }
+    say_goodbye();
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  // Peers still waiting for this rank learn that it left instead of timing out; a communicator
-  // destroyed by an exception unwinding the stack is a failure, not a normal end.
-  if (transport) {
-    if (std::uncaught_exceptions() > 0)
-      transport->announce_failure(
-          rank, detail::concat("rank ", rank, " destroyed the communicator while an exception was "
-                               "propagating (the application raised an error) after ",
-                               collectives, " collectives"));
-    else
-      transport->announce_exit();
-  }
-  finalize_store();
+  wait_for_goodbyes();
 }
 
-// The rank hosting the store keeps serving until every rank has finished with it: each says
-// goodbye, and a rank whose process is gone is not waited for. Bounded, so a stuck peer cannot
-// hold this rank's exit for long.
-void Communicator::Impl::finalize_store() {
-  if (!owns_bootstrap) return;
+// Rank 0 serves the store (for the process, comm/bootstrap/process_server.h), and its process may
+// exit right after this: it waits until every rank has finished with this communicator's part of
+// the store. Each says goodbye; a rank whose process is gone is not waited for. Bounded: by
+// min(timeout, 10 s), or min(timeout, kTeardownBound) once the communicator is broken (the others
+// are failing too and need nothing more from the store).
+void Communicator::Impl::say_goodbye() {
+  if (!owns_bootstrap || !store) return;
   try {
-    root_store->set("chorus/bye/" + std::to_string(rank), "1");
-    if (!server) return;
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::min(timeout, std::chrono::milliseconds(10000));
+    store->set("bye/" + std::to_string(rank), "1");
+  } catch (...) {
+    // Best effort: a destructor never throws (a store already gone needs no goodbye).
+  }
+}
+
+void Communicator::Impl::wait_for_goodbyes() {
+  if (!owns_bootstrap || !store || rank != 0) return;
+  try {
+    const auto bound = broken_flag_.load(std::memory_order_acquire)
+                           ? std::min(timeout, kTeardownBound)
+                           : std::min(timeout, std::chrono::milliseconds(10000));
+    const auto deadline = deadline_after(bound);
+    DeadlineScope scope(deadline);
     std::vector<int> pending;
-    for (int r = 0; r < size; ++r)
-      if (r != rank) pending.push_back(r);
+    for (int r = 1; r < size; ++r) pending.push_back(r);
     while (!pending.empty() && std::chrono::steady_clock::now() < deadline) {
       std::erase_if(pending, [&](int r) {
-        return root_store->try_get("chorus/bye/" + std::to_string(r)).has_value() ||
+        return store->try_get("bye/" + std::to_string(r)).has_value() ||
                (transport && !transport->process_alive(r));
       });
       if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   } catch (...) {
-    // Best effort: a destructor never throws (a store already gone needs no goodbye).
+    // Best effort, as above.
   }
 }
 
@@ -541,6 +594,7 @@ std::exception_ptr Communicator::Impl::fail(Op& op, std::exception_ptr error, co
     broken_flag_.store(true, std::memory_order_release);
   }
   const int cause = e.kind() == ErrorKind::kPeerFailure && e.peer() >= 0 ? e.peer() : rank;
+  if (owns_bootstrap) report_failure_to_launcher(rank, blamed_rank(e, rank, size));
   if (transport) {
     transport->announce_failure(cause, e.what());
     transport->abandon();
@@ -564,6 +618,7 @@ void Communicator::Impl::abort(const std::string& reason) {
     broken_flag_.store(true, std::memory_order_release);
   }
   aborted_.store(true, std::memory_order_release);
+  if (owns_bootstrap) report_failure_to_launcher(rank, rank);
   if (transport) {
     transport->announce_failure(rank, detail::concat("rank ", rank, " ", text));
     transport->wake_self();  // this rank's own waiter

@@ -25,10 +25,12 @@
 #include "algo/algorithm.h"
 #include "algo/tuner.h"
 #include "chorus/communicator.h"
+#include "chorus/launch_env.h"
 #include "chorus/store.h"
 #include "device_ops.h"
 #include "exchange.h"
 #include "flight_recorder.h"
+#include "setup_store.h"
 #include "transport/transport.h"
 #include "validate.h"
 
@@ -50,6 +52,7 @@ struct Communicator::Impl {
     int world_size = 1;
     int local_ranks = 1;  // ranks of the whole job on this host (for the wait policy)
     std::shared_ptr<Store> store;  // unscoped: keys get "chorus/<comm id>/" here
+    bool owns_bootstrap = false;   // made by from_env: says goodbye to the store (say_goodbye)
     std::string job_id;            // empty: agreed through the store
     std::string comm_id;           // empty: "w<k>" for this rank's k-th world communicator
     CommOptions options;
@@ -59,6 +62,9 @@ struct Communicator::Impl {
 
   explicit Impl(Setup setup);
   ~Impl();
+
+  // CommOptions::timeout, else CHORUS_TIMEOUT; clamped to kNoDeadline.
+  static std::chrono::milliseconds resolve_timeout(const CommOptions& options);
 
   // Issues an operation: validated args, a sequence number, an algorithm; runs or queues it.
   // `device`: its stream side, already queued (DeviceOps::prepare); such an operation always
@@ -91,7 +97,8 @@ struct Communicator::Impl {
   int size;
   int local_ranks;
   std::shared_ptr<Store> root_store;   // unscoped (split makes children on it)
-  std::shared_ptr<Store> store;        // scoped to this communicator
+  // Scoped to this communicator ("chorus/<comm id>/"), watching peers during set-up.
+  std::shared_ptr<SetupStore> store;
   std::string job_id;
   std::string comm_id;
   std::chrono::milliseconds timeout;
@@ -111,8 +118,7 @@ struct Communicator::Impl {
   // Out-of-place results from this size on are written with streaming stores
   // (CHORUS_STREAM_FROM; SIZE_MAX = never). A local choice: ranks need not agree.
   size_t stream_from_bytes = SIZE_MAX;
-  std::unique_ptr<TcpStoreServer> server;  // from_env's rank 0 hosts the store
-  bool owns_bootstrap = false;             // made by from_env: says goodbye to the store
+  bool owns_bootstrap = false;  // Setup::owns_bootstrap
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<Exchange> exchange;
   std::vector<int> host_of;  // host index of every rank (transport/factory.h)
@@ -148,7 +154,12 @@ struct Communicator::Impl {
   std::exception_ptr fail_current(Op& op);
   void run_single_rank(const algo::CollArgs& a);
   void progress_loop();
-  void finalize_store();
+  // The part of the constructor after the store scope exists; a failure here is reported to
+  // the peers (SetupStore::report_failure).
+  void set_up(Setup& s);
+  void linger_after_failed_setup();
+  void say_goodbye();
+  void wait_for_goodbyes();
   std::string claim_world_id();
   void check_world_size();
   void agree_on_choices();

@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <thread>
 
-#include "chorus/config.h"
 #include "chorus/communicator.h"
+#include "chorus/config.h"
 #include "chorus/error.h"
+#include "chorus/timeout.h"
 
 namespace chorus {
 namespace {
@@ -30,7 +31,8 @@ int usable_cpus() {
 }
 }  // namespace
 
-constexpr std::chrono::steady_clock::time_point kNoDeadline = std::chrono::steady_clock::time_point::min();
+constexpr std::chrono::steady_clock::time_point kDeadlineNotSet =
+    std::chrono::steady_clock::time_point::min();
 
 WaitPolicy WaitPolicy::for_ranks(int local_ranks, int host_cpus) {
   WaitPolicy p;
@@ -69,7 +71,7 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   algorithm_ = algorithm;
   step_ = "";
   timeout_ = timeout;
-  deadline_ = kNoDeadline;
+  deadline_ = kDeadlineNotSet;
   stamp_ = stamp;
   fifo_only_ = fifo_only;
   fanned_out_ = false;
@@ -256,7 +258,7 @@ void Exchange::wait_until(Done&& done) try {
     const auto now = std::chrono::steady_clock::now();
     // The deadline starts when the operation first has to wait this long (a clock read per
     // operation is measurable at small sizes; the spin before is bounded).
-    if (deadline_ == kNoDeadline) deadline_ = now + timeout_;
+    if (deadline_ == kDeadlineNotSet) deadline_ = now + timeout_;
     if (now >= deadline_) throw_timeout();
     if (now - last_check_ >= std::chrono::milliseconds(20)) {
       last_check_ = now;
@@ -432,9 +434,9 @@ void Exchange::throw_timeout() const {
     const bool s = !send_q_[peer].empty(), r = !recv_q_[peer].empty();
     waiting += s && r ? " (send+recv)" : s ? " (send)" : " (recv)";
   }
-  throw Timeout(detail::concat("not complete after ", timeout_.count() / 1000.0, " s in ", algorithm_,
-                               " algorithm, step '", step_, "'; still waiting for ", waiting,
-                               " (set CHORUS_TIMEOUT to change the deadline)"),
+  throw Timeout(detail::concat("not complete after ", describe_timeout(timeout_), " in ",
+                               algorithm_, " algorithm, step '", step_, "'; still waiting for ",
+                               waiting, " (set CHORUS_TIMEOUT to change the deadline)"),
                 rank_, op_name_, seq_, active_.empty() ? -1 : active_.front());
 }
 

@@ -50,11 +50,12 @@ void InProcessStore::wait(const std::vector<std::string>& keys, Millis timeout) 
       if (!data_.count(k)) return false;
     return true;
   };
-  if (!cv_.wait_for(lock, timeout, all_set)) {
+  // Clamped: a huge timeout must not wrap the condition variable's deadline into the past.
+  if (!cv_.wait_for(lock, clamp_timeout(timeout), all_set)) {
     std::string missing;
     for (const auto& k : keys)
       if (!data_.count(k)) missing += (missing.empty() ? "" : ", ") + k;
-    throw Timeout("store keys not set within " + std::to_string(timeout.count()) + " ms: " + missing);
+    throw Timeout("store keys not set within " + describe_timeout(timeout) + ": " + missing);
   }
 }
 

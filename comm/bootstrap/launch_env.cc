@@ -108,6 +108,9 @@ void read_global(const Env& env, const Launcher& l, const char* trigger, LaunchE
   out.rank = env.required(l.rank, trigger);
   out.world_size = env.required(l.world_size, trigger);
   CHORUS_ARG_CHECK(out.world_size >= 1, l.world_size, "='", out.world_size, "' must be at least 1");
+  CHORUS_ARG_CHECK(out.world_size <= kMaxWorldSize, l.world_size, "='", out.world_size,
+                   "' is more ranks than chorus supports (at most ", kMaxWorldSize,
+                   "); check the launcher's variables");
   CHORUS_ARG_CHECK(out.rank < out.world_size, l.rank, "='", out.rank, "' is not below ",
                    l.world_size, "='", out.world_size, "'");
 }

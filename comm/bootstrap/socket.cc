@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "chorus/error.h"
+#include "chorus/timeout.h"
 
 namespace chorus::comm::bootstrap {
 namespace {
@@ -237,10 +238,7 @@ void tune_tcp(int fd) {
 }
 
 Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
-  constexpr auto kForever = std::chrono::hours(24 * 365);
-  if (timeout < std::chrono::milliseconds::zero()) timeout = std::chrono::milliseconds::zero();
-  if (timeout > kForever) return Clock::now() + kForever;
-  return Clock::now() + timeout;
+  return chorus::deadline_after(timeout);
 }
 
 }  // namespace chorus::comm::bootstrap

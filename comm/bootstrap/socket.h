@@ -70,7 +70,8 @@ void set_cloexec(int fd);
 // is noticed within a minute even when it never sends a FIN.
 void tune_tcp(int fd);
 
-// now + timeout, saturated so that huge timeouts ("forever") do not overflow.
+// now + timeout, the timeout clamped to chorus::kNoDeadline first (chorus/timeout.h), so that
+// huge timeouts ("forever") do not overflow.
 Clock::time_point deadline_after(std::chrono::milliseconds timeout);
 
 }  // namespace chorus::comm::bootstrap

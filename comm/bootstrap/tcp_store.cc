@@ -1,9 +1,11 @@
 // The bootstrap store client. Each request takes a connection from a small pool (a mutex guards
 // it), so a thread parked in get() or wait() never holds up another thread's set(): the first
-// connection is made by the constructor, more only while requests overlap. Blocking get/wait
-// send their timeout to the server, which answers at the deadline at the latest; the client waits
-// a little longer than that (kReplySlack) so it only gives up on its own when the server itself
-// has stopped answering. Once any connection finds the server gone, every call fails at once.
+// connection is made by the constructor, more only while requests overlap. Every wait has the
+// store's timeout as its bound (the communicator's, for the stores from_env makes): connecting,
+// each reply to a request that does not wait for keys, and, beyond their own timeout, the replies
+// to get and wait (the server answers those at their deadline at the latest); an open
+// DeadlineScope cuts any of them shorter. A server that does not answer in time is stopped or
+// hung; like a server found gone, it makes every later call fail at once.
 #include <algorithm>
 #include <cctype>
 #include <mutex>
@@ -26,13 +28,7 @@ using comm::bootstrap::Status;
 
 constexpr auto kFirstRetry = std::chrono::milliseconds(1);
 constexpr auto kMaxRetry = std::chrono::milliseconds(100);
-// Connections beyond the first are made to a server known to be up: one attempt, this long.
-constexpr auto kExtraConnectTimeout = std::chrono::seconds(10);
 constexpr size_t kMaxIdleConnections = 4;
-constexpr auto kReplySlack = std::chrono::seconds(5);
-// Bound on requests that do not wait for keys (set, add, ...): the server answers those at once,
-// so only a hung server or host reaches it.
-constexpr auto kImmediateReplyTimeout = std::chrono::seconds(300);
 constexpr size_t kMaxKeysNamed = 8;
 
 // A key as it appears in messages: quoted, non-printable bytes escaped, long keys shortened.
@@ -68,7 +64,7 @@ void check_key(const std::string& key) {
                    " bytes is too long (at most ", comm::bootstrap::kMaxKeyBytes, ")");
 }
 
-int64_t timeout_ms(Millis timeout) { return std::max<int64_t>(timeout.count(), 0); }
+int64_t timeout_ms(Millis timeout) { return clamp_timeout(timeout).count(); }
 
 struct Reply {
   Status status;
@@ -78,30 +74,46 @@ struct Reply {
 }  // namespace
 
 struct TcpStore::Impl {
-  Impl(std::string host, int port) : host_(std::move(host)), port_(port) {}
+  Impl(std::string host, int port, Millis timeout, int server_rank)
+      : host_(std::move(host)),
+        port_(port),
+        server_rank_(server_rank),
+        served_by_(server_rank >= 0 ? detail::concat("rank ", server_rank) : "its server"),
+        timeout_(clamp_timeout(timeout)) {}
 
   std::string address() const { return detail::concat(host_, ":", port_); }
-  // The first connection, retried until `connect_timeout` (the server may not be up yet).
-  void connect(Millis connect_timeout);
-  // Sends one request and returns its reply; the client waits for it until `reply_deadline`.
-  Reply request(Op op, const std::string& key, std::string_view value, int64_t timeout,
-                Clock::time_point reply_deadline);
+  Millis timeout() const { return timeout_; }
+  // The first connection, retried until the timeout (the server may not be up yet).
+  void connect();
+  // Sends one request and returns its reply. `waits`: how long the server may hold the request
+  // (get and wait); the reply must come within that plus the store's timeout.
+  Reply request(Op op, const std::string& key, std::string_view value, Millis waits);
 
  private:
   Fd take_connection();
   void return_connection(Fd fd);
   [[noreturn]] void fail_lost(std::string_view what);
+  [[noreturn]] void fail_silent(std::string_view what, Clock::duration waited);
+  // "rank 0, which hosts the bootstrap store at HOST:PORT,"
+  std::string server() const;
 
   const std::string host_;
   const int port_;
+  const int server_rank_;
+  const std::string served_by_;  // "rank 0"
+  const Millis timeout_;
   std::mutex mutex_;
   std::vector<Fd> idle_;  // guarded by mutex_
   std::string lost_;      // guarded by mutex_; why the server is considered gone, empty until then
 };
 
-void TcpStore::Impl::connect(Millis connect_timeout) {
+std::string TcpStore::Impl::server() const {
+  return detail::concat(served_by_, ", which hosts the bootstrap store at ", address(), ",");
+}
+
+void TcpStore::Impl::connect() {
   const auto start = Clock::now();
-  const auto deadline = comm::bootstrap::deadline_after(connect_timeout);
+  const auto deadline = deadline_after(timeout());
   auto backoff = std::chrono::duration_cast<Clock::duration>(kFirstRetry);
   std::string error;
   int attempts = 0;
@@ -112,11 +124,14 @@ void TcpStore::Impl::connect(Millis connect_timeout) {
     if (fd) break;
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw PeerFailure(detail::concat("cannot reach the bootstrap store at ", address(), " after ",
-                                       std::chrono::duration_cast<Millis>(now - start).count(),
-                                       " ms and ", attempts, " attempts (last error: ", error,
-                                       "); check CHORUS_MASTER_ADDR/CHORUS_MASTER_PORT (or "
-                                       "MASTER_ADDR/MASTER_PORT) and that rank 0 is running"));
+      throw PeerFailure(
+          detail::concat("cannot reach the bootstrap store at ", address(), " after ",
+                         std::chrono::duration_cast<Millis>(now - start).count(), " ms and ",
+                         attempts, " attempts (last error: ", error,
+                         "); check CHORUS_MASTER_ADDR/CHORUS_MASTER_PORT (or "
+                         "MASTER_ADDR/MASTER_PORT) and that ",
+                         served_by_, " is running (CHORUS_TIMEOUT sets how long to try)"),
+          -1, {}, -1, server_rank_);
     }
     // Gentle growth keeps the wait after a late server start short relative to the time waited.
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
@@ -133,7 +148,8 @@ Fd TcpStore::Impl::take_connection() {
     std::lock_guard lock(mutex_);
     if (!lost_.empty())
       throw PeerFailure(
-          detail::concat("lost the bootstrap store at ", address(), " (earlier: ", lost_, ")"));
+          detail::concat("lost the bootstrap store at ", address(), " (earlier: ", lost_, ")"), -1,
+          {}, -1, server_rank_);
     if (!idle_.empty()) {
       Fd fd = std::move(idle_.back());
       idle_.pop_back();
@@ -143,7 +159,7 @@ Fd TcpStore::Impl::take_connection() {
   // Every pooled connection is busy: another thread is mid-request (perhaps parked in get()).
   std::string error;
   Fd fd = comm::bootstrap::try_connect_tcp(
-      host_, port_, comm::bootstrap::deadline_after(kExtraConnectTimeout), &error);
+      host_, port_, std::min(deadline_after(timeout()), DeadlineScope::current()), &error);
   if (!fd) fail_lost(detail::concat("cannot open another connection: ", error));
   return fd;
 }
@@ -159,15 +175,34 @@ void TcpStore::Impl::fail_lost(std::string_view what) {
     if (lost_.empty()) lost_ = std::string(what);
     idle_.clear();
   }
-  throw PeerFailure(detail::concat("lost the bootstrap store at ", address(), " (", what,
-                                   "); rank 0, which serves it, has probably exited or failed"));
+  throw PeerFailure(detail::concat("lost the bootstrap store at ", address(), " (", what, "); ",
+                                   served_by_, ", which serves it, has probably exited or failed"),
+                    -1, {}, -1, server_rank_);
 }
 
-Reply TcpStore::Impl::request(Op op, const std::string& key, std::string_view value,
-                              int64_t timeout, Clock::time_point reply_deadline) {
+void TcpStore::Impl::fail_silent(std::string_view what, Clock::duration waited) {
+  const std::string why =
+      detail::concat(server(), " does not answer: ", what, " had no reply within ",
+                     describe_timeout(std::chrono::ceil<Millis>(waited)));
+  {
+    std::lock_guard lock(mutex_);
+    if (lost_.empty()) lost_ = why;
+    idle_.clear();
+  }
+  throw PeerFailure(why +
+                        " (the process is stopped or hung, or the port is served by something "
+                        "else than a chorus store)",
+                    -1, {}, -1, server_rank_);
+}
+
+Reply TcpStore::Impl::request(Op op, const std::string& key, std::string_view value, Millis waits) {
   using comm::bootstrap::read_full;
   std::string frame;
-  comm::bootstrap::append_request(frame, op, key, value, timeout);
+  comm::bootstrap::append_request(frame, op, key, value, timeout_ms(waits));
+  const auto start = Clock::now();
+  // Both clamped, so the sum cannot overflow.
+  const auto reply_deadline =
+      std::min(deadline_after(clamp_timeout(waits) + timeout()), DeadlineScope::current());
   Fd fd = take_connection();
 
   const auto what = [&] {
@@ -175,11 +210,8 @@ Reply TcpStore::Impl::request(Op op, const std::string& key, std::string_view va
   };
   auto check = [&](IoStatus status) {
     if (status == IoStatus::kClosed) fail_lost(detail::concat("connection closed during ", what()));
-    if (status == IoStatus::kTimedOut) {
-      // The reply may still come; this connection is out of step and is dropped with fd.
-      throw Timeout(detail::concat("the bootstrap store at ", address(), " did not answer ", what(),
-                                   " in time; it may be hung"));
-    }
+    // The reply may still come; this connection is out of step and is dropped with fd.
+    if (status == IoStatus::kTimedOut) fail_silent(what(), reply_deadline - start);
   };
   check(comm::bootstrap::write_full(fd.get(), frame.data(), frame.size(), reply_deadline));
 
@@ -194,11 +226,11 @@ Reply TcpStore::Impl::request(Op op, const std::string& key, std::string_view va
   return reply;
 }
 
-TcpStore::TcpStore(const std::string& host, int port, Millis connect_timeout)
-    : impl_(std::make_unique<Impl>(host, port)) {
+TcpStore::TcpStore(const std::string& host, int port, Millis timeout, int server_rank)
+    : impl_(std::make_unique<Impl>(host, port, timeout, server_rank)) {
   CHORUS_ARG_CHECK(port > 0 && port <= 65535, "bootstrap store port ", port,
                    " is out of range (1-65535)");
-  impl_->connect(connect_timeout);
+  impl_->connect();
 }
 
 TcpStore::~TcpStore() = default;
@@ -208,15 +240,14 @@ void TcpStore::set(const std::string& key, const std::string& value) {
   CHORUS_ARG_CHECK(value.size() <= comm::bootstrap::kMaxValueBytes, "value of ", value.size(),
                    " bytes for store key ", quoted(key), " is too large (at most ",
                    comm::bootstrap::kMaxValueBytes, ")");
-  impl_->request(Op::kSet, key, value, 0, Clock::now() + kImmediateReplyTimeout);
+  impl_->request(Op::kSet, key, value, Millis::zero());
 }
 
 std::string TcpStore::get(const std::string& key, Millis timeout) {
   check_key(key);
-  Reply r = impl_->request(Op::kGet, key, {}, timeout_ms(timeout),
-                           comm::bootstrap::deadline_after(timeout) + kReplySlack);
+  Reply r = impl_->request(Op::kGet, key, {}, timeout);
   if (r.status == Status::kTimedOut) {
-    throw Timeout(detail::concat("timed out after ", timeout_ms(timeout), " ms waiting for key ",
+    throw Timeout(detail::concat("timed out after ", describe_timeout(timeout), " waiting for key ",
                                  quoted(key), " in the bootstrap store at ", impl_->address()));
   }
   CHORUS_CHECK(r.status == Status::kOk, "unexpected reply status ", static_cast<int>(r.status));
@@ -225,7 +256,7 @@ std::string TcpStore::get(const std::string& key, Millis timeout) {
 
 std::optional<std::string> TcpStore::try_get(const std::string& key) {
   check_key(key);
-  Reply r = impl_->request(Op::kTryGet, key, {}, 0, Clock::now() + kImmediateReplyTimeout);
+  Reply r = impl_->request(Op::kTryGet, key, {}, Millis::zero());
   if (r.status == Status::kNotFound) return std::nullopt;
   CHORUS_CHECK(r.status == Status::kOk, "unexpected reply status ", static_cast<int>(r.status));
   return std::move(r.value);
@@ -233,8 +264,7 @@ std::optional<std::string> TcpStore::try_get(const std::string& key) {
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   check_key(key);
-  Reply r = impl_->request(Op::kAdd, key, std::to_string(delta), 0,
-                           Clock::now() + kImmediateReplyTimeout);
+  Reply r = impl_->request(Op::kAdd, key, std::to_string(delta), Millis::zero());
   if (r.status == Status::kError) {
     throw InvalidArgument(
         detail::concat("cannot add ", delta, " to store key ", quoted(key), ": ", r.value));
@@ -247,7 +277,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 
 bool TcpStore::remove(const std::string& key) {
   check_key(key);
-  Reply r = impl_->request(Op::kRemove, key, {}, 0, Clock::now() + kImmediateReplyTimeout);
+  Reply r = impl_->request(Op::kRemove, key, {}, Millis::zero());
   return r.status == Status::kOk;
 }
 
@@ -257,11 +287,10 @@ void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   std::string list = comm::bootstrap::encode_key_list(keys);
   CHORUS_ARG_CHECK(list.size() <= comm::bootstrap::kMaxValueBytes, "wait on ", keys.size(),
                    " keys is too large a request");
-  Reply r = impl_->request(Op::kWait, {}, list, timeout_ms(timeout),
-                           comm::bootstrap::deadline_after(timeout) + kReplySlack);
+  Reply r = impl_->request(Op::kWait, {}, list, timeout);
   if (r.status == Status::kTimedOut) {
     auto missing = comm::bootstrap::decode_key_list(r.value).value_or(keys);
-    throw Timeout(detail::concat("timed out after ", timeout_ms(timeout), " ms waiting for ",
+    throw Timeout(detail::concat("timed out after ", describe_timeout(timeout), " waiting for ",
                                  missing.size(), " of ", keys.size(),
                                  " keys in the bootstrap store at ", impl_->address(),
                                  "; still missing: ", quoted_list(missing)));

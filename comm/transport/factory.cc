@@ -14,6 +14,7 @@
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/log.h"
+#include "chorus/timeout.h"
 #include "transport/shm/shm_transport.h"
 #if CHORUS_HAVE_UCX
 #include "transport/composite_transport.h"
@@ -135,8 +136,8 @@ std::vector<int> gather_hosts(int rank, int world_size, Store& store,
     if (p != rank) try {
         parse_place(store.get("host/" + std::to_string(p), timeout), &id, &place, &affinity);
       } catch (const Timeout&) {
-        throw Timeout(detail::concat("rank ", p, " did not join within ", timeout.count() / 1000.0,
-                                     " s (is it running, with the same world size and master "
+        throw Timeout(detail::concat("rank ", p, " did not join within ", describe_timeout(timeout),
+                                     " (is it running, with the same world size and master "
                                      "address? CHORUS_TIMEOUT sets the deadline)"),
                       rank, "connect", -1, p);
       }

@@ -8,9 +8,12 @@
 // instead of blocking CI.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,29 @@ struct RunOptions {
   std::vector<int> may_fail;               // ranks whose exit status is not checked (crash tests)
   // Runs in each rank's process before run_ranks connects it (e.g. to bind it to CPUs).
   std::function<void(int rank)> before_connect;
+};
+
+// A T that the ranks of a run (forks of this process) and the test share: an anonymous shared
+// mapping made before they start. T should be made of atomics.
+template <class T>
+class SharedBetweenRanks {
+ public:
+  SharedBetweenRanks() {
+    void* p = ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    value_ = new (p) T();
+  }
+  ~SharedBetweenRanks() {
+    value_->~T();
+    ::munmap(value_, sizeof(T));
+  }
+  SharedBetweenRanks(const SharedBetweenRanks&) = delete;
+  SharedBetweenRanks& operator=(const SharedBetweenRanks&) = delete;
+  T& operator*() const { return *value_; }
+  T* operator->() const { return value_; }
+
+ private:
+  T* value_;
 };
 
 // Runs body(comm) on `world_size` ranks. Returns the job id used.

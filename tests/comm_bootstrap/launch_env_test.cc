@@ -261,5 +261,22 @@ TEST(LaunchEnv, MalformedValuesNameTheVariableAndValue) {
                   "OMPI_COMM_WORLD_RANK='4' is not below OMPI_COMM_WORLD_SIZE='4'");
 }
 
+// A world size no job has is refused before anything is sized by it, naming the variable.
+TEST(LaunchEnv, AbsurdWorldSizeNamesTheVariableAndTheLimit) {
+  EXPECT_CONTAINS(error_of({{"CHORUS_RANK", "0"}, {"CHORUS_WORLD_SIZE", "2147483647"}}),
+                  "CHORUS_WORLD_SIZE='2147483647' is more ranks than chorus supports (at most " +
+                      std::to_string(kMaxWorldSize) + ")");
+  EXPECT_CONTAINS(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2000000"}}), "WORLD_SIZE='2000000'");
+  EXPECT_CONTAINS(error_of({{"CHORUS_RANK", "0"}, {"CHORUS_WORLD_SIZE", "99999999999"}}),
+                  "CHORUS_WORLD_SIZE='99999999999' is out of range");
+  EXPECT_EQ(detect({{"CHORUS_RANK", "0"},
+                    {"CHORUS_WORLD_SIZE", std::to_string(kMaxWorldSize)},
+                    {"CHORUS_LOCAL_RANK", "0"},
+                    {"CHORUS_LOCAL_WORLD_SIZE", "1"},
+                    {"CHORUS_MASTER_ADDR", "h"}})
+                .world_size,
+            kMaxWorldSize);
+}
+
 }  // namespace
 }  // namespace chorus

@@ -328,5 +328,80 @@ TEST_F(StoreTest, PrefixStoresAreIsolated) {
   EXPECT_EQ(base->get("a/sub/x", 1s), "y");
 }
 
+// ---- a store that does not answer ----------------------------------------------------------
+
+// A listening socket nobody serves: connections complete (the kernel's backlog) but no request is
+// ever answered, like a stopped rank 0 or a stranger on the master port.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(StoreSilent, ARequestFailsAtTheStoresTimeoutNamingTheHost) {
+  SilentListener silent;
+  TcpStore store(kHost, silent.port(), 300ms);  // connecting succeeds: the kernel accepts
+  const auto start = Clock::now();
+  auto e = expect_error(ErrorKind::kPeerFailure, [&] { store.set("k", "v"); });
+  EXPECT_GE(since(start), 280ms);
+  EXPECT_LT(since(start), 2s);
+  EXPECT_NE(e.message().find("rank 0, which hosts the bootstrap store at 127.0.0.1:" +
+                             std::to_string(silent.port()) + ", does not answer"),
+            std::string::npos)
+      << e.what();
+  EXPECT_NE(e.message().find("set 'k'"), std::string::npos) << e.what();
+  // Every later call fails at once.
+  const auto later = Clock::now();
+  auto again = expect_error(ErrorKind::kPeerFailure, [&] { store.try_get("k"); });
+  EXPECT_LT(since(later), 100ms);
+  EXPECT_NE(again.message().find("does not answer"), std::string::npos) << again.what();
+}
+
+TEST(StoreSilent, AGetWaitsItsOwnTimeoutPlusTheStoresTimeout) {
+  SilentListener silent;
+  TcpStore store(kHost, silent.port(), 300ms);
+  const auto start = Clock::now();
+  expect_error(ErrorKind::kPeerFailure, [&] { store.get("k", 400ms); });
+  EXPECT_GE(since(start), 680ms);
+  EXPECT_LT(since(start), 2s);
+}
+
+TEST(StoreSilent, ADeadlineScopeCutsEveryWaitShorter) {
+  SilentListener silent;
+  TcpStore store(kHost, silent.port(), 30s);
+  const auto start = Clock::now();
+  {
+    DeadlineScope scope(Clock::now() + 200ms);
+    auto e = expect_error(ErrorKind::kPeerFailure, [&] { store.get("k", 30s); });
+    EXPECT_NE(e.message().find("within 0.2 s"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(since(start), 180ms);
+  EXPECT_LT(since(start), 2s);
+}
+
+TEST(StoreSilent, HugeTimeoutsDoNotWrapAround) {
+  TcpStoreServer server(kHost, 0);
+  TcpStore store(kHost, server.port(), Millis::max());
+  store.set("k", "v");
+  EXPECT_EQ(store.get("k", Millis::max()), "v");
+  EXPECT_EQ(store.get("k", kNoDeadline), "v");
+  store.wait({"k"}, Millis::max());
+}
+
 }  // namespace
 }  // namespace chorus

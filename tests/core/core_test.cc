@@ -8,6 +8,7 @@
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/half.h"
+#include "chorus/timeout.h"
 #include "chorus/types.h"
 
 namespace chorus {
@@ -89,6 +90,75 @@ TEST(Config, KnobReadsEnvAndRejectsGarbage) {
   bool listed = false;
   for (const auto& k : all_knobs()) listed |= k.name == "CHORUS_TEST_KNOB_X";
   EXPECT_TRUE(listed);
+}
+
+// Timeouts from 1 ms to "never"; huge values saturate instead of wrapping into the past.
+TEST(Timeout, ParsesSecondsAndNoDeadline) {
+  std::string error;
+  EXPECT_EQ(parse_timeout("10", &error), Millis(10000));
+  EXPECT_EQ(parse_timeout("0.5", &error), Millis(500));
+  EXPECT_EQ(parse_timeout("0.001", &error), Millis(1));
+  EXPECT_EQ(parse_timeout("1e3", &error), Millis(1000000));
+  for (const char* never :
+       {"inf", "INF", "infinity", "never", "none", "0", "0.0", "1e10", "1e300", "1e400"})
+    EXPECT_EQ(parse_timeout(never, &error), kNoDeadline) << never;
+  for (const char* bad : {"", "abc", "10s", "-1", "-inf", "nan", "0.0004"}) {
+    error.clear();
+    EXPECT_FALSE(parse_timeout(bad, &error).has_value()) << bad;
+    EXPECT_FALSE(error.empty()) << bad;
+  }
+}
+
+TEST(Timeout, DeadlinesSaturate) {
+  const auto now = std::chrono::steady_clock::now();
+  for (Millis huge : {kNoDeadline, Millis::max(), Millis(INT64_MAX / 2)}) {
+    const auto d = deadline_after(huge);
+    EXPECT_GT(d, now + std::chrono::hours(24 * 365 * 49)) << huge.count();
+    EXPECT_EQ(clamp_timeout(huge), kNoDeadline);
+    // A deadline that far may still take the small additions waits make.
+    EXPECT_GT(d + std::chrono::hours(24), d);
+    EXPECT_GT(std::chrono::duration_cast<std::chrono::nanoseconds>(clamp_timeout(huge)).count(), 0)
+        << "a clamped timeout fits in nanoseconds";
+  }
+  const auto negative = deadline_after(Millis(-5));  // a negative timeout is "now"
+  EXPECT_LE(negative, std::chrono::steady_clock::now());
+  EXPECT_EQ(describe_timeout(kNoDeadline), "no deadline");
+  EXPECT_EQ(describe_timeout(Millis(300000)), "300 s");
+  EXPECT_EQ(describe_timeout(Millis(250)), "0.25 s");
+}
+
+TEST(Timeout, ReadsChorusTimeoutAndNamesItWhenMalformed) {
+  setenv("CHORUS_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(default_timeout(), Millis(2500));
+  setenv("CHORUS_TIMEOUT", "inf", 1);
+  EXPECT_EQ(default_timeout(), kNoDeadline);
+  setenv("CHORUS_TIMEOUT", "-3", 1);
+  try {
+    default_timeout();
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("CHORUS_TIMEOUT='-3'"), std::string::npos) << e.what();
+  }
+  unsetenv("CHORUS_TIMEOUT");
+  EXPECT_EQ(default_timeout(), Millis(300000));
+}
+
+TEST(Timeout, DeadlineScopesNestToTheEarliest) {
+  using Clock = std::chrono::steady_clock;
+  EXPECT_EQ(DeadlineScope::current(), Clock::time_point::max());
+  const auto soon = Clock::now() + std::chrono::seconds(1);
+  {
+    DeadlineScope outer(soon);
+    EXPECT_EQ(DeadlineScope::current(), soon);
+    {
+      DeadlineScope later(soon + std::chrono::seconds(5));
+      EXPECT_EQ(DeadlineScope::current(), soon) << "an inner scope cannot extend the outer one";
+      DeadlineScope earlier(soon - std::chrono::milliseconds(500));
+      EXPECT_EQ(DeadlineScope::current(), soon - std::chrono::milliseconds(500));
+    }
+    EXPECT_EQ(DeadlineScope::current(), soon);
+  }
+  EXPECT_EQ(DeadlineScope::current(), Clock::time_point::max());
 }
 
 TEST(Error, MessageNamesRankOpAndSequence) {

@@ -3,14 +3,18 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "exit_queue.h"
 #include "exit_status.h"
 #include "job_id.h"
 #include "options.h"
@@ -157,6 +161,41 @@ TEST(RankEnvironment, ReplacesInheritedLaunchVariables) {
   EXPECT_TRUE(has("CHORUS_MASTER_ADDR=10.1.2.3"));
   EXPECT_TRUE(has("CHORUS_MASTER_PORT=1234"));
   for (const std::string& e : env) EXPECT_FALSE(e.starts_with("CHORUS_STORE_FD=")) << e;
+}
+
+// Children that have all exited before anyone looks are reported in the order they exited, not
+// in the order they were started (nor waitpid's): the last started exits first here.
+TEST(ExitQueue, ReportsExitsInTheOrderTheyHappened) {
+  constexpr int kChildren = 6;
+  constexpr long kStepNs = 30'000'000;
+  // Child i exits at start + 200 ms + (kChildren - i) steps, on one clock, however long forking
+  // takes.
+  timespec start{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  ExitQueue exits;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kChildren; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const long ns = start.tv_nsec + 200'000'000L + (kChildren - i) * kStepNs;
+      const timespec at{start.tv_sec + ns / 1'000'000'000L, ns % 1'000'000'000L};
+      while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr) != 0) {
+      }
+      ::_exit(i);
+    }
+    pids.push_back(pid);
+    exits.watch(static_cast<size_t>(i), pid);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200 + (kChildren + 3) * 30));
+  const std::vector<size_t> order = exits.take();
+  ASSERT_EQ(order.size(), size_t{kChildren});
+  for (int i = 0; i < kChildren; ++i) EXPECT_EQ(order[i], static_cast<size_t>(kChildren - 1 - i));
+  EXPECT_TRUE(exits.take().empty()) << "each exit is reported once";
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid) << "take() must not reap";
+  }
 }
 
 }  // namespace

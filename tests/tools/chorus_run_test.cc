@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -31,6 +33,7 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kChorusRun = CHORUS_RUN_BIN;
 constexpr const char* kProbe = RANK_PROBE_BIN;
 constexpr const char* kTune = CHORUS_TUNE_BIN;
+constexpr const char* kCommProbe = COMM_PROBE_BIN;
 
 struct Result {
   int exit_code = -1;  // 128 + signal when chorus-run itself was killed
@@ -422,6 +425,164 @@ TEST(ChorusRun, CrashedJobsShmLitterIsSwept) {
         << entry.path() << " was left behind";
   EXPECT_TRUE(path_exists(other)) << "another job's segment was removed";
   std::filesystem::remove(other);
+}
+
+// ---- whole process trees, and jobs of real chorus ranks ----------------------------------------
+
+// True once `pid` has ended: gone, or a zombie nobody reaped yet (the ranks' grandchildren are
+// reaped by init, which a container may not do promptly).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+}
+
+bool all_gone_within(const std::vector<pid_t>& pids, Clock::duration timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (std::all_of(pids.begin(), pids.end(), process_gone)) return true;
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+// "ready <rank> <pid>" lines: the pids.
+std::vector<pid_t> ready_pids(const std::string& out) {
+  std::vector<pid_t> pids;
+  const std::regex ready(R"(ready (\d+) (\d+))");
+  for (const std::string& line : lines_of(out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, ready)) pids.push_back(std::stoi(m[2]));
+  }
+  return pids;
+}
+
+// A rank started through a wrapper (`sh -c "prog; echo"`) runs as a grandchild of chorus-run.
+// When chorus-run is killed with SIGKILL, its guard kills the whole process group of each rank:
+// the wrapped programs end too, within a second.
+TEST(ChorusRun, KilledLauncherTakesWrappedRanksWithIt) {
+  constexpr size_t kRanks = 3;
+  Launch launch(
+      {"-n", std::to_string(kRanks), "sh", "-c", std::string(kProbe) + " ready sleep; echo after"});
+  std::vector<pid_t> wrapped;
+  ASSERT_TRUE(launch.wait_for_stdout(
+      [&](const std::string& out) {
+        wrapped = ready_pids(out);
+        return wrapped.size() == kRanks;
+      },
+      10s));
+  ASSERT_EQ(::kill(launch.pid(), SIGKILL), 0);
+  const auto killed = Clock::now();
+  EXPECT_TRUE(all_gone_within(wrapped, 2s)) << "the wrapped ranks outlived chorus-run";
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  const Result r = launch.finish();
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  EXPECT_NE(r.err.find("chorus-run-guard: chorus-run (pid " + std::to_string(launch.pid()) +
+                       ") ended without stopping its ranks"),
+            std::string::npos)
+      << r.err;
+  std::printf("wrapped ranks gone %.3f s after chorus-run was killed\n", took);
+}
+
+// What a rank leaves running in its process group ends with the job.
+TEST(ChorusRun, WhatARankLeavesBehindEndsWithTheJob) {
+  const Result r =
+      run({"-n", "2", "sh", "-c", std::string(kProbe) + " ready sleep & sleep 0.5; echo left"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<pid_t> left = ready_pids(r.out);
+  EXPECT_EQ(left.size(), 2u) << r.out;
+  EXPECT_TRUE(all_gone_within(left, 2s));
+}
+
+// A second chorus-run with the job id of a running one (and the same node rank) is refused at
+// once, naming the first; another node rank of the same job may share the id.
+TEST(ChorusRun, SecondJobWithTheSameJobIdIsRefused) {
+  const std::string id = "same" + std::to_string(::getpid());
+  Launch first(probe_job({"-n", "1"}, {"ready", "sleep"}), {"CHORUS_JOB_ID=" + id});
+  ASSERT_TRUE(first.wait_for_stdout(
+      [](const std::string& out) { return out.find("ready 0") != std::string::npos; }, 10s));
+  const Result second = run(probe_job({"-n", "1"}, {"env"}), {"CHORUS_JOB_ID=" + id});
+  EXPECT_EQ(second.exit_code, 2);
+  EXPECT_NE(second.err.find("CHORUS_JOB_ID='" + id + "' is in use on this host by chorus-run pid " +
+                            std::to_string(first.pid())),
+            std::string::npos)
+      << second.err;
+  EXPECT_EQ(second.out, "") << "no rank may start";
+  EXPECT_LT(second.seconds, 2.0);
+  const Result other_node = run(probe_job({"-n", "1", "--nnodes", "2", "--node-rank", "1",
+                                           "--master-addr", "127.0.0.1", "--master-port", "29999"},
+                                          {"env"}),
+                                {"CHORUS_JOB_ID=" + id});
+  EXPECT_EQ(other_node.exit_code, 0) << other_node.err;
+}
+
+// Rank 0 (the store's host) stops in the middle of a job with CHORUS_TIMEOUT=2: the others fail
+// at the timeout, their teardown ends within min(timeout, 2 s), and chorus-run stops rank 0
+// (SIGTERM and SIGCONT) after the grace period: the whole job ends within their sum.
+TEST(ChorusRun, StoppedStoreHostEndsTheJobWithinTheTimeoutAndTheBounds) {
+  constexpr double kTimeout = 2, kTeardown = 2, kGrace = 0.5;
+  const Result r = Launch({"-n", "3", "--grace", "0.5", kCommProbe, "init", "all-reduce", "3",
+                           "stop", "0", "loop"},
+                          {"CHORUS_TIMEOUT=2"})
+                       .finish(30s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank [12] \(pid \d+\) failed first)")))
+      << r.err;
+  EXPECT_NE(r.err.find("rank 0 killed by signal 15 (SIGTERM)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("still waiting for rank 0"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, kTimeout + kTeardown + kGrace + 1.5) << r.err;
+  std::printf("the job ended %.2f s after it started\n", r.seconds);
+}
+
+// Start-up failures are attributed to the rank that died first, even when the ranks that fail
+// because of it exit before it has finished dying. Rank 0 (serving the store) is killed while the
+// others wait in set-up for rank 3: those connected lose the store at once and exit (a rank still
+// connecting keeps trying, like rank 3, until chorus-run stops it).
+TEST(ChorusRun, StartUpFailureNamesTheRankThatDiedFirst) {
+  constexpr int kTrials = 5;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const Result r = Launch({"-n", "4", "--grace", "0.2", kCommProbe, "kill-after", "0", "1000",
+                             "delay", "3", "5000", "init"},
+                            {"CHORUS_TIMEOUT=10"})
+                         .finish(30s);
+    EXPECT_EQ(r.exit_code, 128 + SIGKILL) << "trial " << trial << "\n" << r.err;
+    EXPECT_TRUE(std::regex_search(
+        r.err, std::regex(R"(chorus-run: rank 0 \(pid \d+\) failed first: killed by signal 9)")))
+        << "trial " << trial << "\n" << r.err;
+    EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(ranks? [12](-2)? exited with code 1)")))
+        << "trial " << trial << ": no rank failed because of rank 0\n" << r.err;
+    EXPECT_LT(r.seconds, 4.0) << r.err;
+  }
+}
+
+// A rank killed during set-up (not the store's host): the others name it at once ("died during
+// set-up"), and chorus-run names it first.
+TEST(ChorusRun, RankKilledDuringSetUpIsNamedByEveryone) {
+  const Result r = Launch({"-n", "3", "--grace", "5", kCommProbe, "delay", "1", "1000",
+                           "kill-after", "2", "500", "init"},
+                          {"CHORUS_TIMEOUT=10"})
+                       .finish(30s);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank 2 \(pid \d+\) failed first)"))) << r.err;
+  EXPECT_NE(r.err.find("rank 2 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("died during set-up"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ranks 0-1 exited with code 1"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 4.0) << r.err;
+}
+
+// from_env() again in one process, under chorus-run: rank 0 serves the store it was handed for
+// every communicator.
+TEST(ChorusRun, RanksMakeTheirCommunicatorAgain) {
+  const Result r =
+      Launch({"-n", "3", kCommProbe, "init", "all-reduce", "2", "fini", "init", "all-reduce", "2",
+              "fini", "delay", "1", "200", "init", "all-reduce", "1"},
+             {"CHORUS_TIMEOUT=20"})
+          .finish(30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
 }
 
 // ---- command line ------------------------------------------------------------------------------

@@ -1,11 +1,15 @@
 #include "job_id.h"
 
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "chorus/config.h"
 #include "chorus/error.h"
@@ -58,6 +62,34 @@ std::string resolve_job_id(int nnodes) {
                    "' is not a valid job id (letters, digits, '_' and '-'; at most ", kMaxLength,
                    ")");
   return *id;
+}
+
+UniqueFd claim_job_id(const std::string& id, int node_rank) {
+  const std::string name = detail::concat("chorus-run/", id, "/node", node_rank);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  // Abstract namespace: a leading NUL, the name, no terminator.
+  CHORUS_CHECK_LT(name.size() + 1, sizeof addr.sun_path);
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  UniqueFd fd(CHORUS_SYSCALL(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
+    CHORUS_SYSCALL(::listen(fd.get(), 1));
+    return fd;
+  }
+  if (errno != EADDRINUSE) throw_system_error("bind of the job id's socket " + name, errno);
+  // Who holds it: a connection to a listening socket reports the listener's credentials.
+  std::string holder = "another chorus-run";
+  UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  ucred cred{};
+  socklen_t cred_len = sizeof cred;
+  if (probe && ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), len) == 0 &&
+      ::getsockopt(probe.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0)
+    holder = detail::concat("chorus-run pid ", cred.pid);
+  throw InvalidArgument(detail::concat(
+      "CHORUS_JOB_ID='", id, "' is in use on this host by ", holder, " (node rank ", node_rank,
+      "): two jobs with one id would share shared-memory segment names (/dev/shm/chorus-", id,
+      "-*); give each job its own CHORUS_JOB_ID, or leave it unset for a fresh one"));
 }
 
 }  // namespace chorus::run

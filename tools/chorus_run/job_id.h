@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "unique_fd.h"
+
 namespace chorus::run {
 
 // CHORUS_JOB_ID from the environment when set (validated), else a fresh random [a-z0-9]{12}.
@@ -15,5 +17,13 @@ std::string random_job_id();
 
 // Letters, digits, '_' and '-'; 1 to 64 characters.
 bool is_valid_job_id(std::string_view id);
+
+// Claims job id `id` for node `node_rank` on this host for as long as the returned descriptor is
+// open: a listening socket in the abstract namespace, "chorus-run/<id>/node<node_rank>" (released
+// by the kernel when chorus-run ends, however it ends; no file to clean up). Two jobs with one id
+// on one host would share shared-memory names (and each would sweep the other's at its end), so a
+// second claim throws chorus::InvalidArgument naming the holder's pid. The nodes of one
+// multi-node job share the id legitimately and claim it each for its own node rank.
+UniqueFd claim_job_id(const std::string& id, int node_rank);
 
 }  // namespace chorus::run

@@ -15,7 +15,10 @@
 #include "chorus/error.h"
 #include "chorus/log.h"
 #include "cpu_binding.h"
+#include "exit_queue.h"
 #include "exit_status.h"
+#include "failure_reports.h"
+#include "job_guard.h"
 #include "job_id.h"
 #include "options.h"
 #include "rank_spawn.h"
@@ -82,10 +85,12 @@ int report(const std::vector<RankProcess>& ranks, const JobOutcome& outcome, dou
   return exit_code_of(first.status);
 }
 
-// Starts every rank of this node; with --tag-output their pipes are added to `output`. When one
-// cannot be started, those already running are killed and the error is rethrown.
+// Starts every rank of this node, each watched by `exits` and `guard` from the moment it runs;
+// with --tag-output their pipes are added to `output`. When one cannot be started, those already
+// running are killed and the error is rethrown.
 std::vector<RankProcess> start_ranks(const Options& options, const JobLayout& layout,
-                                     const StoreListener* listener, TaggedOutput& output) {
+                                     const StoreListener* listener, TaggedOutput& output,
+                                     ExitQueue& exits, JobGuard& guard) {
   std::vector<RankProcess> ranks;
   const std::vector<std::vector<int>> cpus = local_cpu_binding(options.bind, options.nproc_per_node);
   try {
@@ -97,7 +102,8 @@ std::vector<RankProcess> start_ranks(const Options& options, const JobLayout& la
       SpawnSpec spec;
       spec.argv = options.command;
       spec.env = rank_environment(layout, local, store_fd, environ);
-      spec.inherit_fd = store_fd.value_or(-1);
+      if (store_fd) spec.inherit_fds.push_back(*store_fd);
+      if (layout.status_fd >= 0) spec.inherit_fds.push_back(layout.status_fd);
       spec.cpus = cpus[static_cast<size_t>(local)];
       Pipe out, err;
       if (options.tag_output) {
@@ -106,7 +112,10 @@ std::vector<RankProcess> start_ranks(const Options& options, const JobLayout& la
         spec.stdout_fd = out.write_end.get();
         spec.stderr_fd = err.write_end.get();
       }
-      ranks.push_back(RankProcess{rank, spawn_rank(spec)});
+      const pid_t pid = spawn_rank(spec);
+      ranks.push_back(RankProcess{rank, pid});
+      exits.watch(ranks.size() - 1, pid);
+      guard.guard(pid);  // its process group
       if (options.tag_output) {
         const std::string tag = "[" + std::to_string(rank) + "] ";
         output.add(tag, std::move(out.read_end), STDOUT_FILENO);
@@ -130,6 +139,11 @@ int launch(const Options& options) {
   layout.master_addr = options.master_addr;
   layout.master_port = options.master_port;
   layout.job_id = resolve_job_id(options.nnodes);
+  const UniqueFd job_claim = claim_job_id(layout.job_id, options.node_rank);
+  // Before any rank and before the store's socket: the guard must hold neither.
+  JobGuard guard;
+  FailureReports reports;
+  layout.status_fd = reports.write_fd();
 
   std::optional<StoreListener> listener;
   if (options.node_rank == 0) {
@@ -141,9 +155,10 @@ int launch(const Options& options) {
               layout.master_port);
 
   TaggedOutput output;
+  ExitQueue exits;
   std::vector<RankProcess> ranks;
   try {
-    ranks = start_ranks(options, layout, listener ? &*listener : nullptr, output);
+    ranks = start_ranks(options, layout, listener ? &*listener : nullptr, output, exits, guard);
   } catch (const Error&) {
     sweep_job_shm(layout.job_id);
     throw;
@@ -154,7 +169,9 @@ int launch(const Options& options) {
 
   const auto grace = std::chrono::duration_cast<Supervisor::Clock::duration>(
       std::chrono::duration<double>(options.grace_seconds));
-  const JobOutcome outcome = Supervisor(ranks, signals, output, grace).run();
+  const JobOutcome outcome =
+      Supervisor(ranks, exits, &reports, &guard, signals, output, grace).run();
+  guard.finish();
 
   for (const std::string& name : sweep_job_shm(layout.job_id))
     CHORUS_INFO(kLogRun, "removed /dev/shm/", name, " left by the job");

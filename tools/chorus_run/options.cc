@@ -51,16 +51,22 @@ Each rank gets CHORUS_RANK (= node_rank * N + local rank), CHORUS_WORLD_SIZE (= 
 CHORUS_LOCAL_RANK, CHORUS_LOCAL_WORLD_SIZE (= N), CHORUS_NNODES, CHORUS_NODE_RANK,
 CHORUS_MASTER_ADDR, CHORUS_MASTER_PORT and CHORUS_JOB_ID. On node 0, chorus-run opens the
 store's listening socket itself (so a free port is never lost to a race) and hands it to
-rank 0 alone as CHORUS_STORE_FD.
+rank 0 alone as CHORUS_STORE_FD. CHORUS_RUN_STATUS_FD is a pipe on which a chorus rank whose
+communicator fails names the rank it blames, so that chorus-run names the rank that failed
+first even when others, failing because of it, exited before it.
 
 Job id: CHORUS_JOB_ID names the job's shared-memory segments (/dev/shm/chorus-<job id>-*).
 chorus-run makes a fresh random one unless the environment already sets it (letters, digits,
 '_' and '-'; at most 64). A multi-node job must set the same CHORUS_JOB_ID on every node.
 When the ranks have exited, chorus-run removes the segments of its job id that they left
-behind; so two chorus-runs on one host must not share a job id.
+behind; so a chorus-run whose job id (and node rank) a running one on this host holds is
+refused with an error naming that one's pid.
 
 Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every rank (each rank runs in its own
-process group). Ranks that have not exited a grace period later are terminated.
+process group). Ranks that have not exited a grace period later are terminated. Each rank's
+whole process group (a wrapper such as `sh -c` and what it starts) ends with the rank: what is
+left of it when the rank exits is killed, and if chorus-run itself is killed (even with
+SIGKILL), a guard process it leaves behind kills the groups.
 
 Exit status: 0 when every rank exits 0; otherwise the exit code of the rank that failed first,
 or 128 + signal number when it was killed by a signal; 128 + signal when chorus-run was

@@ -16,10 +16,10 @@
 namespace chorus::run {
 namespace {
 
-constexpr std::array<std::string_view, 10> kLaunchVariables = {
-    "CHORUS_RANK",   "CHORUS_WORLD_SIZE", "CHORUS_LOCAL_RANK",  "CHORUS_LOCAL_WORLD_SIZE",
-    "CHORUS_NNODES", "CHORUS_NODE_RANK",  "CHORUS_MASTER_ADDR", "CHORUS_MASTER_PORT",
-    "CHORUS_JOB_ID", "CHORUS_STORE_FD"};
+constexpr std::array<std::string_view, 11> kLaunchVariables = {
+    "CHORUS_RANK",   "CHORUS_WORLD_SIZE", "CHORUS_LOCAL_RANK",   "CHORUS_LOCAL_WORLD_SIZE",
+    "CHORUS_NNODES", "CHORUS_NODE_RANK",  "CHORUS_MASTER_ADDR",  "CHORUS_MASTER_PORT",
+    "CHORUS_JOB_ID", "CHORUS_STORE_FD",   "CHORUS_RUN_STATUS_FD"};
 
 bool is_launch_variable(std::string_view entry) {
   const std::string_view name = entry.substr(0, entry.find('='));
@@ -54,7 +54,8 @@ std::vector<char*> as_argv(const std::vector<std::string>& strings) {
   if (::getppid() != parent) ::_exit(127);  // chorus-run died before prctl took effect
   if (spec.stdout_fd >= 0 && ::dup2(spec.stdout_fd, STDOUT_FILENO) < 0) fail();
   if (spec.stderr_fd >= 0 && ::dup2(spec.stderr_fd, STDERR_FILENO) < 0) fail();
-  if (spec.inherit_fd >= 0 && ::fcntl(spec.inherit_fd, F_SETFD, 0) != 0) fail();
+  for (int fd : spec.inherit_fds)
+    if (::fcntl(fd, F_SETFD, 0) != 0) fail();
   if (cpus != nullptr && ::sched_setaffinity(0, sizeof *cpus, cpus) != 0) fail();
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -87,6 +88,7 @@ std::vector<std::string> rank_environment(const JobLayout& layout, int local_ran
   set("CHORUS_MASTER_PORT", layout.master_port);
   set("CHORUS_JOB_ID", layout.job_id);
   if (store_fd) set("CHORUS_STORE_FD", *store_fd);
+  if (layout.status_fd >= 0) set("CHORUS_RUN_STATUS_FD", layout.status_fd);
   return env;
 }
 

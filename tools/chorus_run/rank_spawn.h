@@ -19,6 +19,7 @@ struct JobLayout {
   std::string master_addr;
   int master_port = 0;
   std::string job_id;
+  int status_fd = -1;  // CHORUS_RUN_STATUS_FD when >= 0 (failure_reports.h)
 
   int world_size() const { return nnodes * nproc_per_node; }
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
@@ -35,7 +36,8 @@ struct SpawnSpec {
   std::vector<std::string> env;
   int stdout_fd = -1;  // becomes the rank's stdout; -1 inherits ours
   int stderr_fd = -1;
-  int inherit_fd = -1;  // a close-on-exec fd that this rank alone keeps (the store listener)
+  // Close-on-exec fds the rank keeps (the store listener on rank 0, the failure-report pipe).
+  std::vector<int> inherit_fds;
   std::vector<int> cpus;  // PUs (OS indexes) the rank is bound to; empty: not bound
 };
 

@@ -28,36 +28,69 @@ void signal_rank(pid_t pid, int signal) {
 
 }  // namespace
 
-Supervisor::Supervisor(std::vector<RankProcess>& ranks, SignalWatch& signals, TaggedOutput& output,
+Supervisor::Supervisor(std::vector<RankProcess>& ranks, ExitQueue& exits, FailureReports* reports,
+                       JobGuard* guard, SignalWatch& signals, TaggedOutput& output,
                        Clock::duration grace)
-    : ranks_(ranks), signals_(signals), output_(output), grace_(grace) {}
+    : ranks_(ranks),
+      exits_(exits),
+      reports_(reports),
+      guard_(guard),
+      signals_(signals),
+      output_(output),
+      grace_(grace),
+      signalled_(ranks.size(), false) {}
 
 JobOutcome Supervisor::run() {
   std::vector<pollfd> fds;
-  // A SIGCHLD that arrived before the loop is waiting in the signalfd; reaping once more here
-  // costs nothing and covers ranks that exited during start-up.
+  // Ranks that exited during start-up are queued already.
   reap();
   while (running_count() > 0) {
     fds.clear();
+    fds.push_back(pollfd{exits_.fd(), POLLIN, 0});
     fds.push_back(pollfd{signals_.fd(), POLLIN, 0});
+    fds.push_back(pollfd{reports_ ? reports_->read_fd() : -1, POLLIN, 0});
     output_.add_pollfds(fds);
     if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0) {
       if (errno == EINTR) continue;
       throw_system_error("poll", errno);
     }
-    if (fds[0].revents != 0) handle_signals();
-    output_.service(std::span<const pollfd>(fds).subspan(1));
+    if (fds[2].revents != 0) reports_->read();
+    if (fds[0].revents != 0) reap();
+    if (fds[1].revents != 0) handle_signals();
+    output_.service(std::span<const pollfd>(fds).subspan(3));
     if (deadline_ && Clock::now() >= *deadline_) on_deadline();
   }
   output_.drain(Clock::now() + kDrainTime);
+  attribute_first_failure();
   return outcome_;
 }
 
+void Supervisor::attribute_first_failure() {
+  if (!outcome_.first_failure || reports_ == nullptr) return;
+  reports_->read();  // the last reports
+  size_t current = *outcome_.first_failure;
+  std::vector<bool> seen(ranks_.size(), false);
+  for (;;) {
+    seen[current] = true;
+    const std::optional<int> cause = reports_->cause_of(ranks_[current].rank);
+    if (!cause) break;
+    size_t next = ranks_.size();
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      if (ranks_[i].rank == *cause) next = i;
+    // On another node, a loop, a rank that did not fail, or one that chorus-run stopped: the
+    // origin is not known better than by the exit order.
+    if (next == ranks_.size() || seen[next] || is_clean_exit(ranks_[next].status) ||
+        signalled_[next])
+      break;
+    current = next;
+  }
+  outcome_.first_failure = current;
+}
+
 void Supervisor::handle_signals() {
+  // SIGCHLD needs nothing: exits come through the exit queue, in order.
   for (int signal : signals_.take()) {
-    if (signal == SIGCHLD) {
-      reap();
-    } else if (SignalWatch::is_forwarded(signal)) {
+    if (SignalWatch::is_forwarded(signal)) {
       std::fprintf(stderr, "chorus-run: received %s, forwarding it to the ranks\n",
                    signal_name(signal).c_str());
       outcome_.interrupted_by = signal;
@@ -68,25 +101,23 @@ void Supervisor::handle_signals() {
 }
 
 void Supervisor::reap() {
-  for (;;) {
+  for (size_t i : exits_.take()) {
+    RankProcess& r = ranks_[i];
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid == 0) return;
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      if (errno == ECHILD) return;
-      throw_system_error("waitpid", errno);
+    // The process has exited: this does not block.
+    while (::waitpid(r.pid, &status, 0) < 0) {
+      if (errno != EINTR) throw_system_error("waitpid", errno);
     }
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      RankProcess& r = ranks_[i];
-      if (r.pid != pid || !r.running) continue;
-      r.running = false;
-      r.status = status;
-      CHORUS_INFO(kLogRun, "rank ", r.rank, " (pid ", pid, ") ", describe_wait_status(status));
-      if (!is_clean_exit(status) && !outcome_.first_failure) {
-        outcome_.first_failure = i;
-        begin_shutdown();
-      }
+    // What the rank left in its group goes with it, while the group id cannot have been given
+    // out again: it stays reserved while the group has members.
+    ::kill(-r.pid, SIGKILL);
+    if (guard_ != nullptr) guard_->release(r.pid);
+    r.running = false;
+    r.status = status;
+    CHORUS_INFO(kLogRun, "rank ", r.rank, " (pid ", r.pid, ") ", describe_wait_status(status));
+    if (!is_clean_exit(status) && !outcome_.first_failure) {
+      outcome_.first_failure = i;
+      begin_shutdown();
     }
   }
 }
@@ -103,6 +134,7 @@ void Supervisor::on_deadline() {
       CHORUS_INFO(kLogRun, running_count(), " ranks still running after the grace period: SIGTERM");
       outcome_.terminated = true;
       signal_running(SIGTERM);
+      signal_running(SIGCONT);
     }
     phase_ = Phase::kTerminating;
     deadline_ = Clock::now() + kKillDelay;
@@ -117,8 +149,11 @@ void Supervisor::on_deadline() {
 }
 
 void Supervisor::signal_running(int signal) {
-  for (const RankProcess& r : ranks_)
-    if (r.running) signal_rank(r.pid, signal);
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (!ranks_[i].running) continue;
+    signal_rank(ranks_[i].pid, signal);
+    signalled_[i] = true;
+  }
 }
 
 int Supervisor::running_count() const {

@@ -1,12 +1,17 @@
 // chorus-run — watching the ranks until all have exited.
 //
-// One poll() waits on a signalfd (child exits and the signals to forward) and on the ranks'
-// output pipes, with a timeout only while a deadline is armed; nothing spins. The shutdown of a
-// failing job runs through these phases:
-//   running     -> a rank fails (non-zero exit or a signal): it is the first failure; the others
-//                  get `grace` to exit on their own (they may notice the failure themselves)
-//   grace       -> deadline: SIGTERM to every rank still running
+// One poll() waits on the ranks' exits (exit_queue.h, in the order they happened), a signalfd
+// (the signals to forward) and the ranks' output pipes, with a timeout only while a deadline is
+// armed; nothing spins. The shutdown of a failing job runs through these phases:
+//   running     -> a rank fails (non-zero exit or a signal): the others get `grace` to exit on
+//                  their own (they may notice the failure themselves)
+//   grace       -> deadline: SIGTERM, then SIGCONT (a stopped rank must be able to act on it), to
+//                  every rank still running
 //   terminating -> one second later: SIGKILL
+// Signals go to each rank's process group: the rank and whatever it started; what is left of a
+// group when its rank exits is killed then (and the guard told to let go of it). The first failure
+// is the first rank to exit with one, followed to the rank it blames (failure_reports.h) while
+// that one failed by itself.
 // A signal forwarded from the user starts the same sequence at the grace phase.
 #pragma once
 
@@ -16,6 +21,9 @@
 #include <optional>
 #include <vector>
 
+#include "exit_queue.h"
+#include "failure_reports.h"
+#include "job_guard.h"
 #include "signal_watch.h"
 #include "tagged_output.h"
 
@@ -38,10 +46,13 @@ class Supervisor {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Supervisor(std::vector<RankProcess>& ranks, SignalWatch& signals, TaggedOutput& output,
-             Clock::duration grace);
+  // `exits` watches every rank, by its index in `ranks`; `reports` (optional) has what they say
+  // about their failures; `guard` (optional) guards their process groups.
+  Supervisor(std::vector<RankProcess>& ranks, ExitQueue& exits, FailureReports* reports,
+             JobGuard* guard, SignalWatch& signals, TaggedOutput& output, Clock::duration grace);
 
-  // Returns once every rank has been reaped and its output copied.
+  // Returns once every rank has been reaped (what it left in its process group killed) and their
+  // output copied.
   JobOutcome run();
 
  private:
@@ -52,19 +63,25 @@ class Supervisor {
   void begin_shutdown();
   void on_deadline();
   void signal_running(int signal);
+  void attribute_first_failure();
   int running_count() const;
   int poll_timeout_ms() const;
 
   std::vector<RankProcess>& ranks_;
+  ExitQueue& exits_;
+  FailureReports* reports_;
+  JobGuard* guard_;
   SignalWatch& signals_;
   TaggedOutput& output_;
   Clock::duration grace_;
   Phase phase_ = Phase::kRunning;
   std::optional<Clock::time_point> deadline_;
   JobOutcome outcome_;
+  std::vector<bool> signalled_;  // by rank index: chorus-run signalled it while it ran
 };
 
 // Kills every running rank's process group and reaps it (used when the job cannot start).
 void kill_and_reap(std::vector<RankProcess>& ranks);
+
 
 }  // namespace chorus::run

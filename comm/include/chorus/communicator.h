@@ -96,7 +96,9 @@ class Work {
 };
 
 struct CommOptions {
-  // Deadline of every blocking wait inside an operation; 0 = CHORUS_TIMEOUT (default 300 s).
+  // Deadline of every blocking wait: connecting to the bootstrap store and each request to it,
+  // the set-up, each operation (chorus/timeout.h). 0 = CHORUS_TIMEOUT (default 300 s);
+  // chorus::kNoDeadline, or anything longer, = no deadline.
   std::chrono::milliseconds timeout{0};
   // Algorithm for every collective that has it ("ring", "tree", "direct"); empty = CHORUS_ALGO,
   // else chosen by size.
@@ -140,9 +142,13 @@ inline constexpr int kNoColor = -1;
 class Communicator {
  public:
   // Reads rank, world size and master from the launcher's environment (see launch_env.h), hosts
-  // the bootstrap store on rank 0, and connects every rank.
+  // the bootstrap store on rank 0, and connects every rank. May be called again once a
+  // communicator is destroyed, and for several communicators side by side, under every launcher:
+  // rank 0 serves the store from its first call until the process exits, and every rank must
+  // make its communicators in the same order (the k-th one of each rank belong together).
   static Communicator from_env(const CommOptions& options = {});
-  // An explicit group: `store` must be shared by all `world_size` ranks (e.g. a TcpStore).
+  // An explicit group: `store` must be shared by all `world_size` ranks (e.g. a TcpStore). Any
+  // number of communicators may be made on one store, in the same order on every rank.
   Communicator(int rank, int world_size, std::shared_ptr<Store> store,
                const CommOptions& options = {});
   ~Communicator();
@@ -273,7 +279,8 @@ class Communicator {
   void synchronize();
 
   // ---- failure handling ----------------------------------------------------------------------
-  // Deadline for operations issued from now on (0 = back to CommOptions / CHORUS_TIMEOUT). An
+  // Deadline for operations issued from now on (0 = back to CommOptions / CHORUS_TIMEOUT;
+  // chorus::kNoDeadline or longer = none). An
   // operation past its deadline fails with chorus::Timeout naming the ranks it waited for, and
   // the communicator becomes unusable: later calls fail fast.
   void set_timeout(std::chrono::milliseconds timeout);

@@ -18,6 +18,11 @@
 
 namespace chorus {
 
+// The largest world size chorus accepts, from a launcher or in a constructor. It is checked before
+// anything is sized by the world size, so that a wrong value is an error naming it, not an
+// exhausted memory.
+inline constexpr int kMaxWorldSize = 1 << 20;
+
 struct LaunchEnv {
   int rank = 0;
   int world_size = 1;

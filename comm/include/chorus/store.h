@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace chorus {
+#include "chorus/timeout.h"
 
-using Millis = std::chrono::milliseconds;
+namespace chorus {
 
 class Store {
  public:
@@ -56,9 +56,15 @@ class TcpStoreServer {
 
 class TcpStore : public Store {
  public:
-  // Connects to host:port, retrying until `connect_timeout` (the server may start later).
-  // Throws chorus::Error naming the address when it cannot connect in time.
-  TcpStore(const std::string& host, int port, Millis connect_timeout = Millis(30000));
+  // Connects to host:port, retrying until `timeout` (the server may start later); throws
+  // chorus::PeerFailure naming the address when it cannot connect in time. `timeout` also bounds
+  // every reply: set, try_get, add and remove must be answered within it, get and wait within
+  // their own timeout plus it, and none after the deadline of an open chorus::DeadlineScope. A
+  // reply that does not come in time means that the server is stopped or hung: that call throws
+  // chorus::PeerFailure saying so, and every later call fails at once. `server_rank`: the rank
+  // that serves the store, named in messages and as the errors' peer() (-1: not a rank).
+  TcpStore(const std::string& host, int port, Millis timeout = default_timeout(),
+           int server_rank = 0);
   ~TcpStore() override;
 
   void set(const std::string& key, const std::string& value) override;

@@ -48,6 +48,8 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
     if (errno == EACCES || errno == EROFS)
       throw Error(ErrorKind::kSystem, "/dev/shm is not writable (" + std::string(std::strerror(errno)) +
                                           "): chorus needs a writable /dev/shm for same-host ranks");
+    if (errno == EEXIST)
+      throw ShmSegmentExists("shared memory segment /dev/shm" + name + " already exists");
     throw_system_error("shm_open(" + name + ", O_CREAT|O_EXCL)", errno);
   }
   ShmSegment seg;

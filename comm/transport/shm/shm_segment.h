@@ -4,13 +4,23 @@
 #include <cstddef>
 #include <string>
 
+#include "chorus/error.h"
+
 namespace chorus::transport {
+
+// ShmSegment::create found the name taken (another job with the same names, or a leftover).
+class ShmSegmentExists : public Error {
+ public:
+  explicit ShmSegmentExists(std::string message)
+      : Error(ErrorKind::kInvalidArgument, std::move(message)) {}
+};
 
 class ShmSegment {
  public:
   ShmSegment() = default;
   // Creates /name with `bytes` bytes (zero-filled) and maps it. Throws a chorus::Error that says
-  // how much /dev/shm space is needed when the file system is too small.
+  // how much /dev/shm space is needed when the file system is too small, ShmSegmentExists when
+  // the name is taken.
   static ShmSegment create(const std::string& name, size_t bytes);
   // Opens and maps an existing segment created by another process.
   static ShmSegment open(const std::string& name, size_t bytes);

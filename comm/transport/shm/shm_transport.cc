@@ -1,6 +1,9 @@
 #include "transport/shm/shm_transport.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -18,6 +21,7 @@
 #include "chorus/kernels/cpu.h"
 #include "chorus/kernels/gpu.h"
 #include "chorus/log.h"
+#include "chorus/timeout.h"
 #include "transport/shm/shm_device.h"
 
 namespace chorus::transport {
@@ -90,6 +94,32 @@ void throw_if_failed(const shm::SegmentHeader& h, int p) {
                                : detail::concat("rank ", cause, " failed first (reported by rank ",
                                                 p, "): ", text),
                     -1, {}, -1, cause);
+}
+
+// A segment name is taken: by another job with the same names, or by a crashed job's leftover.
+// The creator's pid in the segment's header tells which.
+[[noreturn]] void throw_segment_taken(const std::string& name, const std::string& prefix) {
+  std::string owner = "its creator is unknown";
+  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd >= 0) {
+    shm::SegmentHeader h{};
+    if (::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
+        h.magic == shm::kSegmentMagic)
+      owner = ::kill(h.pid, 0) == 0 || errno == EPERM
+                  ? detail::concat("made by pid ", h.pid, ", which is running")
+                  : detail::concat("made by pid ", h.pid,
+                                   ", which has ended: a crashed job's leftover");
+    ::close(fd);
+  }
+  throw Error(ErrorKind::kInvalidArgument,
+              detail::concat("shared memory segment /dev/shm", name, " already exists (", owner,
+                             "): another job on this host uses the same CHORUS_JOB_ID (this "
+                             "communicator's segments are /dev/shm",
+                             prefix,
+                             "-<rank>). Give each job its own CHORUS_JOB_ID, or leave it unset "
+                             "(chorus-run then picks a fresh one); remove a leftover with rm "
+                             "/dev/shm",
+                             prefix, "-*"));
 }
 
 }  // namespace
@@ -915,7 +945,11 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
     for (int p = 0; p < world_size; ++p) members_.push_back(p);
   const shm::Layout& layout = layout_;
   const std::string name = segment_prefix + "-" + std::to_string(rank);
-  own_ = ShmSegment::create(name, layout.total_bytes());
+  try {
+    own_ = ShmSegment::create(name, layout.total_bytes());
+  } catch (const ShmSegmentExists&) {
+    throw_segment_taken(name, segment_prefix);
+  }
   auto* hdr = header();
   hdr->magic = shm::kSegmentMagic;
   hdr->world_size = static_cast<uint32_t>(world_size);
@@ -955,8 +989,8 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
     try {
       info = store.get("shm/" + std::to_string(p), timeout);
     } catch (const Timeout&) {
-      throw Timeout(detail::concat("rank ", p, " did not join within ", timeout.count() / 1000.0,
-                                   " s (is it running, with the same world size and master "
+      throw Timeout(detail::concat("rank ", p, " did not join within ", describe_timeout(timeout),
+                                   " (is it running, with the same world size and master "
                                    "address? CHORUS_TIMEOUT sets the deadline)"),
                     rank, "connect", -1, p);
     }

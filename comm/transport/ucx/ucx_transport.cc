@@ -14,6 +14,7 @@
 #include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
+#include "chorus/timeout.h"
 
 namespace chorus::transport {
 namespace {
@@ -266,9 +267,10 @@ UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers,
     try {
       addr = store.get("ucx/addr/" + std::to_string(p), timeout);
     } catch (const Timeout&) {
-      throw Timeout(detail::concat("rank ", p, " did not publish its UCX address within ",
-                                   timeout.count() / 1000.0, " s (CHORUS_TIMEOUT sets the deadline)"),
-                    rank, "connect", -1, p);
+      throw Timeout(
+          detail::concat("rank ", p, " did not publish its UCX address within ",
+                         describe_timeout(timeout), " (CHORUS_TIMEOUT sets the deadline)"),
+          rank, "connect", -1, p);
     }
     // "host/<rank>" is "<host id>\n<place>" (transport/factory.cc); errors name the host.
     hosts_[p] = store.try_get("host/" + std::to_string(p)).value_or("?");
