@@ -320,7 +320,7 @@ std::string FlightRecorder::json(const std::string& reason) {
                         r.root, ", \"algorithm\": \"", r.algorithm, "\", \"state\": \"",
                         state_name(r.state), "\", \"issued_us\": ", scale.us(r.issued),
                         ", \"started_us\": ", scale.us(r.started), ", \"ended_us\": ",
-                        scale.us(r.ended));
+                        scale.us(r.ended), ", \"record\": ", ops[i].first);
     if (i == blocked) {
       s += detail::concat(", \"step\": \"", json_escape(step), "\", \"waiting_for\": [");
       for (size_t k = 0; k < peers.size(); ++k) s += detail::concat(k ? ", " : "", peers[k]);

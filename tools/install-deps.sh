@@ -26,6 +26,7 @@ PACKAGES=(
   libhwloc-dev
   hwloc
   graphviz
+  python3-matplotlib
   libucx-dev
   iproute2
   hipcc

@@ -19,6 +19,7 @@
 #include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
 #include "chorus/parallel/pipeline.h"
+#include "chorus/parallel/trace.h"
 #include "chorus/tensor/autograd.h"
 
 namespace chorus::parallel {
@@ -66,6 +67,7 @@ struct PipelineEngine::Impl {
   double loss_sum = 0;
   Batch batch;
   uint64_t step = 0;
+  Tracer* tracer = nullptr;
 
   int virtual_stage(int chunk) const { return chunk * p + s; }
   int stage_of(int k) const { return k % p; }
@@ -195,8 +197,13 @@ struct PipelineEngine::Impl {
     CHORUS_CHECK(it != inbox.end(), "pipeline: ", to_string(op), " of micro-batch ", micro,
                  " was never posted");
     const auto t0 = std::chrono::steady_clock::now();
+    const double trace_t0 = tracer ? Tracer::now_us() : 0;
     it->second.work.wait();
     stats.wait_seconds += seconds_since(t0);
+    if (tracer)
+      tracer->add("wait " + std::string(to_string(op)) + " " + std::to_string(micro) + "." +
+                      std::to_string(chunk),
+                  "pipeline", trace_t0, Tracer::now_us());
     received(it->second.action, it->second.buffer);
     inbox.erase(it);
   }
@@ -369,6 +376,10 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
     }
     const auto c0 = std::chrono::steady_clock::now();
     const double waited = e.stats.wait_seconds;
+    std::optional<Tracer::Span> span;
+    if (e.tracer && (a.op == PipeOp::kForward || a.op == PipeOp::kBackward))
+      span.emplace(e.tracer->span((a.op == PipeOp::kForward ? "F " : "B ") +
+                                  std::to_string(a.micro) + "." + std::to_string(a.chunk)));
     if (a.op == PipeOp::kForward) {
       e.forward(a);
       e.stats.peak_activations = std::max(e.stats.peak_activations, ++live);
@@ -423,5 +434,11 @@ tensor::nn::NamedTensors PipelineEngine::gather_parameters() {
 }
 
 PipelineEngine::Stats PipelineEngine::stats() const { return impl_->stats; }
+
+void PipelineEngine::set_tracer(Tracer* tracer) { impl_->tracer = tracer; }
+
+std::vector<std::pair<std::string, Communicator*>> PipelineEngine::channels() {
+  return {{"pp act", &*impl_->act}, {"pp grad", &*impl_->grad}, {"pp tied", &*impl_->tied_comm}};
+}
 
 }  // namespace chorus::parallel

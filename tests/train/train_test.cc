@@ -121,5 +121,57 @@ TEST(ChorusTrain, StopsSavesAndResumesOnAnotherMesh) {
   fs::remove_all(dir);
 }
 
+TEST(ChorusTrain, ShowsAScheduleWithItsBubbleWithoutRanks) {
+  const std::string dir = temp_dir();
+  const CommandResult r = run_command(train(1,
+                                            "--show-schedule --pp 4 --micro-batches 8 "
+                                            "--schedule-svg " +
+                                                dir + "/1f1b.svg"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // 1F1B: a warm-up of p-1-s forwards, then one forward one backward; (p-1)/(m+p-1) = 3/11.
+  EXPECT_NE(r.out.find("stage 3: . . . F0 B0 F1 B1 F2 B2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bubble 27.3% (the formula: 27.3%)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak live activations per stage: 4 3 2 1"), std::string::npos) << r.out;
+  std::ifstream svg(dir + "/1f1b.svg");
+  const std::string text((std::istreambuf_iterator<char>(svg)), {});
+  EXPECT_EQ(text.rfind("<svg", 0), 0u) << text.substr(0, 80);
+  EXPECT_NE(text.find(">B7<"), std::string::npos);
+  const CommandResult interleaved = run_command(
+      train(1, "--show-schedule --pp 2 --micro-batches 4 --schedule interleaved --chunks 2"));
+  EXPECT_NE(interleaved.out.find("bubble 11.1% (the formula: 11.1%)"), std::string::npos)
+      << interleaved.out;
+  const CommandResult bad = run_command(train(1, "--show-schedule --pp 4 --micro-batches 2"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--micro-batches 2 is below the 4 pipeline stages"), std::string::npos)
+      << bad.out;
+  fs::remove_all(dir);
+}
+
+TEST(ChorusTrain, TheTraceFollowsTheFormatAndShowsEveryRank) {
+  const std::string dir = temp_dir();
+  const std::string trace = dir + "/trace.json";
+  const CommandResult r = run_command(
+      train(8, kModel + "--steps 2 --dp 2 --tp 2 --pp 2 --micro-batches 2 --trace " + trace));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string checker = std::string(CHORUS_SOURCE_DIR) + "/tools/check_trace.py";
+  const CommandResult ok = run_command("python3 " + checker + " " + trace + " --ranks 8");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("on 8 ranks"), std::string::npos) << ok.out;
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  for (const char* what : {"\"forward h.0\"", "\"backward h.3\"", "\"comm dp\"", "\"comm tp\"",
+                           "\"pp act\"", "\"pipeline\"", "\"step 1\""})
+    EXPECT_NE(text.find(what), std::string::npos) << "no " << what << " in the trace";
+  // The checker has teeth: two events on a track that overlap without nesting fail it.
+  std::ofstream(dir + "/bad.json")
+      << "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"pid\": 0, \"tid\": 0, \"ts\": 0, "
+         "\"dur\": 10}, {\"ph\": \"X\", \"name\": \"b\", \"pid\": 0, \"tid\": 0, \"ts\": 5, "
+         "\"dur\": 10}]}";
+  const CommandResult bad = run_command("python3 " + checker + " " + dir + "/bad.json");
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("overlaps 'a' without nesting"), std::string::npos) << bad.out;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace chorus::test

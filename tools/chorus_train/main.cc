@@ -1,7 +1,9 @@
 // chorus-train: trains the GPT at any parallel configuration (see --help and
 // docs/PARALLELISM.md). Every rank parses the same flags and decides the same way, so a usage
 // error stops every rank before any work, with one message (from rank 0).
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "chorus/communicator.h"
 #include "chorus/parallel/checkpoint.h"
 #include "options.h"
+#include "show_schedule.h"
 #include "trainer.h"
 
 int main(int argc, char** argv) {
@@ -48,7 +51,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "chorus-train: %s\n", e.message.c_str());
     return 2;
   }
+  if (options.show_schedule) {
+    // The mesh the flags name (unnamed axes 1), checked like a run's, then its schedule.
+    const int world = std::max(options.dp, 1) * std::max(options.tp, 1) * std::max(options.pp, 1);
+    try {
+      const train::Mesh mesh = train::resolve_mesh(options, world);
+      return train::show_schedule(options, mesh);
+    } catch (const train::UsageError& e) {
+      std::fprintf(stderr, "chorus-train: %s\n", e.message.c_str());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "chorus-train: %s\n", e.what());
+      return 1;
+    }
+  }
   try {
+    // A trace reads every collective from the flight recorders: keep a step's worth of them.
+    if (!options.trace.empty()) setenv("CHORUS_FR_ENTRIES", "8192", /*overwrite=*/0);
     CommOptions comm_options;
     if (options.deterministic) comm_options.deterministic = true;
     Communicator world = Communicator::from_env(comm_options);

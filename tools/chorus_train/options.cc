@@ -61,6 +61,9 @@ Mesh (omitted sizes are chosen from the world size and printed with the reason):
   --schedule NAME          gpipe | 1f1b (default) | interleaved
   --chunks V               interleaved: model chunks per stage (default 2)
   --micro-batches M        per step and replica (default: P with a pipeline, else 1)
+  --show-schedule          print the schedule of --pp, --micro-batches, --schedule and
+                           --chunks stage by stage with its bubble and peak activations, then
+                           stop (one process, no ranks); --schedule-svg FILE also draws it
 Model:
   --layers L --width C --heads H --context T --vocab V   (default 4, 128, 4, 64, 256)
 Training:
@@ -140,6 +143,8 @@ Options parse_options(const std::vector<std::string>& args) {
   boolean("--checkpoint-activations", &o.checkpoint_activations);
   boolean("--deterministic", &o.deterministic);
   boolean("--quiet", &o.quiet);
+  boolean("--show-schedule", &o.show_schedule);
+  value("--schedule-svg", [&](auto&, auto& v) { o.schedule_svg = v; });
 
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], v;
@@ -171,6 +176,7 @@ Options parse_options(const std::vector<std::string>& args) {
     set(flag, v);
   }
   if (o.save_every > 0 && o.save.empty()) fail("--save-every needs --save DIR");
+  if (!o.schedule_svg.empty() && !o.show_schedule) fail("--schedule-svg needs --show-schedule");
   if (o.min_lr > o.lr) fail("--min-lr is above --lr");
   return o;
 }

@@ -37,6 +37,9 @@ struct Options {
   int64_t save_every = 0;  // 0: only at the end
   std::string log_json, trace;
   bool quiet = false;
+  // Print the pipeline schedule the flags describe (and draw it as SVG), then stop: no ranks.
+  bool show_schedule = false;
+  std::string schedule_svg;
 };
 
 // Parses argv (without the program name). Throws UsageError for anything malformed, an unknown

@@ -17,6 +17,7 @@
 #include "chorus/parallel/mesh.h"
 #include "chorus/parallel/pipeline.h"
 #include "chorus/parallel/tensor_parallel.h"
+#include "chorus/parallel/trace.h"
 #include "chorus/parallel/zero.h"
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/data.h"
@@ -185,6 +186,20 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     if (root)
       std::printf("saved %s at step %lld\n", o.save.c_str(), static_cast<long long>(next_step));
   };
+  // The timeline: blocks, pipeline actions and waits, every communicator's collectives.
+  std::unique_ptr<parallel::Tracer> tracer;
+  std::vector<std::pair<std::string, Communicator*>> traced;
+  if (!o.trace.empty()) {
+    tracer = std::make_unique<parallel::Tracer>(world);
+    tracer->instrument(model);
+    traced = {{"dp", &dp}};
+    if (m.tp > 1) traced.emplace_back("tp", &mesh.tp());
+    if (m.pp > 1) {
+      pipe->set_tracer(tracer.get());
+      for (const auto& c : pipe->channels()) traced.push_back(c);
+    }
+    if (m.tp * m.pp > 1) traced.emplace_back("mp", &mesh.mp());
+  }
   std::unique_ptr<std::ofstream> json;
   if (root && !o.log_json.empty()) {
     json = std::make_unique<std::ofstream>(o.log_json);
@@ -193,8 +208,12 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   const bool bar = root && !o.quiet && ::isatty(STDOUT_FILENO) != 0;
   const auto start = Clock::now();
 
+  // The set-up's collectives (initial broadcasts, loading) are not part of any step.
+  for (const auto& [label, c] : traced) tracer->skip(*c, label);
   for (int64_t step = first; step < o.steps; ++step) {
     const auto t0 = Clock::now();
+    std::optional<parallel::Tracer::Span> step_span;
+    if (tracer) step_span.emplace(tracer->span("step " + std::to_string(step)));
     const double lr = schedule.at(step);
     if (opt) opt->set_lr(lr);
     if (zero) zero->set_lr(lr);
@@ -206,6 +225,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     };
     double loss = 0;
     {
+      std::optional<parallel::Tracer::Span> fb;
+      if (tracer) fb.emplace(tracer->span("forward and backward"));
       tensor::AutocastGuard guard(autocast);
       if (pipe) {
         loss = pipe->forward_backward(micro, static_cast<uint64_t>(step),
@@ -235,6 +256,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         }
       }
     }
+    std::optional<parallel::Tracer::Span> update;
+    if (tracer) update.emplace(tracer->span("gradient norm and optimizer"));
     // The global gradient norm, clipped (scaled gradients under f16: the threshold scales too).
     const double scale = scaler ? scaler->get_scale() : 1.0;
     double norm = 0;
@@ -257,7 +280,10 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
       zero->zero_grad();
     }
     if (pipe) pipe->sync_tied_weights();
+    update.reset();
     dp.all_reduce(&loss, &loss, 1, DataType::kF64, ReduceOp::kAvg);
+    step_span.reset();
+    for (const auto& [label, c] : traced) tracer->collect(*c, label);
     const double step_s = seconds(t0);
     if (!o.save.empty() && o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps)
       save(step + 1);
@@ -289,6 +315,11 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
             << ", \"tokens_per_s\": " << tokens_s << ", \"mfu\": " << mfu << "}" << std::endl;
   }
   if (!o.save.empty()) save(std::max<int64_t>(o.steps, first));
+  if (tracer) {
+    tracer->write(o.trace);
+    if (root)
+      std::printf("trace written to %s (one track per rank and activity)\n", o.trace.c_str());
+  }
   if (root)
     std::printf("done: %lld steps in %s\n", static_cast<long long>(o.steps - first),
                 duration_text(seconds(start)).c_str());

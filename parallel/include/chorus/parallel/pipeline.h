@@ -40,6 +40,8 @@
 
 namespace chorus::parallel {
 
+class Tracer;
+
 enum class PipeOp : uint8_t {
   kForward,         // forward of (micro, chunk)
   kBackward,        // backward of (micro, chunk)
@@ -164,6 +166,12 @@ class PipelineEngine {
                           const AroundBackward& around_backward = {});
   // After the optimizer step: the last stage receives the first stage's updated token embedding.
   void sync_tied_weights();
+
+  // With a tracer: every forward and backward ("F 3.0" = micro-batch 3, chunk 0) on track
+  // "compute", every wait for a stage's input on track "pipeline" (the bubble).
+  void set_tracer(Tracer* tracer);
+  // The communicators the engine uses, named for a trace ("pp act", "pp grad", "pp tied").
+  std::vector<std::pair<std::string, Communicator*>> channels();
 
   // What the last forward_backward measured on this rank.
   struct Stats {
