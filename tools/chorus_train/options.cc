@@ -81,6 +81,8 @@ Training:
   --deterministic          rank-ordered reductions and pinned kernels: bit-identical reruns
                            (CHORUS_DETERMINISTIC=1)
   --seed N                 initialisation and data (default 1234)
+  --threads N              compute threads per rank (default: CHORUS_TENSOR_THREADS, else this
+                           rank's cores shared among the ranks on its host)
   --data FILE              train on FILE's bytes (default: the built-in corpus)
 Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
@@ -134,6 +136,8 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--seed",
         [&](auto& f, auto& v) { o.seed = static_cast<uint64_t>(as_int(f, v, 0, INT64_MAX)); });
   value("--data", [&](auto&, auto& v) { o.data = v; });
+  value("--threads",
+        [&](auto& f, auto& v) { o.threads = static_cast<int>(as_int(f, v, 1, 4096)); });
   value("--save", [&](auto&, auto& v) { o.save = v; });
   value("--load", [&](auto&, auto& v) { o.load = v; });
   value("--save-every",

@@ -37,6 +37,7 @@ struct Options {
   int64_t save_every = 0;  // 0: only at the end
   std::string log_json, trace;
   bool quiet = false;
+  int threads = 0;  // tensor threads per rank; 0: CHORUS_TENSOR_THREADS, else cores / local ranks
   // Print the pipeline schedule the flags describe (and draw it as SVG), then stop: no ranks.
   bool show_schedule = false;
   std::string schedule_svg;

@@ -1,16 +1,20 @@
 #include "trainer.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
 
 #include "chorus/error.h"
+#include "chorus/launch_env.h"
 #include "chorus/parallel/checkpoint.h"
 #include "chorus/parallel/data_parallel.h"
 #include "chorus/parallel/grad_norm.h"
@@ -66,10 +70,30 @@ std::string duration_text(double s) {
   return buf;
 }
 
+// Compute threads per rank: --threads, else CHORUS_TENSOR_THREADS, else the cores this process
+// may run on shared among the ranks on its host (ranks that share cores and each spawn a thread
+// per core slow every synchronous collective down).
+int compute_threads(const Options& o) {
+  if (o.threads > 0) return o.threads;
+  if (const char* env = std::getenv("CHORUS_TENSOR_THREADS"); env != nullptr && *env != '\0')
+    return tensor::num_threads();
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+  int local = 1;
+  try {
+    local = std::max(1, detect_launch_env().local_world_size);
+  } catch (const std::exception&) {
+  }
+  return std::max(1, cores / local);
+}
+
 }  // namespace
 
 int run(const Options& o, const Mesh& m, Communicator& world) {
   const bool root = world.rank() == 0;
+  const int threads = compute_threads(o);
+  tensor::set_num_threads(threads);
   parallel::DeviceMesh mesh(world, {.dp = m.dp, .tp = m.tp, .pp = m.pp});
   Communicator& dp = mesh.dp();
   const tensor::ByteCorpus corpus =
@@ -135,10 +159,10 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   if (root) {
     std::printf(
         "chorus-train: GPT %lld parameters (%lld layers, width %lld, %lld heads, context "
-        "%lld), %d ranks\n",
+        "%lld), %d ranks, %d compute thread(s) each\n",
         static_cast<long long>(params_total), static_cast<long long>(o.layers),
         static_cast<long long>(o.width), static_cast<long long>(o.heads),
-        static_cast<long long>(o.context), world.size());
+        static_cast<long long>(o.context), world.size(), threads);
     if (!m.reason.empty()) std::printf("%s\n", m.reason.c_str());
     std::printf(
         "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
