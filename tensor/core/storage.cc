@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "block_cache.h"
 #include "chorus/error.h"
 
 namespace chorus::tensor {
@@ -20,13 +21,22 @@ void count_alloc(int64_t bytes) {
   }
 }
 
+// A multiple of the alignment (what aligned_alloc wants), never 0 bytes.
+size_t rounded_bytes(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
+}
+
 }  // namespace
 
 std::string to_string(Device device) {
   switch (device.type) {
-    case DeviceType::kCPU: return "cpu";
-    case DeviceType::kCUDA: return "cuda:" + std::to_string(device.index);
-    case DeviceType::kHIP: return "hip:" + std::to_string(device.index);
+    case DeviceType::kCPU:
+      return "cpu";
+    case DeviceType::kCUDA:
+      return "cuda:" + std::to_string(device.index);
+    case DeviceType::kHIP:
+      return "hip:" + std::to_string(device.index);
   }
   return "unknown";
 }
@@ -41,24 +51,23 @@ Storage::~Storage() { release(); }
 
 void Storage::release() {
   if (data_ == nullptr) return;
-  std::free(data_);
+  detail::cache_give(data_, rounded_bytes(bytes_));
   data_ = nullptr;
   g_current_bytes.fetch_sub(static_cast<int64_t>(bytes_), std::memory_order_relaxed);
 }
 
 void Storage::reallocate() {
   if (data_ != nullptr) return;
-  // aligned_alloc wants a size that is a multiple of the alignment; never ask for 0 bytes.
-  const size_t rounded = (bytes_ + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (data_ == nullptr) throw std::bad_alloc();
+  data_ = detail::cache_take(rounded_bytes(bytes_));
   count_alloc(static_cast<int64_t>(bytes_));
 }
 
 MemoryStats memory_stats() {
   return {g_current_bytes.load(std::memory_order_relaxed),
-          g_peak_bytes.load(std::memory_order_relaxed)};
+          g_peak_bytes.load(std::memory_order_relaxed), detail::cache_bytes()};
 }
+
+void empty_cache() { detail::cache_empty(); }
 
 void reset_peak_memory() {
   g_peak_bytes.store(g_current_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);

@@ -53,6 +53,39 @@ TEST(Seams, ReleasedStorageRefusesAccessAndComesBack) {
   EXPECT_EQ(row.to_vector(), std::vector<double>(8, 5.0));  // the old view sees the new bytes
 }
 
+TEST(Seams, FreedLargeBuffersAreReusedAndCanBeReturned) {
+  empty_cache();
+  const size_t big = size_t{3} << 20;  // large enough to be cached
+  void* first = nullptr;
+  {
+    Storage s(big, Device::cpu());
+    first = s.data();
+    std::memset(s.data(), 1, big);
+    EXPECT_EQ(memory_stats().cached_bytes, 0);
+  }
+  // Freed: held for the next buffer of its size, not counted as live.
+  EXPECT_EQ(memory_stats().cached_bytes, static_cast<int64_t>(big));
+  {
+    Storage again(big, Device::cpu());
+    EXPECT_EQ(again.data(), first);
+    EXPECT_EQ(memory_stats().cached_bytes, 0);
+    // Released and reallocated (ZeRO-3's gather) goes through the cache too.
+    again.release();
+    EXPECT_EQ(memory_stats().cached_bytes, static_cast<int64_t>(big));
+    again.reallocate();
+    EXPECT_EQ(again.data(), first);
+  }
+  // Another size is not served from it; small buffers are not cached.
+  {
+    Storage other(big + 64, Device::cpu());
+    EXPECT_NE(other.data(), nullptr);
+  }
+  { Storage small(1024, Device::cpu()); }
+  EXPECT_EQ(memory_stats().cached_bytes, static_cast<int64_t>(2 * big + 64));
+  empty_cache();
+  EXPECT_EQ(memory_stats().cached_bytes, 0);
+}
+
 TEST(Seams, ParametersBecomeViewsIntoAFlatBuffer) {
   nn::Linear lin(3, 2);
   lin.init(1);

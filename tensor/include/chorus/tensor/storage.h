@@ -4,6 +4,9 @@
 // shared_ptr; the buffer goes when the last view goes. Live and peak bytes are counted per device
 // so memory savings (activation checkpointing, sharding) are measured, not guessed.
 //
+// A Storage's bytes come from a cache of freed buffers (core/block_cache.h): training steps free
+// and allocate the same sizes again and again, and reuse spares the page faults of fresh memory.
+//
 // A Storage can also give its bytes back while its views live on (release) and take fresh ones
 // later (reallocate): ZeRO-3 frees a block's gathered parameters between their uses, and every
 // view, including the ones autograd saved for backward, sees the bytes gathered again. Touching
@@ -43,12 +46,17 @@ class Storage {
   Device device_;
 };
 
-// Bytes held by live Storage objects on the CPU, and the high-water mark since the last reset.
+// Bytes held by live Storage objects on the CPU, and the high-water mark since the last reset;
+// and the bytes of freed buffers the process keeps for reuse (large buffers freed by one step are
+// cached by size for the next, up to CHORUS_TENSOR_CACHE_MB, 1024 by default, 0 = none).
 struct MemoryStats {
   int64_t current_bytes = 0;
   int64_t peak_bytes = 0;
+  int64_t cached_bytes = 0;
 };
 MemoryStats memory_stats();
+// Returns the cached buffers to the system.
+void empty_cache();
 // Sets the peak to the current value (call before the region to measure).
 void reset_peak_memory();
 
