@@ -68,6 +68,8 @@ struct PipelineEngine::Impl {
   Batch batch;
   uint64_t step = 0;
   Tracer* tracer = nullptr;
+  // Traced: when the running action started and, if it began by waiting, when that wait ended.
+  double action_start_us = 0, action_ready_us = 0;
 
   int virtual_stage(int chunk) const { return chunk * p + s; }
   int stage_of(int k) const { return k % p; }
@@ -200,10 +202,14 @@ struct PipelineEngine::Impl {
     const double trace_t0 = tracer ? Tracer::now_us() : 0;
     it->second.work.wait();
     stats.wait_seconds += seconds_since(t0);
-    if (tracer)
+    if (tracer) {
+      const double end = Tracer::now_us();
       tracer->add("wait " + std::string(to_string(op)) + " " + std::to_string(micro) + "." +
                       std::to_string(chunk),
-                  "pipeline", trace_t0, Tracer::now_us());
+                  "pipeline", trace_t0, end);
+      // A wait before any of the action's compute delays its start.
+      if (action_ready_us == 0 && trace_t0 - action_start_us < 50) action_ready_us = end;
+    }
     received(it->second.action, it->second.buffer);
     inbox.erase(it);
   }
@@ -376,10 +382,10 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
     }
     const auto c0 = std::chrono::steady_clock::now();
     const double waited = e.stats.wait_seconds;
-    std::optional<Tracer::Span> span;
-    if (e.tracer && (a.op == PipeOp::kForward || a.op == PipeOp::kBackward))
-      span.emplace(e.tracer->span((a.op == PipeOp::kForward ? "F " : "B ") +
-                                  std::to_string(a.micro) + "." + std::to_string(a.chunk)));
+    if (e.tracer) {
+      e.action_start_us = Tracer::now_us();
+      e.action_ready_us = 0;
+    }
     if (a.op == PipeOp::kForward) {
       e.forward(a);
       e.stats.peak_activations = std::max(e.stats.peak_activations, ++live);
@@ -388,6 +394,12 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
       --live;
     }
     e.stats.compute_seconds += seconds_since(c0) - (e.stats.wait_seconds - waited);
+    // The action from when its inputs were there (the wait before it is the bubble's).
+    if (e.tracer && (a.op == PipeOp::kForward || a.op == PipeOp::kBackward))
+      e.tracer->add((a.op == PipeOp::kForward ? "F " : "B ") + std::to_string(a.micro) + "." +
+                        std::to_string(a.chunk),
+                    "compute", e.action_ready_us > 0 ? e.action_ready_us : e.action_start_us,
+                    Tracer::now_us());
   }
   CHORUS_CHECK(e.inbox.empty(), "pipeline: ", e.inbox.size(), " receives never used");
   for (Work& w : e.sends) w.wait();
