@@ -82,11 +82,12 @@ TEST(ChorusTrain, A3DRunOnEightRanksPrintsTheOneProcessLosses) {
 
 TEST(ChorusTrain, StopsSavesAndResumesOnAnotherMesh) {
   const std::string dir = temp_dir();
-  const std::string flags = kModel + "--lr-steps 6 --deterministic ";
+  const std::string flags = kModel + "--deterministic ";
   const CommandResult whole = run_command(train(4, flags + "--steps 6 --dp 2 --pp 2 --zero 1"));
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
-  const CommandResult first =
-      run_command(train(4, flags + "--steps 3 --dp 2 --pp 2 --zero 1 --save " + dir + "/ckpt"));
+  // Stopped at step 3 of a 6-step schedule; the checkpoint remembers the schedule's length.
+  const CommandResult first = run_command(train(
+      4, flags + "--lr-steps 6 --steps 3 --dp 2 --pp 2 --zero 1 --save " + dir + "/ckpt"));
   ASSERT_EQ(first.exit_code, 0) << first.out;
   EXPECT_NE(first.out.find("saved " + dir + "/ckpt at step 3"), std::string::npos) << first.out;
   const CommandResult second =
@@ -94,7 +95,8 @@ TEST(ChorusTrain, StopsSavesAndResumesOnAnotherMesh) {
   ASSERT_EQ(second.exit_code, 0) << second.out;
   EXPECT_NE(second.out.find("resumed from " + dir +
                             "/ckpt at step 3 (saved at dp=2 tp=1 pp=2 "
-                            "zero=1, resharded to dp=2 tp=2 pp=1 zero=0)"),
+                            "zero=1, resharded to dp=2 tp=2 pp=1 zero=0); the LR schedule "
+                            "spans 6 steps"),
             std::string::npos)
       << second.out;
   const auto ref = losses(whole.out), got = losses(second.out);

@@ -72,8 +72,8 @@ Training:
   --steps S                (default 50)
   --lr X --min-lr X        cosine schedule peak and floor (default 1e-3, lr/10)
   --warmup N               linear warm-up steps (default min(100, steps/10))
-  --lr-steps N             the schedule's length (default --steps): stop at --steps, resume
-                           later with --load and a larger --steps, on the same curve
+  --lr-steps N             the schedule's length (default --steps; resuming, the checkpoint's):
+                           resume with --load and a larger --steps on the same curve
   --clip X                 clip the global gradient norm (default 1.0; 0 = off)
   --weight-decay X         AdamW's (default 0.1; matrices only)
   --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling

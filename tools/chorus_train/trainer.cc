@@ -139,12 +139,16 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
                                                : DataType::kF32;
   std::optional<tensor::GradScaler> scaler;
   if (o.dtype == "f16") scaler.emplace();
-  const int64_t lr_steps = o.lr_steps > 0 ? o.lr_steps : o.steps;
-  const tensor::optim::CosineSchedule schedule{
-      .max_lr = o.lr,
-      .min_lr = o.min_lr > 0 ? o.min_lr : o.lr / 10,
-      .warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(100, lr_steps / 10),
-      .total = lr_steps};
+  // The LR schedule's length: --lr-steps, else (resuming) the checkpoint's, else --steps.
+  int64_t lr_steps = o.lr_steps > 0 ? o.lr_steps : o.steps;
+  auto make_schedule = [&o](int64_t total) {
+    return tensor::optim::CosineSchedule{
+        .max_lr = o.lr,
+        .min_lr = o.min_lr > 0 ? o.min_lr : o.lr / 10,
+        .warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(100, total / 10),
+        .total = total};
+  };
+  tensor::optim::CosineSchedule schedule = make_schedule(lr_steps);
   // A replicated tensor-parallel parameter is counted by tp rank 0 only; every slice by its rank.
   const bool tp_rank0 = mesh.tp().rank() == 0;
   auto counted = [&](const std::string& name) {
@@ -194,17 +198,25 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
       scaler.emplace(tensor::GradScalerOptions{.init_scale = it->second});
     if (pipe) pipe->sync_tied_weights();
     first = info.step;
+    // The same curve goes on: the saved schedule's length unless --lr-steps says otherwise.
+    if (auto it = info.scalars.find("lr_steps"); it != info.scalars.end() && o.lr_steps == 0) {
+      lr_steps = static_cast<int64_t>(it->second);
+      schedule = make_schedule(lr_steps);
+    }
     if (root) {
       const std::string here = "dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
                                " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(o.zero);
-      std::printf("resumed from %s at step %lld (saved at %s%s)\n", o.load.c_str(),
-                  static_cast<long long>(first), info.saved_mesh.c_str(),
-                  info.saved_mesh == here ? "" : (", resharded to " + here).c_str());
+      std::printf(
+          "resumed from %s at step %lld (saved at %s%s); the LR schedule spans %lld steps\n",
+          o.load.c_str(), static_cast<long long>(first), info.saved_mesh.c_str(),
+          info.saved_mesh == here ? "" : (", resharded to " + here).c_str(),
+          static_cast<long long>(lr_steps));
     }
   }
   auto save = [&](int64_t next_step) {
     ckpt.step = next_step;
-    ckpt.scalars = {{"seed", double(o.seed)}, {"batch", double(o.batch)}};
+    ckpt.scalars = {
+        {"seed", double(o.seed)}, {"batch", double(o.batch)}, {"lr_steps", double(lr_steps)}};
     if (scaler) ckpt.scalars["loss_scale"] = scaler->get_scale();
     parallel::save_checkpoint(o.save, ckpt);
     if (root)
