@@ -291,12 +291,14 @@ def chart(records, meshes, path):
     except ImportError:
         print("mesh_scaling: no matplotlib, no chart (apt-get install python3-matplotlib)")
         return
-    names, comp, exp, bub, tok = [], [], [], [], []
+    names, comp, exp, bub, tok, torch = [], [], [], [], [], []
     for mesh in meshes:
         name = "%dx%dx%d" % mesh
         rs = [r for r in records if r["system"] == "chorus" and r["mesh"] == name]
         if not rs:
             continue
+        ts = [r["tokens_per_s"] for r in records if r["system"] == "torch ddp" and r["mesh"] == name]
+        torch.append(statistics.median(ts) if ts else None)
         names.append(name)
         comp.append(statistics.median(r["compute_ms"] for r in rs))
         exp.append(statistics.median(r["exposed_ms"] for r in rs))
@@ -312,14 +314,17 @@ def chart(records, meshes, path):
     ax.set_xlabel("mesh dp x tp x pp")
     ax.set_ylabel("ms per step (mean over ranks)")
     ax2 = ax.twinx()
-    ax2.plot(list(x), tok, "ko-", label="tokens/s")
+    ax2.plot(list(x), tok, "ko-", label="chorus tokens/s")
+    if any(t is not None for t in torch):
+        ax2.plot([i for i, t in zip(x, torch) if t is not None], [t for t in torch if t is not None],
+                 "x", color="#b07aa1", markersize=10, mew=2, label="PyTorch DDP tokens/s")
     ax2.set_ylabel("tokens/s")
     ax2.set_ylim(bottom=0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
-    ax.set_title("chorus-train at one global batch (%s)" % cpu_name())
-    fig.tight_layout()
+    fig.legend(h1 + h2, l1 + l2, loc="lower center", ncol=5, fontsize=8)
+    ax.set_title("chorus-train at one global batch (%s, %d cores)" % (cpu_name(), os.cpu_count() or 1))
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     print("mesh_scaling: wrote %s" % path)
 
@@ -348,6 +353,7 @@ def main():
     ap.add_argument("--out", default="mesh-results")
     ap.add_argument("--keep-traces", action="store_true")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--from-raw", default="", help="no launches: summarize and chart this raw.jsonl")
     args = ap.parse_args()
     if args.steps <= args.warmup:
         sys.exit("mesh_scaling: --steps must exceed --warmup")
@@ -355,8 +361,12 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     cores = os.cpu_count() or 1
     records = []
+    if args.from_raw:
+        with open(args.from_raw) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        args.rounds = len({r["round"] for r in records})
     with open(os.path.join(args.out, "raw.jsonl"), "a") as raw:
-        for rnd in range(args.rounds):
+        for rnd in range(0 if args.from_raw else args.rounds):
             for mesh in meshes:
                 plan = [run_chorus]
                 if args.anchor and mesh[1] == 1 and mesh[2] == 1:
