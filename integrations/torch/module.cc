@@ -27,18 +27,35 @@ PYBIND11_MODULE(_C, m) {
            py::arg("timeout") = kProcessGroupDefaultTimeout,
            py::call_guard<py::gil_scoped_release>());
 
-  // Subclasses after their base: pybind tries the translators registered last first.
+  // One Python class per chorus::ErrorKind that callers tell apart; chosen by kind, since chorus
+  // may carry a failure as a plain chorus::Error of that kind.
   static py::exception<chorus::Error> error(m, "ChorusError", PyExc_RuntimeError);
+  static py::exception<chorus::PeerFailure> peer_failure(m, "PeerFailure", error);
+  static py::exception<chorus::Timeout> timeout(m, "Timeout", error);
+  static py::exception<chorus::Mismatch> mismatch(m, "Mismatch", error);
+  static py::exception<chorus::InvalidArgument> invalid_argument(
+      m, "InvalidArgument", py::make_tuple(error, py::handle(PyExc_ValueError)));
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const chorus::Error& e) {
-      error(e.what());
+      switch (e.kind()) {
+        case chorus::ErrorKind::kPeerFailure:
+          peer_failure(e.what());
+          break;
+        case chorus::ErrorKind::kTimeout:
+          timeout(e.what());
+          break;
+        case chorus::ErrorKind::kMismatch:
+          mismatch(e.what());
+          break;
+        case chorus::ErrorKind::kInvalidArgument:
+          invalid_argument(e.what());
+          break;
+        default:
+          error(e.what());
+          break;
+      }
     }
   });
-  py::register_exception<chorus::PeerFailure>(m, "PeerFailure", error.ptr());
-  py::register_exception<chorus::Timeout>(m, "Timeout", error.ptr());
-  py::register_exception<chorus::Mismatch>(m, "Mismatch", error.ptr());
-  py::register_exception<chorus::InvalidArgument>(
-      m, "InvalidArgument", py::make_tuple(error, py::handle(PyExc_ValueError)));
 }
