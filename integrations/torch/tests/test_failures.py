@@ -120,6 +120,7 @@ def unsupported(rank, n):
         "monitored_barrier": lambda: dist.monitored_barrier(),
         "recvAnysource": lambda: dist.recv(torch.ones(2)),
         "send": lambda: dist.send(torch.ones(2), (rank + 1) % n, tag=7),
+        "allreduce multigpu": lambda: dist.all_reduce_multigpu([torch.ones(2), torch.ones(2)]),
         "allgather": lambda: dist.all_gather([torch.ones(3)] * n, torch.ones(2)),
         "_reduce_scatter_base": lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(3)),
     }
