@@ -74,40 +74,6 @@ Works exchange_blocks(Communicator& c, const std::vector<const std::byte*>& send
 
 }  // namespace
 
-// ---- Completer ---------------------------------------------------------------------------------
-
-Completer::~Completer() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void Completer::add(c10::intrusive_ptr<WorkChorus> work) {
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(work));
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-  }
-  cv_.notify_one();
-}
-
-void Completer::loop() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-    if (queue_.empty()) return;
-    c10::intrusive_ptr<WorkChorus> work = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
-    work->settle();  // marks the Future, running its callbacks here
-    work.reset();
-    lock.lock();
-  }
-}
-
 // ---- set-up ------------------------------------------------------------------------------------
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
@@ -174,79 +140,6 @@ c10::intrusive_ptr<WorkChorus> ProcessGroupChorus::run(OpType type, const std::s
   while (!in_flight_.empty() && in_flight_.front()->chorus_done()) in_flight_.pop_front();
   in_flight_.push_back(work);
   return work;
-}
-
-c10::intrusive_ptr<::c10d::Work> ProcessGroupChorus::hold(Pending p) {
-  p.work->issue_now = [this] { issue_held(); };  // the group outlives what it holds back
-  c10::intrusive_ptr<::c10d::Work> work = p.work;
-  std::unique_lock lock(issue_mu_);
-  if (coalescing_) {
-    pending_.push_back(std::move(p));
-    return work;
-  }
-  // A send after a receive, or a receive after a send: an exchange.
-  const bool partner = pending_.size() == 1 && pending_[0].is_send != p.is_send;
-  if (!partner) issue_pending();
-  pending_.push_back(std::move(p));
-  if (partner) {
-    issue_pending();
-    return work;
-  }
-  held_since_ = std::chrono::steady_clock::now();
-  if (!hold_back_thread_.joinable()) hold_back_thread_ = std::thread([this] { hold_back_loop(); });
-  lock.unlock();
-  held_cv_.notify_all();
-  return work;
-}
-
-void ProcessGroupChorus::issue_held() {
-  std::lock_guard lock(issue_mu_);
-  if (!coalescing_) issue_pending();
-}
-
-void ProcessGroupChorus::hold_back_loop() {
-  std::unique_lock lock(issue_mu_);
-  while (!stopping_) {
-    if (pending_.empty() || coalescing_) {
-      held_cv_.wait(lock);
-      continue;
-    }
-    const auto due = held_since_ + kHoldBack;
-    if (std::chrono::steady_clock::now() < due) {
-      held_cv_.wait_until(lock, due);
-      continue;
-    }
-    issue_pending();
-  }
-}
-
-void ProcessGroupChorus::issue_pending() {
-  if (pending_.empty()) return;
-  std::vector<Pending> pending = std::move(pending_);
-  pending_.clear();
-  std::vector<Pending*> sends, recvs;
-  for (auto& p : pending) (p.is_send ? sends : recvs).push_back(&p);
-  set_call_timeout(::c10d::kUnsetTimeout);
-  // The k-th send and the k-th receive go together; the rest alone, in order.
-  const size_t pairs = std::min(sends.size(), recvs.size());
-  for (size_t k = 0; k < pairs; ++k) {
-    Elements se = sends[k]->elements, re = recvs[k]->elements;
-    if (se.dtype != re.dtype) {  // one type per send_recv: count both in bytes
-      se = {se.data, se.count * dtype_size(se.dtype), DataType::kU8};
-      re = {re.data, re.count * dtype_size(re.dtype), DataType::kU8};
-    }
-    chorus::Work w = comm_->send_recv_async(se.data, se.count, sends[k]->peer, re.data, re.count,
-                                            recvs[k]->peer, se.dtype);
-    sends[k]->work->attach({w});
-    recvs[k]->work->attach({w});
-  }
-  for (auto& p : pending) {
-    if (p.work->attached()) continue;
-    const Elements& e = p.elements;
-    p.work->attach({p.is_send ? comm_->send_async(e.data, e.count, e.dtype, p.peer)
-                              : comm_->recv_async(e.data, e.count, e.dtype, p.peer)});
-  }
-  for (auto& p : pending) in_flight_.push_back(p.work);
 }
 
 // ---- collectives -------------------------------------------------------------------------------
@@ -526,49 +419,8 @@ void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions&, bool) {
   unsupported("monitoredBarrier", "dist.monitored_barrier, which torch implements for gloo only");
 }
 
-// ---- point-to-point ----------------------------------------------------------------------------
-
-WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  const std::string call = "send";
-  const at::Tensor& t = single(tensors, call, "tensor");
-  CHORUS_ARG_CHECK(tag == 0, call, ": tag ", tag,
-                   ": chorus pairs point-to-point messages by their order between two ranks and "
-                   "has no tags (use tag 0)");
-  check_root(dst_rank, size_, call);
-  CHORUS_ARG_CHECK(dst_rank != rank_, call, ": to this rank itself (", rank_, ")");
-  Staging s;
-  const Elements e = movable(s.input(t));
-  return hold({make_work(OpType::SEND, call, std::move(s), {t}, -1), e, dst_rank, true});
-}
-
-WorkPtr ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  const std::string call = "recv";
-  const at::Tensor& t = single(tensors, call, "tensor");
-  CHORUS_ARG_CHECK(tag == 0, call, ": tag ", tag,
-                   ": chorus pairs point-to-point messages by their order between two ranks and "
-                   "has no tags (use tag 0)");
-  check_root(src_rank, size_, call);
-  CHORUS_ARG_CHECK(src_rank != rank_, call, ": from this rank itself (", rank_, ")");
-  Staging s;
-  const Elements e = movable(s.output(t));
-  return hold({make_work(OpType::RECV, call, std::move(s), {t}, src_rank), e, src_rank, false});
-}
-
 WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>&, int) {
   unsupported("recvAnysource", "dist.recv without src; chorus receives from a named rank");
-}
-
-void ProcessGroupChorus::startCoalescing() {
-  std::lock_guard lock(issue_mu_);
-  TORCH_CHECK(!coalescing_, "chorus backend: batches (batch_isend_irecv) do not nest");
-  issue_pending();
-  coalescing_ = true;
-}
-
-void ProcessGroupChorus::endCoalescing(std::vector<WorkPtr>&) {
-  std::lock_guard lock(issue_mu_);
-  coalescing_ = false;
-  issue_pending();
 }
 
 }  // namespace chorus::torch

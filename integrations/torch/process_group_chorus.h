@@ -31,27 +31,6 @@
 
 namespace chorus::torch {
 
-// Completes the Futures that DDP and communication hooks wait on: one thread settles each Work
-// handed to it, in order (the operations complete in issue order anyway).
-class Completer {
- public:
-  Completer() = default;
-  ~Completer();  // settles what is queued, then stops
-  Completer(const Completer&) = delete;
-  Completer& operator=(const Completer&) = delete;
-
-  void add(c10::intrusive_ptr<WorkChorus> work);
-
- private:
-  void loop();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<c10::intrusive_ptr<WorkChorus>> queue_;
-  bool stopping_ = false;
-  std::thread thread_;  // started by the first add()
-};
-
 class ProcessGroupChorus final : public ::c10d::ProcessGroup {
  public:
   // Sets up the communicator through `store` (every rank of the group calls this). `timeout`

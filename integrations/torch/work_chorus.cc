@@ -148,4 +148,38 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkChorus::getFuture() {
   return future;
 }
 
+// ---- Completer ---------------------------------------------------------------------------------
+
+Completer::~Completer() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Completer::add(c10::intrusive_ptr<WorkChorus> work) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(work));
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  cv_.notify_one();
+}
+
+void Completer::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return;
+    c10::intrusive_ptr<WorkChorus> work = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    work->settle();  // marks the Future, running its callbacks here
+    work.reset();
+    lock.lock();
+  }
+}
+
 }  // namespace chorus::torch

@@ -13,10 +13,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
@@ -71,6 +74,27 @@ class WorkChorus final : public ::c10d::Work {
   const int source_rank_;
   std::once_flag completed_once_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_ (the base class's)
+};
+
+// Completes the Futures that DDP and communication hooks wait on: one thread settles each Work
+// handed to it, in order (the operations complete in issue order anyway).
+class Completer {
+ public:
+  Completer() = default;
+  ~Completer();  // settles what is queued, then stops
+  Completer(const Completer&) = delete;
+  Completer& operator=(const Completer&) = delete;
+
+  void add(c10::intrusive_ptr<WorkChorus> work);
+
+ private:
+  void loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<WorkChorus>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;  // started by the first add()
 };
 
 }  // namespace chorus::torch
