@@ -67,14 +67,14 @@ def test_group_again_after_destroy(tmp_path):
         assert v == [2.0, 4.0]
 
 
-def test_torchrun_trains_the_example():
+def test_torchrun_trains_the_example(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     # --redirects 1 --tee 1: Debian 12's torchrun (torch 1.13 on Python 3.11) fails in its
     # default of no redirection (AttributeError in elastic's to_map: enum.Flag no longer lists
     # the zero member); redirecting stdout to its log and teeing it back works.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "--redirects", "1", "--tee", "1", EXAMPLE, "--steps", "5"]
+           "--redirects", "1", "--tee", "1", "--log_dir", str(tmp_path), EXAMPLE, "--steps", "5"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "LOSSES" in p.stdout, p.stdout
