@@ -5,8 +5,10 @@
 
 Each launch starts --np ranks (torch.multiprocessing spawn, init_method file://) on one backend;
 launches alternate between the backends (chorus, gloo, chorus, gloo, ...) so that both see the
-same machine. Per size: float32 SUM in place, --warmup calls, then --blocks timed blocks of
-calls; a launch's time per call is the median over its blocks of the slowest rank's block time.
+same machine. Each launch waits (up to --quiet-wait s) for an idle machine, reports the CPU
+other processes took while it ran (quiet.py), and is run again (up to --retries times) when that
+was more than 5% of the CPUs. Per size: float32 SUM in place, --warmup calls, then --blocks timed
+blocks of calls; a launch's time per call is the median over its blocks of the slowest rank's block time.
 The table gives, per size and backend, the median over launches of algbw = bytes / time and
 busbw = algbw * 2 (n - 1) / n (what each rank's link carries in a ring), with [min-max], and
 chorus's busbw over gloo's. --json writes every launch's numbers.
@@ -18,6 +20,8 @@ import statistics
 import sys
 import tempfile
 import time
+
+from quiet import Launch
 
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20,
          256 << 20]
@@ -98,19 +102,34 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=3)
     ap.add_argument("--max-bytes", type=int, default=256 << 20)
+    ap.add_argument("--quiet-wait", type=float, default=120,
+                    help="seconds to wait for an idle machine before each launch")
+    ap.add_argument("--retries", type=int, default=3,
+                    help="times a contended launch is run again (the last one is kept)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     args.sizes = [s for s in SIZES if s <= args.max_bytes]
     backends = args.backends.split(",")
     runs = {b: [] for b in backends}
+    guards = []
     for i in range(args.launches):
         for b in backends:
-            t0 = time.time()
-            runs[b].append(launch(args, b))
-            print("launch %d %s: %.0f s" % (i, b, time.time() - t0), file=sys.stderr, flush=True)
+            for attempt in range(args.retries + 1):   # a contended launch is run again
+                with Launch(args.quiet_wait) as g:
+                    rows = launch(args, b)
+                if not g.contended:
+                    break
+                print("launch %d %s: contended (%s)%s" % (
+                    i, b, g.describe(), "; again" if attempt < args.retries else "; kept"),
+                    file=sys.stderr, flush=True)
+            runs[b].append(rows)
+            guards.append({"launch": i, "backend": b, "other_cpu_s": g.other_cpu_s,
+                           "contended": g.contended, "waited_out": g.waited_out})
+            print("launch %d %s: %s" % (i, b, g.describe()), file=sys.stderr, flush=True)
     n = args.np
-    print("np=%d, float32 sum in place, median [min-max] over %d launches per backend"
-          % (n, args.launches))
+    print("np=%d, float32 sum in place, median [min-max] over %d launches per backend; %d of %d "
+          "launches contended (others used > 5%% of the CPUs)" % (
+              n, args.launches, sum(g["contended"] for g in guards), len(guards)))
     head = "| size |" + "".join(" %s time us | %s busbw GB/s |" % (b, b) for b in backends)
     if "chorus" in backends and "gloo" in backends:
         head += " chorus/gloo busbw |"
@@ -132,7 +151,7 @@ def main():
         print(line)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"np": n, "launches": runs}, f)
+            json.dump({"np": n, "launches": runs, "guards": guards}, f)
 
 
 if __name__ == "__main__":
