@@ -31,6 +31,11 @@ PACKAGES=(
   iproute2
   hipcc
   libamdhip64-dev
+  python3-torch
+  libtorch-dev
+  pybind11-dev
+  python3-pybind11
+  python3-pytest
 )
 
 die() {
