@@ -104,7 +104,7 @@ def summarize(records, dps, have_torch):
                 step = med(system, dp, mode, "step_ms")
                 vs = "%.2f" % (tok / ceiling) if ceiling else "-"
                 sc = "%.2f" % (tok / (dp * one)) if one else "-"
-                hid = med(system, dp, mode, "hidden")
+                hid = med(system, dp, mode, "hidden") if dp > 1 else None  # one rank: nothing to hide
                 lines.append("| %d | %s | %s | %.1f | %.0f | %s | %s | %s |" % (
                     dp, system, mode, step, tok, vs, sc, "%.2f" % hid if hid is not None else "-"))
     # The targets of the data-parallel issue.
