@@ -629,7 +629,7 @@ def main():
         lines = [f"### targets: {met} of {len(targets)} met", "", "| target | status | detail |", "|---|---|---|"]
         lines += [f"| {name} | {status} | {detail} |" for name, status, detail in targets]
         parts.append("\n".join(lines))
-    parts.append(f"(raw: {out_dir}; {time.monotonic() - t_start:.0f} s)")
+    parts.append(f"(raw: {os.path.relpath(out_dir)}; {time.monotonic() - t_start:.0f} s)")
     text = "\n\n".join(parts) + "\n"
     print(text)
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
