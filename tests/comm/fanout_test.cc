@@ -193,7 +193,9 @@ TEST(Fanout, TheWriterWaitsForItsSlowestReaderOnlyForRoom) {
           EXPECT_LT(took, std::chrono::milliseconds(250));
         std::fill(x.begin(), x.end(), -2.0f);  // the readers must not see this
       } else {
-        if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        // 600 ms late: the writer's 250 ms bound holds even if the ranks start up to 350 ms apart
+        // (process start-up on a loaded 2-core machine).
+        if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(600));
         ex.post_fan_in(1, got.data(), count * sizeof(float));
         ex.wait_all();
         EXPECT_EQ(got, sent) << "rank " << rank;
