@@ -14,6 +14,8 @@
 
 #include "chorus/error.h"
 #include "chorus/tensor/autograd.h"
+#include "common/gather_strings.h"
+#include "common/pre_backward.h"
 
 namespace chorus::parallel {
 
@@ -57,21 +59,6 @@ std::string escaped(const std::string& s) {
     out += c;
   }
   return out;
-}
-
-// y = x; its backward calls `mark` first.
-Tensor marked(const Tensor& x, std::function<void()> mark) {
-  return tensor::record("trace_mark", x.detach(), {x},
-                        [mark = std::move(mark)](const Tensor& dy, tensor::GradSink& sink) {
-                          mark();
-                          bool fresh = false;
-                          Tensor dx = sink.grad_for_write(0, &fresh);
-                          if (!dx.defined()) return;
-                          if (fresh)
-                            dx.copy_(dy);
-                          else
-                            dx.copy_(tensor::add(dx, dy));
-                        });
 }
 
 }  // namespace
@@ -128,14 +115,14 @@ void Tracer::instrument(tensor::nn::GPT& model) {
           self->events.push_back(
               {"forward h." + std::to_string(i), "compute", "", self->forward_start[i], now_us()});
           if (!tensor::grad_enabled() || !out.requires_grad()) return;
-          out = marked(out, [self, i] {
+          out = with_pre_backward(out, [self, i] {
             // The first mark of a backward queues the flush at its end.
             if (tensor::backward_id() != self->marks_backward) {
               self->marks_backward = tensor::backward_id();
               tensor::queue_backward_callback([self] { self->flush_marks(); });
             }
             self->marks.emplace_back(now_us(), i);
-          });
+          }, "trace_mark");
         }));
   }
 }
@@ -233,23 +220,12 @@ void Tracer::write(const std::string& path) {
   }
   const std::string mine = os.str();
   // Every rank's text, gathered on every rank (rank 0 writes).
-  const int n = world.size();
-  const int64_t len = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lens(static_cast<size_t>(n));
-  world.all_gather(&len, lens.data(), 1, DataType::kI64);
-  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
-  std::string padded = mine;
-  padded.resize(width);
-  std::string all(width * static_cast<size_t>(n), '\0');
-  world.all_gather(padded.data(), all.data(), width, DataType::kU8);
+  const std::vector<std::string> all = gather_strings(world, mine);
   std::string error;
   if (rank == 0) {
     std::ofstream out(path, std::ios::trunc);
     out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-    for (int r = 0; r < n; ++r)
-      out << (r ? ",\n" : "")
-          << all.substr(static_cast<size_t>(r) * width,
-                        static_cast<size_t>(lens[static_cast<size_t>(r)]));
+    for (size_t r = 0; r < all.size(); ++r) out << (r ? ",\n" : "") << all[r];
     out << "\n]}\n";
     out.flush();
     if (!out) error = "cannot write the trace " + path;

@@ -22,29 +22,10 @@
 // the gathers and reduce-scatters pair up across ranks.
 #include "chorus/error.h"
 #include "chorus/tensor/autograd.h"
+#include "common/pre_backward.h"
 #include "zero/zero_state.h"
 
 namespace chorus::parallel {
-namespace {
-
-// y = x, whose backward first calls `before` (the unit's backward is about to run).
-Tensor with_pre_backward(const Tensor& x, std::function<void()> before) {
-  Tensor y = x.detach();
-  return tensor::record("zero3_pre_backward", y, {x},
-                        [before = std::move(before)](const Tensor& dy, tensor::GradSink& sink) {
-                          before();
-                          bool fresh = false;
-                          Tensor dx = sink.grad_for_write(0, &fresh);
-                          if (!dx.defined()) return;
-                          if (fresh)
-                            dx.copy_(dy);
-                          else
-                            dx.copy_(tensor::add(dx, dy));
-                        });
-}
-
-}  // namespace
-
 size_t ZeroOptimizer::Impl::unit_of(const tensor::nn::Module& m) const {
   for (size_t g = 0; g < groups.size(); ++g)
     if (groups[g].module == &m) return g;
@@ -129,7 +110,7 @@ void ZeroOptimizer::Impl::install_unit_hooks() {
         m, m->add_forward_hook([this, gi](const tensor::nn::Module&, Tensor& out) {
           if (in_backward_phase) return;
           if (tensor::grad_enabled() && out.requires_grad())
-            out = with_pre_backward(out, [this, gi] { prepare_backward(gi); });
+            out = with_pre_backward(out, [this, gi] { prepare_backward(gi); }, "zero3_pre_backward");
           release(gi);
         }));
   }
