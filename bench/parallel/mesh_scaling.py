@@ -43,18 +43,9 @@ import subprocess
 import sys
 import time
 
+from scaling import cpu_name  # beside this script
+
 DEFAULT_MESHES = "1x1x1,2x1x1,1x2x1,1x1x2,4x1x1,2x2x1,2x1x2,1x2x2,1x1x4,2x2x2"
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def parse_mesh(text):
