@@ -14,8 +14,10 @@
 // step (and 1024^3), median of 9 timed rounds after a warm-up, rounds alternating backends.
 //
 // For each thread count: the step time and tokens/s, the step's matmul FLOPs (6 * matmul
-// parameters * tokens + causal attention) over the step time in GFLOP/s, and the sgemm rate of
-// every GEMM backend measured at selection.
+// parameters * tokens + causal attention) over the step time in GFLOP/s, the sgemm rate of
+// every GEMM backend measured at selection, and under --dtype bf16 the autocast GEMM's method
+// per shape class (gemm.h: bf16_gemm_mode). Both choices are made once per process, at the
+// first GEMM, on the first thread count.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -222,6 +224,8 @@ int main(int argc, char** argv) {
                 *std::min_element(times.begin(), times.end()) * 1e3,
                 *std::max_element(times.begin(), times.end()) * 1e3, tokens / per_step,
                 step_flops(a.cfg, a.batch) / per_step * 1e-9, cpu_per_wall);
+    // The autocast GEMM's choice per shape class (CHORUS_DEBUG=INFO shows the rates behind it).
+    if (a.dtype == DataType::kBF16) std::printf("    bf16 gemm %s\n", bf16_gemm_mode().c_str());
     for (const auto& be : gemm_backends())
       if (be.available && be.measured_gflops > 0)
         std::printf("    sgemm %-8s %6.1f GFLOP/s at selection (%s)\n", be.name.c_str(),

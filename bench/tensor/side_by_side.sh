@@ -14,6 +14,10 @@
 # meanwhile. Cells use the clean launches when they have any ("clean n/N" says how many); the
 # launch's cpu/wall (the cores it really got) and the load average are printed too.
 #
+# The output starts with the CPU (model, family, the AVX-512/AMX flags) and the library versions,
+# and each chorus result names the kernels it ran: the f32 GEMM backend and, in bf16, the
+# autocast GEMM's method per shape class; the table keeps them in its last column.
+#
 # chorus runs with no environment at all (out of the box). PyTorch runs in the anchor's settings
 # (shared/anchors/torch_gpt/RESULTS.md): fp32 with OPENBLAS_CORETYPE=SkylakeX (Debian's OpenBLAS
 # 0.3.21 otherwise runs SSE3 kernels here) and OPENBLAS_NUM_THREADS = threads, plus
@@ -33,6 +37,17 @@ BENCH=$BUILD/bin/tensor_bench
 $PY -c 'import torch' 2>/dev/null || { echo "PyTorch missing: apt-get install python3-torch" >&2; exit 2; }
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
+
+# The machine, printed first and kept with the results: the CPU model and family, the vector
+# flags that decide the kernels, and the library versions on both sides.
+cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+cpu_family=$(grep -m1 '^cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
+cpu_id=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+        grep -E '^(avx2|avx512f|avx512_bf16|avx512_fp16|avx512_vnni|amx_bf16|amx_tile)$' | tr '\n' ' ')
+echo "# cpu: $cpu_model (family $cpu_family, model $cpu_id), $(nproc) cores; flags: $flags"
+echo "# torch: $($PY -c 'import torch; print(torch.__version__, torch.backends.mkldnn.is_available() and "oneDNN" or "")' 2>/dev/null)"
+echo "# oneDNN: $(ls /usr/lib/x86_64-linux-gnu/libdnnl.so.* 2>/dev/null | sed 's|.*/||' | tr '\n' ' ')"
 
 # cell label | threads | chorus dtype | torch mode | torch environment
 CELLS=(
@@ -54,8 +69,10 @@ for rep in $(seq 1 "$REPS"); do
     tok=$(awk '{for (i = 1; i <= NF; ++i) if ($i == "tokens/s") print $(i - 1)}' <<< "$line")
     cw=$(awk '{print $NF}' <<< "$line")
     gemm=$(awk '{print $4}' <<< "$line")
+    bf16=$(awk '$1 == "bf16" && $2 == "gemm" {print $3}' <<< "$raw")
+    [ -n "$bf16" ] && gemm="$gemm; bf16 $bf16"
     echo "$label|chorus ($gemm)|$tok|$cw|$load|$clean" >> "$OUT"
-    echo "rep $rep  $label  chorus  $tok tok/s  cpu/wall $cw  load $load  clean $clean  [$line]"
+    echo "rep $rep  $label  chorus  $tok tok/s  cpu/wall $cw  load $load  clean $clean  [$line]  [$gemm]"
     load=$(cut -d' ' -f1 /proc/loadavg)
     raw=$(cd "$ANCHOR" && env $torch_env "${GUARD[@]}" $PY gpt_step.py "$mode" \
           --threads "$threads" --steps "$STEPS" --warmup "$WARMUP" --fwd-steps 0 2>/dev/null)
@@ -70,9 +87,11 @@ done
 echo
 $PY - "$OUT" <<'EOF'
 import statistics, sys
-rows = {}
+rows, kernels = {}, {}
 for line in open(sys.argv[1]):
     label, who, tok, cw, load, clean = line.strip().split("|")
+    if who.startswith("chorus"):
+        kernels.setdefault(label, set()).add(who[len("chorus ("):-1])
     who = "chorus" if who.startswith("chorus") else "torch"
     rows.setdefault(label, {}).setdefault(who, []).append(
         (float(tok), float(cw), float(load), clean == "1"))
@@ -80,12 +99,13 @@ def pick(xs):  # the clean launches, if any
     c = [x for x in xs if x[3]]
     return (c or xs), len(c), len(xs)
 med = statistics.median
-print("| config | chorus tok/s | PyTorch 1.13 tok/s | chorus / PyTorch | cpu/wall chorus, torch | clean launches chorus, torch |")
-print("|---|---|---|---|---|---|")
+print("| config | chorus tok/s | PyTorch 1.13 tok/s | chorus / PyTorch | cpu/wall chorus, torch | clean launches chorus, torch | chorus kernels |")
+print("|---|---|---|---|---|---|---|")
 for label, d in rows.items():
     (c, cn, ct), (t, tn, tt) = pick(d["chorus"]), pick(d["torch"])
     fmt = lambda xs: "%d [%d-%d]" % (med([x[0] for x in xs]), min(x[0] for x in xs), max(x[0] for x in xs))
-    print("| %s | %s | %s | %.2f | %.2f, %.2f | %d/%d, %d/%d |" % (
+    print("| %s | %s | %s | %.2f | %.2f, %.2f | %d/%d, %d/%d | %s |" % (
         label, fmt(c), fmt(t), med([x[0] for x in c]) / med([x[0] for x in t]),
-        med([x[1] for x in c]), med([x[1] for x in t]), cn, ct, tn, tt))
+        med([x[1] for x in c]), med([x[1] for x in t]), cn, ct, tn, tt,
+        " / ".join(sorted(kernels.get(label, [])))))
 EOF

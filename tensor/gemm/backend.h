@@ -1,9 +1,11 @@
 // Internal: the f32 GEMM backends and the builtin kernels.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace chorus::tensor::gemm_impl {
 
@@ -23,6 +25,19 @@ class SgemmBackend {
                      float* c, int64_t ldc) = 0;
 };
 
+// The selection rule of every measured choice here (f32 backend, bf16 method per class): given
+// each candidate's time in preference order (a negative time: not a candidate), the first one
+// within `margin` (relative) of the fastest. Two candidates within noise of each other then
+// give the same choice in every run instead of whichever a noisy round favoured.
+inline size_t first_within_margin(const std::vector<double>& seconds, double margin = 0.03) {
+  double fastest = -1;
+  for (double s : seconds)
+    if (s >= 0 && (fastest < 0 || s < fastest)) fastest = s;
+  for (size_t i = 0; i < seconds.size(); ++i)
+    if (seconds[i] >= 0 && seconds[i] <= fastest * (1 + margin)) return i;
+  return seconds.size();  // no candidate
+}
+
 std::unique_ptr<SgemmBackend> make_builtin_backend();
 std::unique_ptr<SgemmBackend> make_dnnl_backend();      // dlopen libdnnl
 std::unique_ptr<SgemmBackend> make_openblas_backend();  // dlopen libopenblas
@@ -40,9 +55,28 @@ bool blocked_bf16_available();
 void blocked_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                        const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
                        bool accumulate, float* c, int64_t ldc);
-// Whether autocast bf16 GEMMs use blocked_gemm_bf16 (true) or the f32 GEMM on rounded
-// operands: measured once (CHORUS_TENSOR_BF16_GEMM=native|f32 forces it).
-bool native_bf16_gemm();
+// oneDNN's bf16 matmul (gemm_dnnl_bf16.cc), opened at run time: c (m x n, row stride ldc) =
+// alpha op(a) op(b) in f32 (not rounded); a and b hold bf16 bit patterns. Parallel over the
+// team. Available where libdnnl.so.2 and a CPU its bf16 matmul supports are present.
+bool dnnl_bf16_available();
+std::string dnnl_bf16_note();  // the library opened, or why unavailable
+void dnnl_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float* c,
+                    int64_t ldc);
+
+// The autocast bf16 GEMM, per shape class (bf16_selection.cc): the transposition pattern times
+// small or large. Each class runs one method, chosen on first use by measurement
+// (CHORUS_TENSOR_BF16_GEMM or set_bf16_gemm_mode force them).
+enum class Bf16Method : uint8_t { kNative, kDnnl, kF32 };
+constexpr int kBf16Classes = 8;
+int bf16_shape_class(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
+Bf16Method bf16_method(int shape_class);
+const char* bf16_method_name(Bf16Method m);
+// Whether autocast operands are stored as bf16 (some class runs native or dnnl) or as f32
+// holding the rounded values (every class runs f32).
+bool bf16_operands_as_bf16();
+// Fixes the plan without measuring (pin_gemm_choices): the knob's classes, native elsewhere.
+void pin_bf16_gemm_choice();
 // The generic kernels (gemm_builtin.cc): packed, register-blocked, row blocks over the team.
 void builtin_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,

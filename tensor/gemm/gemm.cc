@@ -1,6 +1,7 @@
 // GEMM entry points: backend selection by measurement, thread count, 16-bit inputs.
 #include "chorus/tensor/gemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -20,15 +21,8 @@ namespace {
 const StringKnob kGemmKnob{"CHORUS_TENSOR_GEMM", "auto",
                            "f32 GEMM backend: auto (fastest measured), dnnl, openblas, builtin"};
 
-const StringKnob kBf16Knob{"CHORUS_TENSOR_BF16_GEMM", "auto",
-                           "autocast bf16 GEMM: auto (faster measured), native (AVX512-BF16 "
-                           "kernel), f32 (f32 GEMM on bf16-rounded operands)"};
-
 // The selection shape: one GPT-2-small-ish linear layer on a (B*T = 512) batch slice.
 constexpr int64_t kSelM = 512, kSelN = 768, kSelK = 256;
-
-// The autocast bf16 GEMM: -1 not chosen yet, 0 f32 GEMM on rounded operands, 1 the native kernel.
-std::atomic<int> g_bf16_native{-1};
 
 struct Registry {
   std::vector<std::unique_ptr<gemm_impl::SgemmBackend>> backends;
@@ -94,27 +88,25 @@ void select_by_measurement(Registry& r) {
       index.push_back(i);
     }
   const std::vector<double> rates = measure_backends(available);
-  double best = -1;
-  gemm_impl::SgemmBackend* winner = nullptr;
+  std::vector<double> seconds;
   for (size_t j = 0; j < available.size(); ++j) {
     r.gflops[index[j]] = rates[j];
+    seconds.push_back(1.0 / rates[j]);
     CHORUS_INFO(kLogTune, "tensor gemm: ", available[j]->name(), " (", available[j]->note(),
                 ") ", rates[j], " GFLOP/s on ", pool_threads(), " threads");
-    if (rates[j] > best) {
-      best = rates[j];
-      winner = available[j];
-    }
   }
+  gemm_impl::SgemmBackend* winner = available[gemm_impl::first_within_margin(seconds)];
   r.chosen.store(winner, std::memory_order_release);
-  CHORUS_INFO(kLogTune, "tensor gemm: using ", winner->name());
+  CHORUS_INFO(kLogTune, "tensor gemm: using ", winner->name(), " (measured)");
 }
 
 Registry& registry() {
   static Registry r;
   static const bool filled = [] {
+    // In preference order: the selection keeps the first within 3% of the fastest.
+    r.backends.push_back(gemm_impl::make_builtin_backend());
     r.backends.push_back(gemm_impl::make_dnnl_backend());
     r.backends.push_back(gemm_impl::make_openblas_backend());
-    r.backends.push_back(gemm_impl::make_builtin_backend());
     r.gflops.assign(r.backends.size(), 0.0);
     const std::string forced = kGemmKnob.get();
     if (forced != "auto") {
@@ -123,6 +115,7 @@ Registry& registry() {
           CHORUS_ARG_CHECK(be->available(), kGemmKnob.name(), "=", forced,
                            " is unavailable: ", be->note());
           r.chosen.store(be.get());
+          CHORUS_INFO(kLogTune, "tensor gemm: using ", forced, " (", kGemmKnob.name(), ")");
         }
       CHORUS_ARG_CHECK(r.chosen.load() != nullptr, kGemmKnob.name(), "=", forced,
                        ": expected auto, dnnl, openblas or builtin");
@@ -191,55 +184,6 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   gemm_16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-namespace gemm_impl {
-
-namespace {
-
-// The forward shape of the selection (x W^T), both ways, alternating, best of 5.
-bool measure_bf16_native() {
-  std::vector<uint16_t> a16(kSelM * kSelK, 0x3f80), b16(kSelN * kSelK, 0x3f00);
-  std::vector<float> a(kSelM * kSelK, 1.f), b(kSelN * kSelK, 0.5f), c(kSelM * kSelN);
-  double t_native = 1e30, t_f32 = 1e30;
-  for (int rep = 0; rep < 6; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    blocked_gemm_bf16(false, true, kSelM, kSelN, kSelK, 1.f, a16.data(), kSelK, b16.data(),
-                      kSelK, false, c.data(), kSelN);
-    auto t1 = std::chrono::steady_clock::now();
-    run_sgemm(chosen(), false, true, kSelM, kSelN, kSelK, 1.f, a.data(), kSelK, b.data(), kSelK,
-              0.f, c.data(), kSelN);
-    auto t2 = std::chrono::steady_clock::now();
-    if (rep == 0) continue;
-    t_native = std::min(t_native, std::chrono::duration<double>(t1 - t0).count());
-    t_f32 = std::min(t_f32, std::chrono::duration<double>(t2 - t1).count());
-  }
-  const double flops = 2.0 * kSelM * kSelN * kSelK * 1e-9;
-  CHORUS_INFO(kLogTune, "tensor gemm: bf16 native ", flops / t_native, " GFLOP/s, f32 (",
-              chosen().name(), ") ", flops / t_f32, " GFLOP/s on ", pool_threads(), " threads");
-  return t_native < t_f32;
-}
-
-}  // namespace
-
-bool native_bf16_gemm() {
-  const int known = g_bf16_native.load(std::memory_order_acquire);
-  if (known >= 0) return known == 1;
-  (void)chosen();  // the f32 backend first: its selection takes the same lock
-  std::lock_guard lock(registry_mutex());
-  if (g_bf16_native.load() < 0) {
-    bool native = false;
-    if (blocked_bf16_available()) {
-      const std::string forced = kBf16Knob.get();
-      CHORUS_ARG_CHECK(forced == "auto" || forced == "native" || forced == "f32",
-                       kBf16Knob.name(), "=", forced, ": expected auto, native or f32");
-      native = forced == "native" || (forced == "auto" && measure_bf16_native());
-    }
-    g_bf16_native.store(native ? 1 : 0, std::memory_order_release);
-  }
-  return g_bf16_native.load() == 1;
-}
-
-}  // namespace gemm_impl
-
 std::string gemm_backend() { return chosen().name(); }
 
 std::vector<GemmBackendInfo> gemm_backends() {
@@ -271,19 +215,7 @@ void pin_gemm_choices() {
       for (auto& be : r.backends)
         if (std::string(be->name()) == "builtin") r.chosen.store(be.get(), std::memory_order_release);
   }
-  const std::string forced = kBf16Knob.get();
-  if (g_bf16_native.load() < 0) set_bf16_gemm_mode(forced == "f32" ? "f32" : "native");
-}
-
-std::string bf16_gemm_mode() { return gemm_impl::native_bf16_gemm() ? "native" : "f32"; }
-
-void set_bf16_gemm_mode(const std::string& mode) {
-  CHORUS_ARG_CHECK(mode == "native" || mode == "f32", "bf16 gemm mode '", mode,
-                   "': expected native or f32");
-  // Where the native kernel is missing, "native" falls back to f32 as the knob does.
-  const bool native = mode == "native" && gemm_impl::blocked_bf16_available();
-  std::lock_guard lock(registry_mutex());
-  g_bf16_native.store(native ? 1 : 0, std::memory_order_release);
+  gemm_impl::pin_bf16_gemm_choice();
 }
 
 int num_threads() { return pool_threads(); }

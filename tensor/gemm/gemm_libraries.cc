@@ -10,47 +10,14 @@
 // openblas_set_num_threads(1). oneDNN (the Debian build) runs its own OpenMP team sized by the
 // calling thread's OpenMP setting, so each calling thread sets that to 1 once, through the
 // OpenMP runtime oneDNN itself loaded.
-#include <dlfcn.h>
-
 #include <string>
 
 #include "chorus/error.h"
 #include "gemm/backend.h"
+#include "gemm/library.h"
 
 namespace chorus::tensor::gemm_impl {
 namespace {
-
-// RAII for a dlopen handle.
-class Library {
- public:
-  Library() = default;
-  ~Library() {
-    if (handle_ != nullptr) dlclose(handle_);
-  }
-  Library(const Library&) = delete;
-  Library& operator=(const Library&) = delete;
-
-  // Opens the first soname that loads; false when none does.
-  bool open(std::initializer_list<const char*> sonames) {
-    for (const char* so : sonames) {
-      handle_ = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-      if (handle_ != nullptr) {
-        soname_ = so;
-        return true;
-      }
-    }
-    return false;
-  }
-  template <class Fn>
-  Fn symbol(const char* name) const {
-    return handle_ ? reinterpret_cast<Fn>(dlsym(handle_, name)) : nullptr;
-  }
-  const std::string& soname() const { return soname_; }
-
- private:
-  void* handle_ = nullptr;
-  std::string soname_;
-};
 
 // ---- oneDNN ---------------------------------------------------------------------------------
 // dnnl_status_t dnnl_sgemm(char transa, char transb, dnnl_dim_t M, N, K, float alpha,
@@ -69,15 +36,7 @@ class DnnlBackend final : public SgemmBackend {
     }
     sgemm_ = lib_.symbol<DnnlSgemm>("dnnl_sgemm");
     note_ = sgemm_ ? lib_.soname() : lib_.soname() + " lacks dnnl_sgemm";
-    // The OpenMP runtime oneDNN pulled in (no new load: RTLD_NOLOAD).
-    for (const char* so : {"libgomp.so.1", "libiomp5.so", "libomp.so.5", "libomp.so"}) {
-      if (void* h = dlopen(so, RTLD_NOW | RTLD_NOLOAD)) {
-        omp_set_num_threads_ =
-            reinterpret_cast<OmpSetNumThreads>(dlsym(h, "omp_set_num_threads"));
-        dlclose(h);  // still loaded: oneDNN holds it
-        if (omp_set_num_threads_) break;
-      }
-    }
+    omp_set_num_threads_ = loaded_omp_set_num_threads();
   }
   const char* name() const override { return "dnnl"; }
   std::string note() const override { return note_; }

@@ -65,6 +65,9 @@ CHORUS_TARGET_CLONES void sum_rows_f32(float* db, const float* g, int64_t n, int
 CHORUS_TARGET_CLONES void to_bf16_f32(uint16_t* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
 }
+CHORUS_TARGET_CLONES void from_bf16_f32(float* out, const uint16_t* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(in[i]);
+}
 CHORUS_TARGET_CLONES void round_bf16_f32(float* out, const float* in, int64_t n, bool acc) {
   if (acc)
     for (int64_t i = 0; i < n; ++i) out[i] += bf16_to_float(float_to_bf16(in[i]));
@@ -185,6 +188,10 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
 }
 void to_bf16(uint16_t* out, const float* in, int64_t n) {
   parallel_for(n, 1, [&](int64_t s, int64_t e, int) { to_bf16_f32(out + s, in + s, e - s); });
+}
+
+void from_bf16(float* out, const uint16_t* in, int64_t n) {
+  parallel_for(n, 1, [&](int64_t s, int64_t e, int) { from_bf16_f32(out + s, in + s, e - s); });
 }
 
 void round_to(float* out, const float* in, int64_t n, DataType dtype, bool accumulate) {

@@ -24,6 +24,8 @@ template <class T> void add_bias_rows(T* out, const T* bias, int64_t n, int64_t 
 template <class T> void sum_rows(T* dbias, const T* dout, int64_t n, int64_t m, bool assign);
 // out[i] = bf16 bits of in[i], round to nearest even (quiet NaN stays NaN), like float_to_bf16.
 void to_bf16(uint16_t* out, const float* in, int64_t n);
+// out[i] = the f32 value of the bf16 bits in[i] (exact).
+void from_bf16(float* out, const uint16_t* in, int64_t n);
 // out[i] (+)= in[i] rounded to the nearest bf16 (dtype kBF16) or f16 (kF16) value, as f32;
 // out may equal in.
 void round_to(float* out, const float* in, int64_t n, DataType dtype, bool accumulate);

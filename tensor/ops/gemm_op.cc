@@ -8,16 +8,18 @@
 
 namespace chorus::tensor {
 
-// Two ways to run an autocast GEMM, chosen once by measurement (gemm_impl::native_bf16_gemm):
-//   native: operands stored as bf16, multiplied by the AVX512-BF16 kernel;
-//   f32:    operands stored as f32 holding values rounded to the 16-bit type, multiplied by
-//           the f32 GEMM (exact: products of bf16/f16 values are exact in f32, sums in f32 as
-//           in the native kernel). Where vdpbf16ps runs at half the rate of f32 FMAs (no AMX,
-//           one port), this is the faster one. f16 always takes this way.
-// Both round the product to the 16-bit type before storing or adding it.
+// The autocast GEMM (see gemm/bf16_selection.cc): operands rounded to the 16-bit type once,
+// stored as bf16 when some shape class runs a bf16 method (our AVX512-BF16 kernel or oneDNN's
+// matmul), else as f32 holding the rounded values; each GEMM then runs its shape class's method:
+//   native: bf16 dot products (vdpbf16ps), f32 accumulation, the result rounded in the kernel;
+//   dnnl:   oneDNN's bf16 matmul into f32, then rounded;
+//   f32:    the f32 GEMM on f32 operands (widened exactly from bf16 storage when needed), then
+//           rounded. Exact too: products of bf16/f16 values are exact in f32 and the sums run in
+//           f32 as in the others. f16 always takes this way.
+// Every way rounds the product to the 16-bit type before storing or adding it.
 Tensor to_lowp(const Tensor& x, DataType dtype) {
   const bool fast = x.dtype() == DataType::kF32 && x.is_contiguous();
-  if (dtype == DataType::kBF16 && gemm_impl::native_bf16_gemm()) {
+  if (dtype == DataType::kBF16 && gemm_impl::bf16_operands_as_bf16()) {
     Tensor out = Tensor::empty(x.shape(), dtype);
     if (fast)
       kernels::to_bf16(reinterpret_cast<uint16_t*>(out.data<BFloat16>()), x.data<float>(),
@@ -33,26 +35,59 @@ Tensor to_lowp(const Tensor& x, DataType dtype) {
   return out;
 }
 
+namespace {
+
+// An f32 copy of a bf16-stored operand (exact).
+Tensor widened(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape(), DataType::kF32);
+  kernels::from_bf16(out.data<float>(), reinterpret_cast<const uint16_t*>(x.data<BFloat16>()),
+                     x.numel());
+  return out;
+}
+
+// c (+)= round(p), or round c in place when p is c.
+void round_product(DataType dtype, float* c, const float* p, int64_t count, bool accumulate) {
+  kernels::round_to(c, p, count, dtype, accumulate);
+}
+
+}  // namespace
+
 void mm_lowp(DataType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a,
              int64_t lda, const Tensor& b, int64_t ldb, float* c, bool accumulate) {
   if (a.dtype() == DataType::kBF16) {
-    // bf16 dot products (vdpbf16ps), f32 accumulation, the result rounded in the kernel.
-    gemm_impl::blocked_gemm_bf16(ta, tb, m, n, k, 1.f,
-                                 reinterpret_cast<const uint16_t*>(a.data<BFloat16>()), lda,
-                                 reinterpret_cast<const uint16_t*>(b.data<BFloat16>()), ldb,
-                                 accumulate, c, n);
-    return;
+    const auto* a16 = reinterpret_cast<const uint16_t*>(a.data<BFloat16>());
+    const auto* b16 = reinterpret_cast<const uint16_t*>(b.data<BFloat16>());
+    switch (gemm_impl::bf16_method(gemm_impl::bf16_shape_class(ta, tb, m, n, k))) {
+      case gemm_impl::Bf16Method::kNative:
+        gemm_impl::blocked_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, accumulate, c, n);
+        return;
+      case gemm_impl::Bf16Method::kDnnl: {
+        if (!accumulate) {
+          gemm_impl::dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, c, n);
+          round_product(dtype, c, c, m * n, false);
+          return;
+        }
+        Tensor prod = Tensor::empty({m, n});
+        gemm_impl::dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, prod.data<float>(),
+                                  n);
+        round_product(dtype, c, prod.data<float>(), m * n, true);
+        return;
+      }
+      case gemm_impl::Bf16Method::kF32:
+        mm_lowp(dtype, ta, tb, m, n, k, widened(a), lda, widened(b), ldb, c, accumulate);
+        return;
+    }
   }
   // f32 operands holding rounded values (to_lowp): f32 GEMM, then round the product.
   if (!accumulate) {
     gemm(ta, tb, m, n, k, 1.f, a.data<float>(), lda, b.data<float>(), ldb, 0.f, c, n);
-    kernels::round_to(c, c, m * n, dtype, false);
+    round_product(dtype, c, c, m * n, false);
     return;
   }
   Tensor prod = Tensor::empty({m, n});
   float* p = prod.data<float>();
   gemm(ta, tb, m, n, k, 1.f, a.data<float>(), lda, b.data<float>(), ldb, 0.f, p, n);
-  kernels::round_to(c, p, m * n, dtype, true);
+  round_product(dtype, c, p, m * n, true);
 }
 
 }  // namespace chorus::tensor

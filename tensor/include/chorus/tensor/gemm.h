@@ -5,13 +5,16 @@
 // dnnl_sgemm, JIT for the CPU at hand) and "openblas" (cblas_sgemm). The libraries are opened at
 // run time (dlopen), so a chorus binary runs where neither is installed. On first use every
 // available f32 backend multiplies the same matrices at a GPT-like shape (rounds alternating
-// between backends, best round each); the fastest wins. CHORUS_TENSOR_GEMM=dnnl|openblas|builtin
-// forces one.
+// between backends, best round each); the fastest wins, the earlier one in the order builtin,
+// dnnl, openblas when within 3% (noise cannot flip the choice from launch to launch).
+// CHORUS_TENSOR_GEMM=dnnl|openblas|builtin forces one; CHORUS_DEBUG=INFO logs the rates.
 // Threads: one team for everything, chorus's own (CHORUS_TENSOR_THREADS; 0 = every core this
 // process may run on). Rows of C are split over the team; a library is called once per row
 // block from each team thread and kept single-threaded itself.
-// Autocast bf16 GEMMs run either on the AVX512-BF16 kernel or as f32 GEMMs of bf16-rounded
-// operands, whichever measures faster (CHORUS_TENSOR_BF16_GEMM=native|f32 forces one).
+// Autocast bf16 GEMMs run, per shape class (transposition pattern x small/large), on our
+// AVX512-BF16 kernel ("native"), oneDNN's bf16 matmul ("dnnl") or as f32 GEMMs of bf16-rounded
+// operands ("f32"), whichever measures fastest by the same rule (docs/TENSOR.md, "Choosing the
+// kernels"); CHORUS_TENSOR_BF16_GEMM forces all classes or some.
 //
 // Layout: row-major. C (M x N) = alpha * op(A) (M x K) @ op(B) (K x N) + beta * C, where op(A)
 // is A or A^T as trans_a says; lda/ldb/ldc are row strides in elements. beta = 0 ignores C's
@@ -55,14 +58,17 @@ std::vector<GemmBackendInfo> gemm_backends();
 // Forces a backend by name for this process (tests, benchmarks, ranks that must agree); throws
 // if unavailable. Setting it before the first GEMM skips the measurement.
 void set_gemm_backend(const std::string& name);
-// The autocast bf16 GEMM in use: "native" (the AVX512-BF16 kernel) or "f32" (f32 GEMM on rounded
-// operands); chosen on first call like the f32 backend. set_bf16_gemm_mode forces one ("native"
-// falls back to "f32" where the kernel is missing).
+// The autocast bf16 GEMM plan in use: one method name ("native", "dnnl" or "f32") when every
+// shape class runs it, else "nn.small=native,nn.large=dnnl,..." naming each of the eight classes
+// (nn|nt|tn|tt . small|large); chosen on first call like the f32 backend. set_bf16_gemm_mode
+// takes the same strings (classes left out of a list are measured): "native" falls back to
+// "f32" where the kernel is missing; an unavailable "dnnl" or a malformed string throws
+// InvalidArgument saying why.
 std::string bf16_gemm_mode();
 void set_bf16_gemm_mode(const std::string& mode);
 // Chooses both without measuring, by a fixed rule, so that a run repeated makes the same choice:
-// the backends the knobs force, else "builtin" for f32 and "native" for bf16 where the CPU has
-// it. (The deterministic mode of the parallel layer pins them; timing could pick differently.)
+// the backends the knobs force, else "builtin" for f32 and "native" for every bf16 class where
+// the CPU has it. (The deterministic mode of the parallel layer pins them; timing could pick differently.)
 void pin_gemm_choices();
 
 // Threads used by parallel regions (GEMM and our kernels).

@@ -1,0 +1,334 @@
+// The autocast bf16 GEMM: which way each shape class runs, chosen by measurement.
+//
+// Three ways to compute c = round_bf16(op(a) op(b)) from bf16 operands with f32 accumulation:
+//   native  our AVX512-BF16 kernel (gemm_blocked_bf16.cc), operands stored as bf16;
+//   dnnl    oneDNN's bf16 matmul (gemm_dnnl_bf16.cc), operands stored as bf16;
+//   f32     the f32 GEMM (gemm.cc's backend) on the operands widened to f32 (exact).
+// Which is fastest depends on the CPU (vdpbf16ps at full or half the FMA rate, AMX or not) and
+// on the shape, so the choice is made per shape class: the transposition pattern (nn, nt, tn,
+// tt) times small or large (fewer or more than 2^21 multiply-adds; a training step's attention
+// products are small, its linear layers large). On the first autocast GEMM every class is
+// measured at a fixed shape of its own, the methods alternating round by round so a burst of
+// load from other processes hits all of them alike; each keeps its best round. A method wins
+// only when it beats the earlier ones in the order native, dnnl, f32 by more than kMargin, so
+// two methods within noise of each other give the same choice in every run.
+//
+// Operand storage follows the plan: bf16 when some class runs native or dnnl. The plan "every
+// class f32 on f32-stored operands" (no widening) is timed too, and taken when its total is
+// lower, so autocast never runs slower than the f32 GEMM it could always fall back on.
+//
+// The decision is one string ("native", or "nn.small=native,nt.large=dnnl,..."):
+// CHORUS_DEBUG=INFO logs it with the measured rates, bf16_gemm_mode() returns it, the parallel
+// layer broadcasts rank 0's to every rank (parallel/common/kernel_agreement.cc), and
+// CHORUS_TENSOR_BF16_GEMM or set_bf16_gemm_mode() forces one.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chorus/config.h"
+#include "chorus/error.h"
+#include "chorus/half.h"
+#include "chorus/log.h"
+#include "chorus/tensor/gemm.h"
+#include "core/thread_pool.h"
+#include "gemm/backend.h"
+#include "kernels/elementwise.h"
+
+namespace chorus::tensor {
+namespace gemm_impl {
+namespace {
+
+const StringKnob kBf16Knob{
+    "CHORUS_TENSOR_BF16_GEMM", "auto",
+    "autocast bf16 GEMM: auto (fastest measured per shape class), native (AVX512-BF16 kernel), "
+    "dnnl (oneDNN bf16 matmul), f32 (f32 GEMM on bf16-rounded operands), or per class, e.g. "
+    "nt.large=dnnl,nn.large=native (classes left out are measured)"};
+
+// A method must be this much faster than one earlier in the preference order to win.
+constexpr double kMargin = 0.03;
+// Multiply-adds from which a GEMM is "large".
+constexpr double kLargeMacs = double(1 << 21);
+
+constexpr const char* kMethodNames[] = {"native", "dnnl", "f32"};
+constexpr const char* kPatternNames[] = {"nn", "nt", "tn", "tt"};
+
+struct Plan {
+  std::array<Bf16Method, kBf16Classes> method{};
+  bool bf16_operands = false;
+};
+
+std::mutex g_mutex;
+std::atomic<bool> g_chosen{false};
+Plan g_plan;
+
+std::string class_name(int c) {
+  return std::string(kPatternNames[c / 2]) + (c % 2 ? ".large" : ".small");
+}
+
+bool method_available(Bf16Method m) {
+  switch (m) {
+    case Bf16Method::kNative: return blocked_bf16_available();
+    case Bf16Method::kDnnl: return dnnl_bf16_available();
+    case Bf16Method::kF32: return true;
+  }
+  return false;
+}
+
+std::string method_note(Bf16Method m) {
+  switch (m) {
+    case Bf16Method::kNative: return blocked_bf16_available() ? "" : "this CPU lacks AVX512-BF16";
+    case Bf16Method::kDnnl: return dnnl_bf16_note();
+    case Bf16Method::kF32: return "";
+  }
+  return "";
+}
+
+bool parse_method(const std::string& s, Bf16Method* m) {
+  for (int i = 0; i < 3; ++i)
+    if (s == kMethodNames[i]) {
+      *m = static_cast<Bf16Method>(i);
+      return true;
+    }
+  return false;
+}
+
+Plan finish(Plan p) {
+  p.bf16_operands = false;
+  for (Bf16Method m : p.method) p.bf16_operands |= m != Bf16Method::kF32;
+  return p;
+}
+
+// Parses a mode string into `forced` (one entry per class; unset where left to measurement).
+// "native" where the CPU lacks the kernel falls back to f32, as it always has; "dnnl" where
+// oneDNN's matmul is missing is an error (it names the reason).
+std::array<int, kBf16Classes> parse_mode(const std::string& mode, const char* what) {
+  std::array<int, kBf16Classes> forced;
+  forced.fill(-1);
+  if (mode == "auto") return forced;
+  auto resolve = [&](const std::string& name) {
+    Bf16Method m;
+    CHORUS_ARG_CHECK(parse_method(name, &m), what, "=", mode, ": '", name,
+                     "' is not auto, native, dnnl or f32");
+    if (m == Bf16Method::kNative && !method_available(m)) return static_cast<int>(Bf16Method::kF32);
+    CHORUS_ARG_CHECK(method_available(m), what, "=", mode, ": ", name,
+                     " is unavailable: ", method_note(m));
+    return static_cast<int>(m);
+  };
+  if (mode.find('=') == std::string::npos) {
+    forced.fill(resolve(mode));
+    return forced;
+  }
+  std::stringstream ss(mode);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t eq = item.find('=');
+    CHORUS_ARG_CHECK(eq != std::string::npos, what, "=", mode, ": expected class=method in '",
+                     item, "'");
+    const std::string cls = item.substr(0, eq);
+    int found = -1;
+    for (int c = 0; c < kBf16Classes; ++c)
+      if (class_name(c) == cls) found = c;
+    CHORUS_ARG_CHECK(found >= 0, what, "=", mode, ": unknown shape class '", cls,
+                     "' (nn|nt|tn|tt . small|large)");
+    forced[found] = resolve(item.substr(eq + 1));
+  }
+  return forced;
+}
+
+// The measurement shape of a class: a linear layer's slice (large) or one attention head's
+// product (small).
+void class_shape(int c, int64_t* m, int64_t* n, int64_t* k) {
+  if (c % 2) {
+    *m = 512, *n = 768, *k = 256;
+  } else {
+    *m = 128, *n = 128, *k = 64;
+  }
+}
+
+// Seconds per call of each method (and of the f32 GEMM on f32-stored operands, index 3) for
+// class c: alternating rounds, the best round each. A round repeats the call until ~1 ms.
+std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
+  const bool ta = (c / 2) >= 2, tb = (c / 2) % 2 == 1;
+  int64_t m, n, k;
+  class_shape(c, &m, &n, &k);
+  const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  std::vector<uint16_t> a16(static_cast<size_t>(m * k)), b16(static_cast<size_t>(k * n));
+  std::vector<float> a32(a16.size()), b32(b16.size()), wa(a16.size()), wb(b16.size());
+  std::vector<float> out(static_cast<size_t>(m * n));
+  for (size_t i = 0; i < a16.size(); ++i) {
+    a16[i] = float_to_bf16(static_cast<float>(i % 13) * 0.1f - 0.6f);
+    a32[i] = bf16_to_float(a16[i]);
+  }
+  for (size_t i = 0; i < b16.size(); ++i) {
+    b16[i] = float_to_bf16(static_cast<float>(i % 7) * 0.1f - 0.3f);
+    b32[i] = bf16_to_float(b16[i]);
+  }
+  auto call = [&](int which) {
+    switch (which) {
+      case 0:
+        blocked_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, false,
+                          out.data(), n);
+        break;
+      case 1:
+        dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, out.data(), n);
+        break;
+      case 2:  // as it runs on bf16-stored operands: widened first
+        kernels::from_bf16(wa.data(), a16.data(), static_cast<int64_t>(a16.size()));
+        kernels::from_bf16(wb.data(), b16.data(), static_cast<int64_t>(b16.size()));
+        gemm(ta, tb, m, n, k, 1.f, wa.data(), lda, wb.data(), ldb, 0.f, out.data(), n);
+        break;
+      default:
+        gemm(ta, tb, m, n, k, 1.f, a32.data(), lda, b32.data(), ldb, 0.f, out.data(), n);
+    }
+  };
+  using Clock = std::chrono::steady_clock;
+  std::array<double, 4> best;
+  best.fill(1e30);
+  std::array<int, 4> iters;
+  for (int w = 0; w < 4; ++w) {  // warm-up (JIT, page faults) and the repeat count of a round
+    iters[w] = 0;
+    if (w < 3 && !candidates[w]) continue;
+    const auto t0 = Clock::now();
+    call(w);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    iters[w] = std::clamp(static_cast<int>(1e-3 / std::max(s, 1e-7)), 1, 64);
+  }
+  for (int round = 0; round < 7; ++round)
+    for (int w = 0; w < 4; ++w) {
+      if (iters[w] == 0) continue;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < iters[w]; ++i) call(w);
+      best[w] = std::min(best[w],
+                         std::chrono::duration<double>(Clock::now() - t0).count() / iters[w]);
+    }
+  return best;
+}
+
+std::string plan_string(const Plan& p) {
+  bool uniform = true;
+  for (Bf16Method m : p.method) uniform &= m == p.method[0];
+  if (uniform) return kMethodNames[static_cast<int>(p.method[0])];
+  std::string s;
+  for (int c = 0; c < kBf16Classes; ++c) {
+    if (c > 0) s += ',';
+    s += class_name(c);
+    s += '=';
+    s += kMethodNames[static_cast<int>(p.method[c])];
+  }
+  return s;
+}
+
+// Measures the classes `forced` leaves open and returns the whole plan.
+Plan measure(const std::array<int, kBf16Classes>& forced) {
+  std::array<bool, 3> candidates;
+  for (int i = 0; i < 3; ++i) candidates[i] = method_available(static_cast<Bf16Method>(i));
+  Plan mixed;
+  double t_mixed = 0, t_all_f32 = 0;
+  bool any_open = false;
+  for (int c = 0; c < kBf16Classes; ++c) {
+    if (forced[c] >= 0) {
+      mixed.method[c] = static_cast<Bf16Method>(forced[c]);
+      continue;
+    }
+    any_open = true;
+    const std::array<double, 4> t = time_class(c, candidates);
+    const int win = static_cast<int>(first_within_margin(
+        {candidates[0] ? t[0] : -1, candidates[1] ? t[1] : -1, t[2]}, kMargin));
+    mixed.method[c] = static_cast<Bf16Method>(win);
+    t_mixed += t[win];
+    t_all_f32 += t[3];
+    int64_t m, n, k;
+    class_shape(c, &m, &n, &k);
+    const double gf = 2.0 * m * n * k * 1e-9;
+    CHORUS_INFO(kLogTune, "tensor bf16 gemm ", class_name(c), " (", m, "x", n, "x", k,
+                "): native ", candidates[0] ? gf / t[0] : 0.0, ", dnnl ",
+                candidates[1] ? gf / t[1] : 0.0, ", f32 ", gf / t[2], " (", gf / t[3],
+                " on f32 operands) GFLOP/s on ", pool_threads(), " threads -> ",
+                kMethodNames[win]);
+  }
+  mixed = finish(mixed);
+  // With nothing forced, f32 everywhere on f32-stored operands (no widening) when that is
+  // faster in total than the mixed plan's bf16 storage.
+  bool all_open = true;
+  for (int f : forced) all_open &= f < 0;
+  if (any_open && all_open && mixed.bf16_operands && t_all_f32 * (1 + kMargin) < t_mixed) {
+    Plan f32;
+    f32.method.fill(Bf16Method::kF32);
+    CHORUS_INFO(kLogTune, "tensor bf16 gemm: f32 everywhere (", t_all_f32 * 1e3, " ms) beats ",
+                plan_string(mixed), " (", t_mixed * 1e3, " ms)");
+    return finish(f32);
+  }
+  return mixed;
+}
+
+void store(const Plan& p, const char* how) {
+  g_plan = p;
+  g_chosen.store(true, std::memory_order_release);
+  CHORUS_INFO(kLogTune, "tensor bf16 gemm: using ", plan_string(p), " (", how, ")");
+}
+
+const Plan& plan() {
+  if (g_chosen.load(std::memory_order_acquire)) return g_plan;
+  std::lock_guard lock(g_mutex);
+  if (!g_chosen.load()) {
+    const std::string mode = kBf16Knob.get();
+    const auto forced = parse_mode(mode, kBf16Knob.name());
+    store(measure(forced), mode == "auto" ? "measured" : "CHORUS_TENSOR_BF16_GEMM");
+  }
+  return g_plan;
+}
+
+}  // namespace
+
+int bf16_shape_class(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  const int pattern = (ta ? 2 : 0) + (tb ? 1 : 0);
+  const bool large = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
+                     kLargeMacs;
+  return pattern * 2 + (large ? 1 : 0);
+}
+
+Bf16Method bf16_method(int shape_class) { return plan().method[shape_class]; }
+
+bool bf16_operands_as_bf16() { return plan().bf16_operands; }
+
+const char* bf16_method_name(Bf16Method m) { return kMethodNames[static_cast<int>(m)]; }
+
+void pin_bf16_gemm_choice() {
+  if (g_chosen.load(std::memory_order_acquire)) return;
+  // The knob's forced classes; every other class native (f32 where the kernel is missing).
+  auto forced = parse_mode(kBf16Knob.get(), kBf16Knob.name());
+  const Bf16Method fallback =
+      blocked_bf16_available() ? Bf16Method::kNative : Bf16Method::kF32;
+  Plan p;
+  for (int c = 0; c < kBf16Classes; ++c)
+    p.method[c] = forced[c] >= 0 ? static_cast<Bf16Method>(forced[c]) : fallback;
+  std::lock_guard lock(g_mutex);
+  store(finish(p), "pinned");
+}
+
+}  // namespace gemm_impl
+
+std::string bf16_gemm_mode() { return gemm_impl::plan_string(gemm_impl::plan()); }
+
+void set_bf16_gemm_mode(const std::string& mode) {
+  using namespace gemm_impl;
+  const auto forced = parse_mode(mode, "set_bf16_gemm_mode");
+  std::lock_guard lock(g_mutex);
+  bool all = true;
+  for (int f : forced) all &= f >= 0;
+  store(all ? finish([&] {
+    Plan p;
+    for (int c = 0; c < kBf16Classes; ++c) p.method[c] = static_cast<Bf16Method>(forced[c]);
+    return p;
+  }())
+            : measure(forced),
+        "set");
+}
+
+
+}  // namespace chorus::tensor
