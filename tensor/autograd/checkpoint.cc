@@ -2,7 +2,7 @@
 
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/autograd.h"
-#include "kernels/strided.h"
+#include "cpu/strided.h"
 
 namespace chorus::tensor {
 

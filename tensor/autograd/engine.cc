@@ -12,7 +12,7 @@
 #include <unordered_set>
 
 #include "chorus/tensor/autograd.h"
-#include "kernels/strided.h"
+#include "cpu/strided.h"
 
 namespace chorus::tensor {
 

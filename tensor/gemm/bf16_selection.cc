@@ -35,9 +35,9 @@
 #include "chorus/half.h"
 #include "chorus/log.h"
 #include "chorus/tensor/gemm.h"
-#include "core/thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "gemm/backend.h"
-#include "kernels/elementwise.h"
+#include "cpu/elementwise.h"
 
 namespace chorus::tensor {
 namespace gemm_impl {
@@ -178,8 +178,8 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
         dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, out.data(), n);
         break;
       case 2:  // as it runs on bf16-stored operands: widened first
-        kernels::from_bf16(wa.data(), a16.data(), static_cast<int64_t>(a16.size()));
-        kernels::from_bf16(wb.data(), b16.data(), static_cast<int64_t>(b16.size()));
+        cpu::from_bf16(wa.data(), a16.data(), static_cast<int64_t>(a16.size()));
+        cpu::from_bf16(wb.data(), b16.data(), static_cast<int64_t>(b16.size()));
         gemm(ta, tb, m, n, k, 1.f, wa.data(), lda, wb.data(), ldb, 0.f, out.data(), n);
         break;
       default:

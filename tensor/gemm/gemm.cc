@@ -11,9 +11,9 @@
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/log.h"
-#include "core/thread_pool.h"
+#include "runtime/thread_pool.h"
 #include "gemm/backend.h"
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
 namespace chorus::tensor {
 namespace {

@@ -25,7 +25,7 @@
 
 #include "gemm/backend.h"
 #include "gemm/scratch.h"
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

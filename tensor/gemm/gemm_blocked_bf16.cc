@@ -18,7 +18,7 @@
 
 #include "gemm/backend.h"
 #include "gemm/scratch.h"
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
 #include <immintrin.h>

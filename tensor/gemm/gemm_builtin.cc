@@ -16,7 +16,7 @@
 
 #include "chorus/error.h"
 #include "gemm/backend.h"
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
 #define CHORUS_ALWAYS_INLINE inline __attribute__((always_inline))
 

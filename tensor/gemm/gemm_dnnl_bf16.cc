@@ -21,8 +21,8 @@
 #include <tuple>
 
 #include "chorus/error.h"
-#include "core/thread_pool.h"
-#include "kernels/simd.h"
+#include "runtime/thread_pool.h"
+#include "cpu/simd.h"
 #include "gemm/backend.h"
 #include "gemm/library.h"
 
@@ -76,6 +76,8 @@ struct Matmul {
   }
 };
 
+constexpr size_t kMaxCachedShapes = 256;  // per thread
+
 using ShapeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float>;
 
 class DnnlMatmul {
@@ -125,6 +127,9 @@ class DnnlMatmul {
                        dnnl_success,
                    "dnnl_stream_create failed");
     }
+    // A step has a handful of shapes; a workload whose shapes keep changing starts over
+    // rather than growing without bound.
+    if (cache.size() >= kMaxCachedShapes) cache.clear();
     auto& slot = cache[ShapeKey{ta, tb, m, n, k, lda, ldb, ldc, alpha}];
     if (!slot) {
       slot = std::make_unique<Matmul>();

@@ -5,7 +5,7 @@
 // chorus needs no find_dependency for either. The two entry points used are stable across
 // library versions (dnnl_sgemm is unchanged from oneDNN 1.x to 3.x; cblas_sgemm is CBLAS).
 //
-// Threads: chorus runs its own team (core/thread_pool.h) and calls a library once per row block
+// Threads: chorus runs its own team (runtime/thread_pool.h) and calls a library once per row block
 // from each team thread, so each library call must stay on its calling thread. OpenBLAS gets
 // openblas_set_num_threads(1). oneDNN (the Debian build) runs its own OpenMP team sized by the
 // calling thread's OpenMP setting, so each calling thread sets that to 1 once, through the

@@ -1,7 +1,7 @@
 // add / sub (the residual connections): out = a +- b, all three the same shape.
 #include <cstring>
 
-#include "kernels/elementwise.h"
+#include "cpu/elementwise.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -15,9 +15,9 @@ Tensor add_or_sub(const Tensor& a_in, const Tensor& b_in, bool subtract) {
   dispatch_float(a.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     if (subtract)
-      kernels::sub_forward(out.data<T>(), a.data<T>(), b.data<T>(), a.numel());
+      cpu::sub_forward(out.data<T>(), a.data<T>(), b.data<T>(), a.numel());
     else
-      kernels::add_forward(out.data<T>(), a.data<T>(), b.data<T>(), a.numel());
+      cpu::add_forward(out.data<T>(), a.data<T>(), b.data<T>(), a.numel());
   });
   // backward: da += dy, db += (subtract ? -dy : dy)
   return record(name, out, {a_in, b_in}, [subtract](const Tensor& dy, GradSink& g) {
@@ -29,14 +29,14 @@ Tensor add_or_sub(const Tensor& a_in, const Tensor& b_in, bool subtract) {
         if (fresh)
           std::memcpy(da.data<T>(), dy.data<T>(), dy.nbytes());
         else
-          kernels::axpy(da.data<T>(), T(1), dy.data<T>(), dy.numel());
+          cpu::axpy(da.data<T>(), T(1), dy.data<T>(), dy.numel());
       }
       if (Tensor db = g.grad_for_write(1, &fresh); db.defined()) {
         const T s = T(subtract ? -1 : 1);
         if (fresh)
-          kernels::scale_forward(db.data<T>(), dy.data<T>(), s, dy.numel());
+          cpu::scale_forward(db.data<T>(), dy.data<T>(), s, dy.numel());
         else
-          kernels::axpy(db.data<T>(), s, dy.data<T>(), dy.numel());
+          cpu::axpy(db.data<T>(), s, dy.data<T>(), dy.numel());
       }
     });
   });

@@ -2,7 +2,7 @@
 // backward: dx += dy;  dbias += column sums of dy.
 #include <cstring>
 
-#include "kernels/elementwise.h"
+#include "cpu/elementwise.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -21,7 +21,7 @@ Tensor add_bias(const Tensor& x_in, const Tensor& b_in) {
   dispatch_float(x.dtype(), "add_bias", [&](auto tag) {
     using T = decltype(tag);
     std::memcpy(out.data<T>(), x.data<T>(), x.nbytes());
-    kernels::add_bias_rows(out.data<T>(), b.data<T>(), N, C);
+    cpu::add_bias_rows(out.data<T>(), b.data<T>(), N, C);
   });
   return record("add_bias", out, {x_in, b_in}, [N, C](const Tensor& dy, GradSink& g) {
     dispatch_float(dy.dtype(), "add_bias backward", [&](auto tag) {
@@ -31,10 +31,10 @@ Tensor add_bias(const Tensor& x_in, const Tensor& b_in) {
         if (fresh)
           std::memcpy(dx.data<T>(), dy.data<T>(), dy.nbytes());
         else
-          kernels::axpy(dx.data<T>(), T(1), dy.data<T>(), dy.numel());
+          cpu::axpy(dx.data<T>(), T(1), dy.data<T>(), dy.numel());
       }
       if (Tensor db = g.grad_for_write(1, &fresh); db.defined())
-        kernels::sum_rows(db.data<T>(), dy.data<T>(), N, C, fresh);
+        cpu::sum_rows(db.data<T>(), dy.data<T>(), N, C, fresh);
     });
   });
 }

@@ -4,7 +4,7 @@
 // kernels in kernels/attention.cc. The qkv form is the GPT's: it reads q/k/v in place and
 // writes the output and the qkv gradient in the layouts c_attn/c_proj use, so no transpose or
 // reshape copies (and their backward copies) surround it.
-#include "kernels/attention.h"
+#include "cpu/attention.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -14,11 +14,11 @@ namespace {
 Tensor inner_dense(const Tensor& t) { return t.stride(3) == 1 ? t : dense(t); }
 
 template <class T>
-kernels::AttentionOperand<const T> operand(const Tensor& t) {
+cpu::AttentionOperand<const T> operand(const Tensor& t) {
   return {t.data<T>(), {t.stride(0), t.stride(1), t.stride(2)}};
 }
 template <class T>
-kernels::AttentionOperand<T> mut_operand(const Tensor& t) {
+cpu::AttentionOperand<T> mut_operand(const Tensor& t) {
   return {t.data<T>(), {t.stride(0), t.stride(1), t.stride(2)}};
 }
 
@@ -38,7 +38,7 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   Tensor att = Tensor::empty({B, NH, Tn, Tn}, q.dtype());
   dispatch_float(q.dtype(), "causal_attention", [&](auto tag) {
     using T = decltype(tag);
-    kernels::attention_forward(mut_operand<T>(out), att.data<T>(), operand<T>(q), operand<T>(k),
+    cpu::attention_forward(mut_operand<T>(out), att.data<T>(), operand<T>(q), operand<T>(k),
                                operand<T>(v), B, NH, Tn, HS);
   });
   // backward: dq, dk, dv += (see kernels/attention.cc); the kernel needs all three buffers, so
@@ -52,7 +52,7 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
                       d[i] = g.grad(i);
                       if (!d[i].defined()) d[i] = Tensor::zeros({B, NH, Tn, HS}, dy.dtype());
                     }
-                    kernels::attention_backward(mut_operand<T>(d[0]), mut_operand<T>(d[1]),
+                    cpu::attention_backward(mut_operand<T>(d[0]), mut_operand<T>(d[1]),
                                                 mut_operand<T>(d[2]), false, operand<T>(dy),
                                                 att.data<T>(), operand<T>(q), operand<T>(k),
                                                 operand<T>(v), B, NH, Tn, HS);
@@ -70,11 +70,11 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t heads) {
   Tensor out = Tensor::empty({B, Tn, C}, qkv.dtype());
   Tensor att = Tensor::empty({B, heads, Tn, Tn}, qkv.dtype());
   // (B, T, 3, NH, HS): part i of (b, h) starts at b*T*3C + i*C + h*HS, rows 3C apart.
-  const kernels::AttentionStrides in_s{Tn * 3 * C, HS, 3 * C}, out_s{Tn * C, HS, C};
+  const cpu::AttentionStrides in_s{Tn * 3 * C, HS, 3 * C}, out_s{Tn * C, HS, C};
   dispatch_float(qkv.dtype(), "causal_attention_qkv", [&](auto tag) {
     using T = decltype(tag);
     const T* base = qkv.data<T>();
-    kernels::attention_forward<T>({out.data<T>(), out_s}, att.data<T>(), {base, in_s},
+    cpu::attention_forward<T>({out.data<T>(), out_s}, att.data<T>(), {base, in_s},
                                   {base + C, in_s}, {base + 2 * C, in_s}, B, heads, Tn, HS);
   });
   // backward: dqkv (B, T, 3C) gets dq | dk | dv in place (assigned when the buffer is fresh).
@@ -87,7 +87,7 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t heads) {
                     using T = decltype(tag);
                     const T* base = qkv.data<T>();
                     T* dbase = dqkv.data<T>();
-                    kernels::attention_backward<T>(
+                    cpu::attention_backward<T>(
                         {dbase, in_s}, {dbase + C, in_s}, {dbase + 2 * C, in_s}, fresh,
                         {dy.data<T>(), out_s}, att.data<T>(), {base, in_s}, {base + C, in_s},
                         {base + 2 * C, in_s}, B, heads, Tn, HS);

@@ -9,7 +9,7 @@
 // Saved: logits, the row maxima and the sums, so backward needs no communication.
 #include <cmath>
 
-#include "kernels/softmax.h"
+#include "cpu/softmax.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -29,11 +29,11 @@ Tensor cross_entropy_vocab_parallel(const Tensor& logits_in, const Tensor& targe
   Tensor loss = Tensor::empty({}, dt);
   dispatch_float(dt, "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
-    kernels::row_max(rmax.data<T>(), logits.data<T>(), N, V);
+    cpu::row_max(rmax.data<T>(), logits.data<T>(), N, V);
     if (reductions.max_all_reduce) reductions.max_all_reduce(rmax);
     dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
       using I = decltype(itag);
-      kernels::exp_sums_and_target(sums.data<T>(), logits.data<T>(), rmax.data<T>(),
+      cpu::exp_sums_and_target(sums.data<T>(), logits.data<T>(), rmax.data<T>(),
                                    targets.data<I>(), vocab_start, N, V);
     });
     if (reductions.sum_all_reduce) reductions.sum_all_reduce(sums);
@@ -53,7 +53,7 @@ Tensor cross_entropy_vocab_parallel(const Tensor& logits_in, const Tensor& targe
       const T scale = static_cast<T>(double(*dy.data<T>()) / static_cast<double>(N));
       dispatch_index(targets.dtype(), "cross_entropy backward", [&](auto itag) {
         using I = decltype(itag);
-        kernels::cross_entropy_backward(dx.data<T>(), logits.data<T>(), rmax.data<T>(),
+        cpu::cross_entropy_backward(dx.data<T>(), logits.data<T>(), rmax.data<T>(),
                                         sums.data<T>(), targets.data<I>(), vocab_start, N, V,
                                         scale);
       });

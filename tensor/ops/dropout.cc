@@ -2,7 +2,7 @@
 // uniform_at(key, i) >= p and then scaled by 1/(1-p). The mask is never stored: backward
 // regenerates it from the key, which is also what makes checkpoint recomputation exact.
 #include "chorus/tensor/random.h"
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {

@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "gemm/backend.h"
-#include "kernels/elementwise.h"
-#include "kernels/simd.h"
+#include "cpu/elementwise.h"
+#include "cpu/simd.h"
 
 namespace chorus::tensor {
 
@@ -22,7 +22,7 @@ Tensor to_lowp(const Tensor& x, DataType dtype) {
   if (dtype == DataType::kBF16 && gemm_impl::bf16_operands_as_bf16()) {
     Tensor out = Tensor::empty(x.shape(), dtype);
     if (fast)
-      kernels::to_bf16(reinterpret_cast<uint16_t*>(out.data<BFloat16>()), x.data<float>(),
+      cpu::to_bf16(reinterpret_cast<uint16_t*>(out.data<BFloat16>()), x.data<float>(),
                        x.numel());
     else
       strided_copy(out, x);
@@ -31,7 +31,7 @@ Tensor to_lowp(const Tensor& x, DataType dtype) {
   Tensor out = Tensor::empty(x.shape(), DataType::kF32);
   CHORUS_ARG_CHECK(x.dtype() == DataType::kF32, "autocast operand must be f32");
   const Tensor src = dense(x);
-  kernels::round_to(out.data<float>(), src.data<float>(), x.numel(), dtype, false);
+  cpu::round_to(out.data<float>(), src.data<float>(), x.numel(), dtype, false);
   return out;
 }
 
@@ -40,14 +40,14 @@ namespace {
 // An f32 copy of a bf16-stored operand (exact).
 Tensor widened(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), DataType::kF32);
-  kernels::from_bf16(out.data<float>(), reinterpret_cast<const uint16_t*>(x.data<BFloat16>()),
+  cpu::from_bf16(out.data<float>(), reinterpret_cast<const uint16_t*>(x.data<BFloat16>()),
                      x.numel());
   return out;
 }
 
 // c (+)= round(p), or round c in place when p is c.
 void round_product(DataType dtype, float* c, const float* p, int64_t count, bool accumulate) {
-  kernels::round_to(c, p, count, dtype, accumulate);
+  cpu::round_to(c, p, count, dtype, accumulate);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // layernorm: x (N, C) [leading dims flattened], weight (C), bias (C) -> out (N, C).
 // Saves x, weight and the per-row mean and rstd (N each); kernels in kernels/layernorm.cc.
-#include "kernels/layernorm.h"
+#include "cpu/layernorm.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -20,7 +20,7 @@ Tensor layernorm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, dou
   Tensor mean = Tensor::empty({N}, x.dtype()), rstd = Tensor::empty({N}, x.dtype());
   dispatch_float(x.dtype(), "layernorm", [&](auto tag) {
     using T = decltype(tag);
-    kernels::layernorm_forward(out.data<T>(), mean.data<T>(), rstd.data<T>(), x.data<T>(),
+    cpu::layernorm_forward(out.data<T>(), mean.data<T>(), rstd.data<T>(), x.data<T>(),
                                w.data<T>(), b.data<T>(), N, C, eps);
   });
   // backward: dx, dweight, dbias += (see kernels/layernorm.cc)
@@ -30,7 +30,7 @@ Tensor layernorm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, dou
       using T = decltype(tag);
       Tensor dx = g.grad(0), dw = g.grad(1), db = g.grad(2);
       auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      kernels::layernorm_backward(ptr(dx), ptr(dw), ptr(db), dy.data<T>(), x.data<T>(),
+      cpu::layernorm_backward(ptr(dx), ptr(dw), ptr(db), dy.data<T>(), x.data<T>(),
                                   w.data<T>(), mean.data<T>(), rstd.data<T>(), N, C);
     });
   });

@@ -1,6 +1,6 @@
 // linear: x (N, K) @ weight (M, K)^T + bias (M) -> out (N, M); leading dims of x are N.
 // Under autocast the GEMMs run on 16-bit operands (see amp.h); the bias add stays f32.
-#include "kernels/elementwise.h"
+#include "cpu/elementwise.h"
 #include "ops/gemm_op.h"
 
 namespace chorus::tensor {
@@ -27,7 +27,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     const Tensor x16 = to_lowp(x_in, lowp), w16 = to_lowp(w_in, lowp);
     float* o = out.data<float>();
     mm_lowp(lowp, false, true, N, M, K, x16, K, w16, K, o, false);
-    if (b.defined()) kernels::add_bias_rows(o, b.data<float>(), N, M);
+    if (b.defined()) cpu::add_bias_rows(o, b.data<float>(), N, M);
     return record("linear", out, {x_in, w_in, b_in},
                   [x16, w16, N, M, K, lowp](const Tensor& dy, GradSink& g) {
       const Tensor dy16 = to_lowp(dy, lowp);
@@ -40,7 +40,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
         mm_lowp(lowp, true, false, M, K, N, dy16, M, x16, K, dw.data<float>(), !fresh);
       // dbias (M) += column sums of dy, in f32
       if (Tensor db = g.grad_for_write(2, &fresh); db.defined())
-        kernels::sum_rows(db.data<float>(), dy.data<float>(), N, M, fresh);
+        cpu::sum_rows(db.data<float>(), dy.data<float>(), N, M, fresh);
     });
   }
 
@@ -49,7 +49,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     using T = decltype(tag);
     T* o = out.data<T>();
     mm<T>(false, true, N, M, K, x.data<T>(), K, w.data<T>(), K, o, false);
-    if (b.defined()) kernels::add_bias_rows(o, b.data<T>(), N, M);
+    if (b.defined()) cpu::add_bias_rows(o, b.data<T>(), N, M);
   });
   return record("linear", out, {x_in, w_in, b_in}, [x, w, N, M, K](const Tensor& dy, GradSink& g) {
     dispatch_float(dy.dtype(), "linear backward", [&](auto tag) {
@@ -64,7 +64,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
         mm<T>(true, false, M, K, N, dy.data<T>(), M, x.data<T>(), K, dw.data<T>(), !fresh);
       // dbias (M) += column sums of dy
       if (Tensor db = g.grad_for_write(2, &fresh); db.defined())
-        kernels::sum_rows(db.data<T>(), dy.data<T>(), N, M, fresh);
+        cpu::sum_rows(db.data<T>(), dy.data<T>(), N, M, fresh);
     });
   });
 }

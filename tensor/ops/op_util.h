@@ -3,8 +3,8 @@
 
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/ops.h"
-#include "kernels/dispatch.h"
-#include "kernels/strided.h"
+#include "cpu/dispatch.h"
+#include "cpu/strided.h"
 
 namespace chorus::tensor {
 

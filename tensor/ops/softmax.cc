@@ -1,5 +1,5 @@
 // softmax over the last dim: x (N, V) [leading dims flattened] -> y (N, V). Saves y.
-#include "kernels/softmax.h"
+#include "cpu/softmax.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -11,7 +11,7 @@ Tensor softmax(const Tensor& x_in) {
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
-    kernels::softmax_forward(y.data<T>(), x.data<T>(), N, V);
+    cpu::softmax_forward(y.data<T>(), x.data<T>(), N, V);
   });
   // backward: dx += y * (dy - sum(dy * y)), row by row. The node saves y: hold it detached so
   // the saved tensor does not keep its own node alive (a cycle).
@@ -20,7 +20,7 @@ Tensor softmax(const Tensor& x_in) {
     if (Tensor dx = g.grad(0); dx.defined())
       dispatch_float(dy.dtype(), "softmax backward", [&](auto tag) {
         using T = decltype(tag);
-        kernels::softmax_backward(dx.data<T>(), saved.data<T>(), dy.data<T>(), N, V);
+        cpu::softmax_backward(dx.data<T>(), saved.data<T>(), dy.data<T>(), N, V);
       });
   });
 }

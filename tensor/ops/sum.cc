@@ -1,5 +1,5 @@
 // sum / mean: x (any shape) -> () scalar. Accumulated in double.
-#include "kernels/elementwise.h"
+#include "cpu/elementwise.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -14,7 +14,7 @@ Tensor reduce_all(const Tensor& x_in, bool average) {
   Tensor out = Tensor::empty({}, x.dtype());
   dispatch_float(x.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    *out.data<T>() = static_cast<T>(kernels::sum(x.data<T>(), n) * factor);
+    *out.data<T>() = static_cast<T>(cpu::sum(x.data<T>(), n) * factor);
   });
   // backward: dx[i] += factor * dy (dy is a scalar)
   return record(name, out, {x_in}, [factor](const Tensor& dy, GradSink& g) {

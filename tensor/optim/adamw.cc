@@ -1,8 +1,8 @@
 #include <cmath>
 
 #include "chorus/tensor/optim.h"
-#include "kernels/adamw.h"
-#include "kernels/dispatch.h"
+#include "cpu/adamw.h"
+#include "cpu/dispatch.h"
 
 namespace chorus::tensor::optim {
 
@@ -26,7 +26,7 @@ void AdamW::step() {
                                        : !options_.decay_matrices_only || p.dim() >= 2;
     dispatch_float(p.dtype(), "adamw", [&](auto tag) {
       using T = decltype(tag);
-      kernels::adamw_update(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.numel(),
+      cpu::adamw_update(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.numel(),
                             static_cast<float>(lr_), static_cast<float>(options_.beta1),
                             static_cast<float>(options_.beta2), static_cast<float>(c1),
                             static_cast<float>(c2), static_cast<float>(options_.eps),

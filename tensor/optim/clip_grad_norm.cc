@@ -1,8 +1,8 @@
 #include <cmath>
 
 #include "chorus/tensor/optim.h"
-#include "kernels/dispatch.h"
-#include "kernels/elementwise.h"
+#include "cpu/dispatch.h"
+#include "cpu/elementwise.h"
 
 namespace chorus::tensor::optim {
 
@@ -13,7 +13,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     if (!g.defined()) continue;
     sq += dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
       using T = decltype(tag);
-      return kernels::sum_squares(g.data<T>(), g.numel());
+      return cpu::sum_squares(g.data<T>(), g.numel());
     });
   }
   const double norm = std::sqrt(sq);
@@ -24,7 +24,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     if (!g.defined()) continue;
     dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
       using T = decltype(tag);
-      kernels::scale_forward(g.data<T>(), g.data<T>(), T(factor), g.numel());
+      cpu::scale_forward(g.data<T>(), g.data<T>(), T(factor), g.numel());
     });
   }
   return norm;

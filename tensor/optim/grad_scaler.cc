@@ -4,8 +4,8 @@
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/ops.h"
 #include "chorus/tensor/optim.h"
-#include "kernels/dispatch.h"
-#include "kernels/elementwise.h"
+#include "cpu/dispatch.h"
+#include "cpu/elementwise.h"
 
 namespace chorus::tensor {
 
@@ -28,8 +28,8 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
     // Unscale in place, then test: one sum of squares per tensor finds any inf or nan.
     dispatch_float(g.dtype(), "GradScaler", [&](auto tag) {
       using T = decltype(tag);
-      kernels::scale_forward(g.data<T>(), g.data<T>(), T(inv), g.numel());
-      if (!std::isfinite(kernels::sum_squares(g.data<T>(), g.numel()))) finite = false;
+      cpu::scale_forward(g.data<T>(), g.data<T>(), T(inv), g.numel());
+      if (!std::isfinite(cpu::sum_squares(g.data<T>(), g.numel()))) finite = false;
     });
   }
   last_overflow_ = !finite;

@@ -3,7 +3,7 @@
 
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/optim.h"
-#include "kernels/strided.h"
+#include "cpu/strided.h"
 
 namespace chorus::tensor::optim {
 

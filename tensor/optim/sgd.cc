@@ -1,7 +1,7 @@
 // SGD with optional momentum and L2 weight decay:  g' = g + wd p;  b = mu b + g';  p -= lr b
 #include "chorus/tensor/optim.h"
-#include "kernels/dispatch.h"
-#include "kernels/elementwise.h"
+#include "cpu/dispatch.h"
+#include "cpu/elementwise.h"
 
 namespace chorus::tensor::optim {
 
@@ -25,16 +25,16 @@ void SGD::step() {
       Tensor d = g;
       if (options_.weight_decay != 0) {
         d = g.clone();
-        kernels::axpy(d.data<T>(), T(options_.weight_decay), pp, n);
+        cpu::axpy(d.data<T>(), T(options_.weight_decay), pp, n);
       }
       if (options_.momentum != 0) {
         T* b = momentum_[i].data<T>();
         const T* dp = d.data<T>();
         const T mu = T(options_.momentum);
         for (int64_t j = 0; j < n; ++j) b[j] = mu * b[j] + dp[j];
-        kernels::axpy(pp, T(-lr_), b, n);
+        cpu::axpy(pp, T(-lr_), b, n);
       } else {
-        kernels::axpy(pp, T(-lr_), d.data<T>(), n);
+        cpu::axpy(pp, T(-lr_), d.data<T>(), n);
       }
     });
     write_back(i);

@@ -1,4 +1,4 @@
-// The tensor thread team (tensor/core/thread_pool.h): every task runs exactly once, nested and
+// The tensor thread team (tensor/runtime/thread_pool.h): every task runs exactly once, nested and
 // concurrent callers run inline, resizing works, and parallel_for covers its range.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "kernels/simd.h"
+#include "runtime/thread_pool.h"
+#include "cpu/simd.h"
 
 namespace chorus::tensor {
 namespace {

@@ -4,7 +4,7 @@
 // shared_ptr; the buffer goes when the last view goes. Live and peak bytes are counted per device
 // so memory savings (activation checkpointing, sharding) are measured, not guessed.
 //
-// A Storage's bytes come from a cache of freed buffers (core/block_cache.h): training steps free
+// A Storage's bytes come from a cache of freed buffers (runtime/block_cache.h): training steps free
 // and allocate the same sizes again and again, and reuse spares the page faults of fresh memory.
 //
 // A Storage can also give its bytes back while its views live on (release) and take fresh ones

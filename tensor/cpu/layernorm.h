@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
@@ -14,4 +14,4 @@ template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C);
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

@@ -1,10 +1,10 @@
-#include "kernels/adamw.h"
+#include "cpu/adamw.h"
 
 #include <cmath>
 
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 namespace {
 
 template <class T>
@@ -49,4 +49,4 @@ template void adamw_update<float>(float*, const float*, float*, float*, int64_t,
 template void adamw_update<double>(double*, const double*, double*, double*, int64_t, float,
                                    float, float, float, float, float, float);
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

@@ -7,7 +7,7 @@
 
 #include "chorus/types.h"
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 
 template <class T> void add_forward(T* out, const T* a, const T* b, int64_t n);  // a + b
 template <class T> void sub_forward(T* out, const T* a, const T* b, int64_t n);  // a - b
@@ -33,4 +33,4 @@ void round_to(float* out, const float* in, int64_t n, DataType dtype, bool accum
 template <class T> double sum(const T* x, int64_t n);
 template <class T> double sum_squares(const T* x, int64_t n);
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

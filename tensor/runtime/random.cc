@@ -8,9 +8,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "kernels/dispatch.h"
-#include "kernels/simd.h"
-#include "kernels/strided.h"
+#include "cpu/dispatch.h"
+#include "cpu/simd.h"
+#include "cpu/strided.h"
 
 namespace chorus::tensor {
 namespace {

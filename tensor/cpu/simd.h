@@ -3,7 +3,7 @@
 // Hot float kernels are plain loops over row ranges wrapped in CHORUS_TARGET_CLONES functions:
 // GCC compiles each for AVX-512, AVX2+FMA and baseline x86-64 and an ifunc resolver picks one at
 // load time, so the library runs on any x86-64 without -march flags. Parallel regions
-// (parallel_for, on the tensor thread team of core/thread_pool.h) stay outside the cloned
+// (parallel_for, on the tensor thread team of runtime/thread_pool.h) stay outside the cloned
 // functions, so each clone is a plain loop over its piece.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/thread_pool.h"
+#include "runtime/thread_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

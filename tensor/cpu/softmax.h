@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 
 template <class T> void softmax_forward(T* y, const T* x, int64_t N, int64_t V);
 // dx += y * (dy - sum(dy * y))
@@ -22,4 +22,4 @@ template <class T, class I>
 void cross_entropy_backward(T* dlogits, const T* logits, const T* row_max, const T* sums,
                             const I* targets, int64_t vocab_start, int64_t N, int64_t V, T scale);
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 
 struct AttentionStrides {
   int64_t b, h, t;  // element strides of dims 0..2 (dim 3 is contiguous)
@@ -31,4 +31,4 @@ void attention_backward(AttentionOperand<T> dq, AttentionOperand<T> dk, Attentio
                         AttentionOperand<const T> q, AttentionOperand<const T> k,
                         AttentionOperand<const T> v, int64_t B, int64_t NH, int64_t Tn, int64_t HS);
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

@@ -5,7 +5,7 @@
 // not yet done (the caller's futex word). Tasks are claimed, not assigned: the caller claims
 // too, so when a worker is not running (its core lent to another process) the caller does the
 // whole job itself instead of waiting for it. The caller waits only for tasks already claimed.
-#include "core/thread_pool.h"
+#include "runtime/thread_pool.h"
 
 #include <linux/futex.h>
 #include <pthread.h>

@@ -10,15 +10,15 @@
 // multiply-adds forward, 4 T^2 HS backward; memory: the (B, NH, T, T) weights are saved.
 // Pairs are independent and split over the team; each writes only its own slices of
 // out/att/dq/dk/dv, and GEMMs inside a task run on that task's thread.
-#include "kernels/attention.h"
+#include "cpu/attention.h"
 
 #include <cmath>
 #include <vector>
 
 #include "chorus/tensor/gemm.h"
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 namespace {
 
 // Rows of S (T x T, row stride T) -> causal softmax in place: row t keeps s <= t.
@@ -119,4 +119,4 @@ CHORUS_INSTANTIATE(float)
 CHORUS_INSTANTIATE(double)
 #undef CHORUS_INSTANTIATE
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

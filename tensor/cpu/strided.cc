@@ -1,8 +1,8 @@
-#include "kernels/strided.h"
+#include "cpu/strided.h"
 
 #include <cstring>
 
-#include "kernels/dispatch.h"
+#include "cpu/dispatch.h"
 
 namespace chorus::tensor {
 

@@ -5,14 +5,14 @@
 //             dw += sum_rows(dout * norm),  db += sum_rows(dout)
 // Rows are independent, so they are split over the team; dw/db get one partial per thread,
 // summed at the end (no atomics, deterministic for a fixed thread count).
-#include "kernels/layernorm.h"
+#include "cpu/layernorm.h"
 
 #include <cmath>
 #include <vector>
 
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 namespace {
 
 template <class T>
@@ -132,4 +132,4 @@ template void layernorm_backward<double>(double*, double*, double*, const double
                                          const double*, const double*, const double*, int64_t,
                                          int64_t);
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

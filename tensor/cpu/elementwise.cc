@@ -1,14 +1,14 @@
 // Element-wise kernels. Each public function splits its range over the tensor thread team
 // (parallel_for) and runs an ISA-cloned loop on each piece (see simd.h). Shapes: every array
 // has n elements unless stated.
-#include "kernels/elementwise.h"
+#include "cpu/elementwise.h"
 
 #include <cmath>
 
 #include "chorus/half.h"
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 namespace {
 
 // GELU, tanh approximation (GPT-2):
@@ -238,4 +238,4 @@ CHORUS_INSTANTIATE(float)
 CHORUS_INSTANTIATE(double)
 #undef CHORUS_INSTANTIATE
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu

@@ -3,13 +3,13 @@
 // backward recomputes p = exp(logit - max) / sumexp, so an (N, V) buffer is saved only once
 // (the logits). The per-row pieces are split out so the vocabulary-parallel form can reduce
 // max and sums across ranks between them.
-#include "kernels/softmax.h"
+#include "cpu/softmax.h"
 
 #include <cmath>
 
-#include "kernels/simd.h"
+#include "cpu/simd.h"
 
-namespace chorus::tensor::kernels {
+namespace chorus::tensor::cpu {
 namespace {
 
 template <class T>
@@ -143,4 +143,4 @@ CHORUS_INSTANTIATE_TI(double, int64_t)
 #undef CHORUS_INSTANTIATE_T
 #undef CHORUS_INSTANTIATE_TI
 
-}  // namespace chorus::tensor::kernels
+}  // namespace chorus::tensor::cpu
