@@ -2,8 +2,9 @@
 """check_paths.py — fails when a tracked file names one machine's directories.
 
 A machine path is one that only exists on the machine the text was written on: a user's home
-(/home/<user>, /root/..., /Users/<user>), a workspace (/work/..., /scratch/..., /mnt/...), or a
-generated temporary name (/tmp/tmpXXXXXX, /tmp/pytest-of-<user>, /tmp/<name>.<digits>/...).
+(home/<user>, root/..., Users/<user> at the top of the file system), a workspace (work/...,
+scratch/..., mnt/... there), or a generated temporary name under tmp/ (tmpXXXXXX, pytest-of-<user>,
+<name>.<digits>/...).
 System paths that are the same everywhere (/usr/lib, /dev/shm, /proc, /sys, /etc, /opt/rocm,
 /var/run) and short example scratch paths in commands (tools/chorus-fr /tmp/fr) are fine.
 
