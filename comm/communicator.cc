@@ -9,29 +9,43 @@
 #include "chorus/log.h"
 #include "communicator_impl.h"
 #include "launcher_report.h"
+#include "self_messages.h"
 #include "validate.h"
 
 namespace chorus {
 
 std::string_view to_string(Collective c) {
   switch (c) {
-    case Collective::kAllReduce: return "all_reduce";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kReduce: return "reduce";
-    case Collective::kGather: return "gather";
-    case Collective::kScatter: return "scatter";
-    case Collective::kAllToAll: return "all_to_all";
-    case Collective::kBarrier: return "barrier";
-    case Collective::kSend: return "send";
-    case Collective::kRecv: return "recv";
-    case Collective::kSendRecv: return "send_recv";
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kGather:
+      return "gather";
+    case Collective::kScatter:
+      return "scatter";
+    case Collective::kAllToAll:
+      return "all_to_all";
+    case Collective::kBarrier:
+      return "barrier";
+    case Collective::kSend:
+      return "send";
+    case Collective::kRecv:
+      return "recv";
+    case Collective::kSendRecv:
+      return "send_recv";
   }
   return "?";
 }
 
-// ---- Work ----------------------------------------------------------------------------------------
+// ---- Work
+// ----------------------------------------------------------------------------------------
 
 void Work::wait() {
   if (!state_) return;
@@ -62,7 +76,8 @@ std::exception_ptr Work::error() const {
 
 std::string Work::algorithm() const { return state_ ? state_->algorithm : std::string(); }
 
-// ---- construction --------------------------------------------------------------------------------
+// ---- construction
+// --------------------------------------------------------------------------------
 
 Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -117,7 +132,8 @@ int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 bool Communicator::deterministic() const { return impl_->deterministic; }
 
-// ---- operations ----------------------------------------------------------------------------------
+// ---- operations
+// ----------------------------------------------------------------------------------
 
 namespace {
 algo::CollArgs make(Collective coll, const void* send, void* recv, size_t count, DataType dtype,
@@ -147,8 +163,8 @@ Work issue(const std::shared_ptr<Communicator::Impl>& impl, const algo::CollArgs
   return impl->submit_on_stream(a, where, stream.value_or(gpu::Stream{}));
 }
 
-algo::CollArgs make_p2p(Collective coll, const void* send, void* recv, size_t count,
-                        DataType dtype, int peer) {
+algo::CollArgs make_p2p(Collective coll, const void* send, void* recv, size_t count, DataType dtype,
+                        int peer) {
   algo::CollArgs a = make(coll, send, recv, count, dtype);
   a.peer = peer;
   return a;
@@ -161,6 +177,56 @@ algo::CollArgs make_send_recv(const void* send, size_t send_count, int send_peer
   a.recv_count = recv_count;
   a.recv_peer = recv_peer;
   return a;
+}
+
+// send, recv and send_recv: those with this rank as a peer take their self part through `self`
+// (self_messages.h) once every earlier operation, and the stream of a stream-ordered call, is
+// done; the rest is issued as usual. Calls between two ranks pay two comparisons.
+Work issue_p2p(const std::shared_ptr<Communicator::Impl>& impl, std::unique_ptr<SelfMessages>& self,
+               const algo::CollArgs& a, bool blocking,
+               std::optional<gpu::Stream> stream = std::nullopt) {
+  CHORUS_ARG_CHECK(impl != nullptr, "use of a moved-from Communicator");
+  const bool pair = a.coll == Collective::kSendRecv;
+  const bool to_self = a.coll != Collective::kRecv && a.peer == impl->rank;
+  const bool from_self = a.coll != Collective::kSend && (pair ? a.recv_peer : a.peer) == impl->rank;
+  if (!to_self && !from_self) return issue(impl, a, blocking, stream);
+
+  validate(a, impl->rank, impl->size);
+  if (stream) impl->check_stream(a, *stream);
+  const MemoryPlacement where = validate_memory(a, impl->rank, impl->size);
+  const size_t recv_bytes = (pair ? a.recv_count : a.count) * a.elem();
+  if (!self) self = std::make_unique<SelfMessages>();
+  // Refused before anything waits or moves. A send_recv with itself and nothing queued receives
+  // its own message.
+  if (from_self && !(to_self && self->pending() == 0)) {
+    self->check_take(recv_bytes, impl->rank, a.coll);
+  } else if (from_self && a.bytes() != recv_bytes) {
+    const std::string name(to_string(a.coll));
+    throw InvalidArgument(detail::concat(name, ": send_recv with itself sends ", a.bytes(),
+                                         " bytes but receives ", recv_bytes),
+                          impl->rank, name);
+  }
+
+  impl->synchronize();
+  const gpu::Stream s = stream.value_or(gpu::Stream{});
+  if ((where.device || stream) && gpu::probe_devices().count > 0) gpu::stream_synchronize(s);
+  if (to_self) self->post(a.send, a.bytes(), where.device, s);
+  if (from_self) self->take(a.recv, recv_bytes, where.device, s);
+  if (!pair || (to_self && from_self)) return Work();
+  // The other half of a send_recv goes to its peer as a plain send or receive.
+  algo::CollArgs rest = a;
+  if (to_self) {
+    rest.coll = Collective::kRecv;
+    rest.send = nullptr;
+    rest.peer = a.recv_peer;
+    rest.count = a.recv_count;
+  } else {
+    rest.coll = Collective::kSend;
+    rest.recv = nullptr;
+  }
+  rest.recv_count = 0;
+  rest.recv_peer = -1;
+  return issue(impl, rest, blocking, stream);
 }
 }  // namespace
 
@@ -178,7 +244,8 @@ Work Communicator::all_gather_async(const void* send, void* recv, size_t send_co
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
                                    int root) {
-  return issue(impl_, make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), false);
+  return issue(impl_, make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root),
+               false);
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
                                 ReduceOp op, int root) {
@@ -186,11 +253,14 @@ Work Communicator::reduce_async(const void* send, void* recv, size_t count, Data
 }
 Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
                                 int root) {
-  return issue(impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), false);
+  return issue(
+      impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), false);
 }
 Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
                                  int root) {
-  return issue(impl_, make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root), false);
+  return issue(impl_,
+               make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root),
+               false);
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
   return issue(impl_, make(Collective::kAllToAll, send, recv, count, dtype), false);
@@ -199,16 +269,18 @@ Work Communicator::barrier_async() {
   return issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), false);
 }
 Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer) {
-  return issue(impl_, make_p2p(Collective::kSend, send, nullptr, count, dtype, peer), false);
+  return issue_p2p(impl_, self_, make_p2p(Collective::kSend, send, nullptr, count, dtype, peer),
+                   false);
 }
 Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer) {
-  return issue(impl_, make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer), false);
+  return issue_p2p(impl_, self_, make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer),
+                   false);
 }
 Work Communicator::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
                                    size_t recv_count, int recv_peer, DataType dtype) {
-  return issue(impl_,
-               make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
-               false);
+  return issue_p2p(impl_, self_,
+                   make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
+                   false);
 }
 
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
@@ -220,8 +292,8 @@ Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t rec
   return issue(impl_, make(Collective::kReduceScatter, send, recv, recv_count, dtype, op), false,
                stream);
 }
-Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count,
-                                    DataType dtype, gpu::Stream stream) {
+Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
+                                    gpu::Stream stream) {
   return issue(impl_, make(Collective::kAllGather, send, recv, send_count, dtype), false, stream);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
@@ -235,7 +307,8 @@ Work Communicator::reduce_async(const void* send, void* recv, size_t count, Data
 }
 Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
                                 int root, gpu::Stream stream) {
-  return issue(impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root),
+  return issue(impl_,
+               make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root),
                false, stream);
 }
 Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
@@ -254,20 +327,20 @@ Work Communicator::barrier_async(gpu::Stream stream) {
 }
 Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer,
                               gpu::Stream stream) {
-  return issue(impl_, make_p2p(Collective::kSend, send, nullptr, count, dtype, peer), false,
-               stream);
+  return issue_p2p(impl_, self_, make_p2p(Collective::kSend, send, nullptr, count, dtype, peer),
+                   false, stream);
 }
 Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer,
                               gpu::Stream stream) {
-  return issue(impl_, make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer), false,
-               stream);
+  return issue_p2p(impl_, self_, make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer),
+                   false, stream);
 }
 Work Communicator::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
                                    size_t recv_count, int recv_peer, DataType dtype,
                                    gpu::Stream stream) {
-  return issue(impl_,
-               make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
-               false, stream);
+  return issue_p2p(impl_, self_,
+                   make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
+                   false, stream);
 }
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype,
@@ -282,7 +355,8 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   issue(impl_, make(Collective::kAllGather, send, recv, send_count, dtype), true).wait();
 }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  issue(impl_, make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), true).wait();
+  issue(impl_, make(Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root), true)
+      .wait();
 }
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                           int root) {
@@ -290,11 +364,14 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
 }
 void Communicator::gather(const void* send, void* recv, size_t send_count, DataType dtype,
                           int root) {
-  issue(impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), true).wait();
+  issue(impl_, make(Collective::kGather, send, recv, send_count, dtype, ReduceOp::kSum, root), true)
+      .wait();
 }
 void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType dtype,
                            int root) {
-  issue(impl_, make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root), true).wait();
+  issue(impl_, make(Collective::kScatter, send, recv, recv_count, dtype, ReduceOp::kSum, root),
+        true)
+      .wait();
 }
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
   issue(impl_, make(Collective::kAllToAll, send, recv, count, dtype), true).wait();
@@ -303,21 +380,45 @@ void Communicator::barrier() {
   issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), true).wait();
 }
 void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
-  issue(impl_, make_p2p(Collective::kSend, buf, nullptr, count, dtype, peer), true).wait();
+  issue_p2p(impl_, self_, make_p2p(Collective::kSend, buf, nullptr, count, dtype, peer), true)
+      .wait();
 }
 void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
-  issue(impl_, make_p2p(Collective::kRecv, nullptr, buf, count, dtype, peer), true).wait();
+  issue_p2p(impl_, self_, make_p2p(Collective::kRecv, nullptr, buf, count, dtype, peer), true)
+      .wait();
 }
 void Communicator::send_recv(const void* send, size_t send_count, int send_peer, void* recv,
                              size_t recv_count, int recv_peer, DataType dtype) {
-  issue(impl_, make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
-        true)
+  issue_p2p(impl_, self_,
+            make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype), true)
       .wait();
 }
 
-// ---- groups and algorithms -----------------------------------------------------------------------
+// ---- typed forms' checks ------------------------------------------------------------------------
 
-std::optional<Communicator> Communicator::split(int color, int key) { return impl_->split(color, key); }
+void Communicator::check_size(const char* call, const char* name, size_t have, size_t count,
+                              size_t blocks) {
+  if (have == count * blocks) return;
+  throw InvalidArgument(
+      blocks == 1 ? detail::concat(call, ": ", name, " has ", have, " elements but needs ", count)
+                  : detail::concat(call, ": ", name, " has ", have, " elements but needs ",
+                                   count * blocks, " (", blocks, " ranks x ", count, ")"),
+      -1, call);
+}
+
+void Communicator::check_divisible(const char* call, const char* name, size_t have, size_t blocks) {
+  if (have % blocks == 0) return;
+  throw InvalidArgument(detail::concat(call, ": ", name, " has ", have,
+                                       " elements, not a multiple of the ", blocks, " ranks"),
+                        -1, call);
+}
+
+// ---- groups and algorithms
+// -----------------------------------------------------------------------
+
+std::optional<Communicator> Communicator::split(int color, int key) {
+  return impl_->split(color, key);
+}
 
 void Communicator::set_algorithm(std::string_view name) {
   if (name == "auto") {
@@ -325,8 +426,8 @@ void Communicator::set_algorithm(std::string_view name) {
     return;
   }
   auto a = algo::parse_variant(name);
-  CHORUS_ARG_CHECK(a.has_value(), "set_algorithm: unknown algorithm '", name,
-                   "' (", algo::algorithm_names(), " or auto)");
+  CHORUS_ARG_CHECK(a.has_value(), "set_algorithm: unknown algorithm '", name, "' (",
+                   algo::algorithm_names(), " or auto)");
   // Operations already queued keep the algorithm chosen when they were issued.
   impl_->forced = a;
 }
@@ -356,6 +457,8 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
 
 void Communicator::abort(std::string_view reason) { impl_->abort(std::string(reason)); }
 
-std::string Communicator::flight_recorder_json() const { return impl_->recorder->json("on demand"); }
+std::string Communicator::flight_recorder_json() const {
+  return impl_->recorder->json("on demand");
+}
 
 }  // namespace chorus

@@ -1,3 +1,5 @@
+// Where a device call's data sits in pinned host staging memory (device_staging.h): each
+// collective's layout, and the copies in and out that follow from it.
 #include "device_staging.h"
 
 namespace chorus {
@@ -17,105 +19,73 @@ void copy_out(StagingPlan& p, size_t offset, std::byte* dst, size_t bytes) {
 
 }  // namespace
 
-StagingPlan plan_staging(const algo::CollArgs& a, int rank, int world) {
-  StagingPlan p;
-  const size_t n = static_cast<size_t>(world);
-  const size_t r = static_cast<size_t>(rank);
-  const size_t b = a.bytes();  // c elements
-  const bool root = rank == a.root;
+namespace {
+
+// One of a call's buffers in the staging block: where it starts, and how many bytes are copied
+// between it and the caller's device memory (0: none, e.g. a broadcast's send off the root).
+struct Part {
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+// The block a call needs and where its send and recv buffers sit in it (nullopt: the call has no
+// such buffer on this rank): the table in device_staging.h. b = the call's bytes (c elements).
+struct Layout {
+  size_t block = 0;
+  std::optional<Part> send, recv;
+};
+
+Layout layout_of(const algo::CollArgs& a, size_t r, size_t n, bool root) {
+  const size_t b = a.bytes();
   switch (a.coll) {
     case Collective::kAllReduce:
-      p.bytes = b;
-      copy_in(p, a.send, 0, b);
-      copy_out(p, 0, a.recv, b);
-      p.send_offset = p.recv_offset = 0;
-      break;
+      return {b, Part{0, b}, Part{0, b}};
     case Collective::kReduceScatter:
-      p.bytes = n * b;
-      copy_in(p, a.send, 0, n * b);
-      copy_out(p, r * b, a.recv, b);
-      p.send_offset = 0;
-      p.recv_offset = r * b;
-      break;
+      return {n * b, Part{0, n * b}, Part{r * b, b}};
     case Collective::kAllGather:
-      p.bytes = n * b;
-      copy_in(p, a.send, r * b, b);
-      copy_out(p, 0, a.recv, n * b);
-      p.send_offset = r * b;
-      p.recv_offset = 0;
-      break;
+      return {n * b, Part{r * b, b}, Part{0, n * b}};
     case Collective::kBroadcast:
-      p.bytes = b;
-      if (root) copy_in(p, a.send, 0, b);
-      copy_out(p, 0, a.recv, b);
-      p.send_offset = p.recv_offset = 0;
-      break;
+      return {b, Part{0, root ? b : 0}, Part{0, b}};
     case Collective::kReduce:
-      p.bytes = b;
-      copy_in(p, a.send, 0, b);
-      p.send_offset = 0;
-      if (root) {
-        copy_out(p, 0, a.recv, b);
-        p.recv_offset = 0;
-      }
-      break;
+      return {b, Part{0, b}, root ? std::optional<Part>(Part{0, b}) : std::nullopt};
     case Collective::kGather:
-      if (root) {
-        p.bytes = n * b;
-        copy_in(p, a.send, r * b, b);
-        copy_out(p, 0, a.recv, n * b);
-        p.send_offset = r * b;
-        p.recv_offset = 0;
-      } else {
-        p.bytes = b;
-        copy_in(p, a.send, 0, b);
-        p.send_offset = 0;
-      }
-      break;
+      if (root) return {n * b, Part{r * b, b}, Part{0, n * b}};
+      return {b, Part{0, b}, std::nullopt};
     case Collective::kScatter:
-      if (root) {
-        p.bytes = n * b;
-        copy_in(p, a.send, 0, n * b);
-        copy_out(p, r * b, a.recv, b);
-        p.send_offset = 0;
-        p.recv_offset = r * b;
-      } else {
-        p.bytes = b;
-        copy_out(p, 0, a.recv, b);
-        p.recv_offset = 0;
-      }
-      break;
+      if (root) return {n * b, Part{0, n * b}, Part{r * b, b}};
+      return {b, std::nullopt, Part{0, b}};
     case Collective::kAllToAll: {
       const size_t half = align_up(n * b);
-      p.bytes = half + n * b;
-      copy_in(p, a.send, 0, n * b);
-      copy_out(p, half, a.recv, n * b);
-      p.send_offset = 0;
-      p.recv_offset = half;
-      break;
+      return {half + n * b, Part{0, n * b}, Part{half, n * b}};
     }
     case Collective::kBarrier:
-      break;
+      return {};
     case Collective::kSend:
-      p.bytes = b;
-      copy_in(p, a.send, 0, b);
-      p.send_offset = 0;
-      break;
+      return {b, Part{0, b}, std::nullopt};
     case Collective::kRecv:
-      p.bytes = b;
-      copy_out(p, 0, a.recv, b);
-      p.recv_offset = 0;
-      break;
+      return {b, std::nullopt, Part{0, b}};
     case Collective::kSendRecv: {
-      const size_t rb = a.recv_count * a.elem();
       const size_t second = align_up(b);
-      p.bytes = second + rb;
-      copy_in(p, a.send, 0, b);
-      copy_out(p, second, a.recv, rb);
-      p.send_offset = 0;
-      p.recv_offset = second;
-      break;
+      return {second + a.recv_count * a.elem(), Part{0, b}, Part{second, a.recv_count * a.elem()}};
     }
+  }
+  return {};
+}
+
+}  // namespace
+
+StagingPlan plan_staging(const algo::CollArgs& a, int rank, int world) {
+  const Layout layout =
+      layout_of(a, static_cast<size_t>(rank), static_cast<size_t>(world), rank == a.root);
+  StagingPlan p;
+  p.bytes = layout.block;
+  if (layout.send) {
+    p.send_offset = layout.send->offset;
+    copy_in(p, a.send, layout.send->offset, layout.send->bytes);
+  }
+  if (layout.recv) {
+    p.recv_offset = layout.recv->offset;
+    copy_out(p, layout.recv->offset, a.recv, layout.recv->bytes);
   }
   return p;
 }

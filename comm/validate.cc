@@ -152,9 +152,7 @@ void validate(const CollArgs& a, int rank, int world) {
       break;
     case Collective::kSend:
     case Collective::kRecv: {
-      require_rank(a, rank, world, a.peer, "peer");
-      if (a.peer == rank)
-        fail(a, rank, detail::concat("peer ", a.peer, " is this rank (send to self is not supported)"));
+      require_rank(a, rank, world, a.peer, "peer");  // this rank too: communicator.cc
       const size_t b = checked_bytes(a, rank, a.count, 1, "count");
       if (a.coll == Collective::kSend) require_buffer(a, rank, a.send, b, "send");
       else require_buffer(a, rank, a.recv, b, "recv");
@@ -163,8 +161,6 @@ void validate(const CollArgs& a, int rank, int world) {
     case Collective::kSendRecv: {
       require_rank(a, rank, world, a.peer, "send_peer");
       require_rank(a, rank, world, a.recv_peer, "recv_peer");
-      if (a.peer == rank || a.recv_peer == rank)
-        fail(a, rank, "send_peer and recv_peer must be other ranks (send to self is not supported)");
       const size_t sb = checked_bytes(a, rank, a.count, 1, "send_count");
       const size_t rb = checked_bytes(a, rank, a.recv_count, 1, "recv_count");
       require_buffer(a, rank, a.send, sb, "send");

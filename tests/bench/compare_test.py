@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""bench/compare/compare.py's report: the target checks, the copy-roofline table and the helpers
-that turn medians into the table docs/PERFORMANCE.md keeps. No peer is run: the medians are made
+"""bench/compare/compare.py's modules (common, peers, runs, report, targets): the target checks,
+the copy-roofline table and the helpers that turn medians into the table docs/PERFORMANCE.md
+keeps. No peer is run: the medians are made
 up here, so each expected status and ratio is known."""
-import importlib.util
 import os
 import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "bench", "compare", "compare.py")
-spec = importlib.util.spec_from_file_location("compare", SCRIPT)
-compare = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(compare)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "compare"))
+import common  # noqa: E402
+import peers as peer_setup  # noqa: E402
+import report  # noqa: E402
+import runs  # noqa: E402
+import targets  # noqa: E402
+import compare  # noqa: E402,F401  (the script's imports resolve)
 
 MiB = 1 << 20
 FIVE = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
@@ -38,36 +41,36 @@ def status(targets, name):
 
 class Helpers(unittest.TestCase):
     def test_sizes_parse_and_print(self):
-        self.assertEqual(compare.parse_size("64M"), 64 * MiB)
-        self.assertEqual(compare.parse_size("1k"), 1024)
-        self.assertEqual(compare.parse_size("8"), 8)
-        self.assertEqual(compare.human(64 * MiB), "64 MiB")
-        self.assertEqual(compare.human(1536), "1536 B")
-        self.assertEqual(compare.human(1 << 30), "1 GiB")
+        self.assertEqual(common.parse_size("64M"), 64 * MiB)
+        self.assertEqual(common.parse_size("1k"), 1024)
+        self.assertEqual(common.parse_size("8"), 8)
+        self.assertEqual(common.human(64 * MiB), "64 MiB")
+        self.assertEqual(common.human(1536), "1536 B")
+        self.assertEqual(common.human(1 << 30), "1 GiB")
 
     def test_chorus_is_timed_in_blocks_like_the_anchors(self):
         # Three blocks (the anchors' -r 3), each at least 2 calls; the warm-up as the anchors'
         # calibration: up to 4095 calls, then about 64 MiB's worth, at least 2.
-        self.assertEqual(compare.BLOCKS, 3)
-        self.assertEqual(compare.chorus_iters(8), (666, 4095))
-        self.assertEqual(compare.chorus_iters(1 * MiB), (170, 64))
-        self.assertEqual(compare.chorus_iters(64 * MiB), (2, 2))
-        self.assertEqual(compare.chorus_iters(256 * MiB), (2, 2))
+        self.assertEqual(runs.BLOCKS, 3)
+        self.assertEqual(runs.chorus_iters(8), (666, 4095))
+        self.assertEqual(runs.chorus_iters(1 * MiB), (170, 64))
+        self.assertEqual(runs.chorus_iters(64 * MiB), (2, 2))
+        self.assertEqual(runs.chorus_iters(256 * MiB), (2, 2))
 
     def test_cells_are_time_below_64_kib_and_busbw_above(self):
-        self.assertEqual(compare.fmt_cell(0.5, 8, 1.0), "0.50 us")
+        self.assertEqual(report.fmt_cell(0.5, 8, 1.0), "0.50 us")
         # 64 MiB in 10 ms at busbw factor 1: 6.71 GB/s.
-        self.assertEqual(compare.fmt_cell(10000.0, 64 * MiB, 1.0), "6.71 GB/s")
-        self.assertEqual(compare.fmt_cell(None, 8, 1.0), "-")
-        self.assertIsNone(compare.speedup(None, 1.0))
-        self.assertAlmostEqual(compare.speedup(3.0, 1.0), 3.0)
+        self.assertEqual(report.fmt_cell(10000.0, 64 * MiB, 1.0), "6.71 GB/s")
+        self.assertEqual(report.fmt_cell(None, 8, 1.0), "-")
+        self.assertIsNone(report.speedup(None, 1.0))
+        self.assertAlmostEqual(report.speedup(3.0, 1.0), 3.0)
 
     def test_above_the_limit_open_mpi_is_the_only_peer(self):
         peers = ["openmpi", "mpich", "gloo"]
-        self.assertEqual(compare.peers_for(4, peers, 4), peers)
-        self.assertEqual(compare.peers_for(8, peers, 4), ["openmpi"])
-        self.assertEqual(compare.peers_for(8, ["mpich"], 4), [])
-        self.assertEqual(compare.peers_for(8, peers, 8), peers)
+        self.assertEqual(peer_setup.peers_for(4, peers, 4), peers)
+        self.assertEqual(peer_setup.peers_for(8, peers, 4), ["openmpi"])
+        self.assertEqual(peer_setup.peers_for(8, ["mpich"], 4), [])
+        self.assertEqual(peer_setup.peers_for(8, peers, 8), peers)
 
 
 class Targets(unittest.TestCase):
@@ -77,7 +80,7 @@ class Targets(unittest.TestCase):
         med[("openmpi", 2, "all_reduce", 8)] = 1.0  # level: "time <= Open MPI" is met
         med[("openmpi", 2, "all_reduce", 64 * MiB)] = 3.0  # exactly 3x
         med[("openmpi", 2, "all_reduce", 256 * MiB)] = 2.9
-        t = compare.check_targets(med, {"chorus": 10.0}, [2], FIVE, GRID + [8])
+        t = targets.check_targets(med, {"chorus": 10.0}, [2], FIVE, GRID + [8])
         self.assertEqual(status(t, "np=2 all_reduce 64 MiB busbw >= 3x Open MPI")[0], "MET")
         s, detail = status(t, "np=2 all_reduce 256 MiB busbw >= 3x Open MPI")
         self.assertEqual(s, "NOT MET")
@@ -92,7 +95,7 @@ class Targets(unittest.TestCase):
                          "MET")
 
     def test_world_sizes_not_run_are_not_measured(self):
-        t = compare.check_targets(uniform(2, 1.0, 2.0), {}, [2], FIVE, GRID)
+        t = targets.check_targets(uniform(2, 1.0, 2.0), {}, [2], FIVE, GRID)
         for n in (4, 8):
             self.assertEqual(status(t, f"np={n} every collective 64 MiB >= 2x Open MPI")[0],
                              "NOT MEASURED")
@@ -102,7 +105,7 @@ class Targets(unittest.TestCase):
     def test_np8_is_judged_against_open_mpi_and_names_the_worst_cell(self):
         med = uniform(8, 1.0, 2.5)
         med[("openmpi", 8, "broadcast", 64 * 1024)] = 0.8  # chorus 0.80x here
-        t = compare.check_targets(med, {}, [8], FIVE, GRID)
+        t = targets.check_targets(med, {}, [8], FIVE, GRID)
         s, detail = status(t, "np=8 every collective 64 MiB >= 2x Open MPI")
         self.assertEqual(s, "MET")
         s, detail = status(t, "np=8 every collective, every size >= 1 KiB, no slower than Open MPI")
@@ -112,7 +115,7 @@ class Targets(unittest.TestCase):
     def test_a_missing_cell_keeps_a_target_from_being_met(self):
         med = uniform(4, 1.0, 2.5)
         del med[("chorus", 4, "reduce", 64 * MiB)]
-        t = compare.check_targets(med, {}, [4], FIVE, GRID)
+        t = targets.check_targets(med, {}, [4], FIVE, GRID)
         s, detail = status(t, "np=4 every collective 64 MiB >= 2x Open MPI")
         self.assertEqual(s, "NOT MEASURED")
         self.assertIn("reduce 64 MiB", detail)
@@ -120,11 +123,11 @@ class Targets(unittest.TestCase):
 
 class Roofline(unittest.TestCase):
     def test_rows_are_busbw_with_the_collectives_factor(self):
-        size = compare.ROOFLINE_BYTES
+        size = common.ROOFLINE_BYTES
         # all_gather at np=4: algbw 4.0 GB/s -> busbw 3.00; chorus 64 MiB in 20 ms, Open MPI in 40.
         med = {("chorus", 4, "all_gather", size): 20000.0, ("openmpi", 4, "all_gather", size): 40000.0,
                ("chorus", 4, "all_reduce", size): 30000.0, ("openmpi", 4, "all_reduce", size): 90000.0}
-        text = compare.roofline_table([4], med, {(4, "all_gather"): 4.0, (4, "broadcast"): 5.0,
+        text = report.roofline_table([4], med, {(4, "all_gather"): 4.0, (4, "broadcast"): 5.0,
                                                  (4, "broadcast/ring"): 4.5, (4, "all_reduce"): 2.0,
                                                  (4, "all_reduce/shared"): 1.6})
         rows = [l for l in text.splitlines() if l.startswith("| 4 |")]
@@ -152,17 +155,17 @@ class Roofline(unittest.TestCase):
             returncode = 0
             stdout = "procs 2, 64 MiB each, ...: 1.00 ms per round, bytes / time 6.50 GB/s"
             stderr = ""
-        real = compare.subprocess.run
-        compare.subprocess.run = lambda cmd, **kw: seen.append(cmd) or Done()
+        real = runs.subprocess.run
+        runs.subprocess.run = lambda cmd, **kw: seen.append(cmd) or Done()
         try:
-            got = compare.roofline_gbps("b", 2, compare.ROOFLINE_BYTES, ["--all-reduce", "--shared"], runs=1)
+            got = runs.roofline_gbps("b", 2, common.ROOFLINE_BYTES, ["--all-reduce", "--shared"], runs=1)
         finally:
-            compare.subprocess.run = real
+            runs.subprocess.run = real
         self.assertEqual(got, 6.5)
-        iters, warmup = compare.chorus_iters(compare.ROOFLINE_BYTES)
-        self.assertEqual(seen[0][1:], ["--procs", "2", "--bytes", str(compare.ROOFLINE_BYTES),
+        iters, warmup = runs.chorus_iters(common.ROOFLINE_BYTES)
+        self.assertEqual(seen[0][1:], ["--procs", "2", "--bytes", str(common.ROOFLINE_BYTES),
                                        "--all-reduce", "--shared", "--iters",
-                                       str(iters * compare.BLOCKS), "--warmup", str(warmup)])
+                                       str(iters * runs.BLOCKS), "--warmup", str(warmup)])
 
 
 if __name__ == "__main__":

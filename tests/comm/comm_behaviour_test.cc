@@ -343,7 +343,7 @@ TEST(CommBehaviour, BadArgumentsRaiseInvalidArgumentNamingTheArgument) {
     expect_invalid([&] { comm.all_reduce(x, y, 4, static_cast<DataType>(42), sum); }, "unknown dtype");
     expect_invalid([&] { comm.all_reduce(x, y, 4, f32, static_cast<ReduceOp>(9)); }, "unknown op");
     expect_invalid([&] { comm.send(x, 4, f32, 5); }, "peer 5 is out of range");
-    expect_invalid([&] { comm.send(x, 4, f32, comm.rank()); }, "is this rank");
+    expect_invalid([&] { comm.recv(x, 4, f32, comm.rank()); }, "no message sent to self");
     expect_invalid([&] { comm.all_gather(x, y, SIZE_MAX / 2, f32); }, "overflows");
     expect_invalid([&] { comm.all_reduce(x, y, SIZE_MAX / 3, DataType::kF64, sum); }, "overflows");
     expect_invalid([&] { comm.all_reduce(y, y + 1, 4, f32, sum); }, "overlap");

@@ -37,7 +37,8 @@ if(NOT EXISTS ${prefix}/lib/cmake/chorus/chorusConfig.cmake
 endif()
 
 set(configure_args -S ${CHORUS_SOURCE_DIR}/tests/install/consumer -B ${build}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON
+    -DCHORUS_SOURCE_DIR=${CHORUS_SOURCE_DIR})
 if(GENERATOR)
   list(APPEND configure_args -G ${GENERATOR})
 endif()
@@ -69,6 +70,7 @@ foreach(var ${launcher_vars})
 endforeach()
 run_step("run consumer" ${CMAKE_COMMAND} -E env ${unset_args} ${build}/consumer)
 message(STATUS "consumer output:\n${step_output}")
+run_step("run the README's example" ${CMAKE_COMMAND} -E env ${unset_args} ${build}/readme_example)
 if(NOT step_output MATCHES "consumer: ok")
   message(FATAL_ERROR "the consumer exited 0 but did not report success")
 endif()

@@ -1,16 +1,32 @@
 // chorus — the Communicator: a group of ranks and the collectives they run together.
 //
-// Buffers are pointer + count (elements, never bytes) + DataType. In-place follows NCCL's rules:
+// Buffers are pointer + count (elements, never bytes) + DataType, or, in the typed forms, any
+// contiguous range of a chorus element type (std::vector<T>, std::span<T>, std::span<const T>,
+// ...; typed_buffer.h), whose sizes give the counts:
+//   std::vector<float> grad(n), shard(n / comm.size());
+//   comm.all_reduce(grad, chorus::ReduceOp::kAvg);                      // in place
+//   comm.reduce_scatter(grad, shard, chorus::ReduceOp::kSum);
+//   comm.all_gather(std::span{shard}, std::span{grad});
+//   chorus::Work w = comm.all_gather_async(shard, grad);  // ... then w.wait()
+// In-place follows NCCL's rules:
 //   all_reduce      in place when send == recv
 //   reduce_scatter  in place when send + rank * recv_count elements == recv
 //   all_gather      in place when send == recv + rank * send_count elements
 //   broadcast/reduce in place when send == recv
 //   gather          in place (root) when send == recv + root * send_count; scatter (root) when
 //                   recv == send + root * recv_count
+//   all_to_all, send_recv  never in place: send and recv must not overlap
 // Other overlaps between send and recv are rejected. Every call has an *_async form returning a
 // Work; the blocking form is the async one plus wait(). Operations on one communicator complete
 // in the order they were issued, and every rank must issue the same collectives in the same
 // order (point-to-point calls pair by order between each two ranks).
+//
+// Point-to-point with oneself: send, recv and send_recv accept this rank as the peer, as NCCL
+// does (a one-rank group from split() runs a send_recv pattern unchanged). A send to self waits
+// for the earlier operations, copies the message and completes at once; a receive from self
+// takes the oldest message sent to self, so the send must be issued first (or in the same
+// send_recv): otherwise, or when the sizes differ, the receive throws InvalidArgument. Self
+// messages stay on the calling thread and are not recorded by the flight recorder.
 //
 // Threading: one thread at a time may issue calls on a Communicator (like NCCL); Work handles may
 // be waited on from any thread. Each Communicator has one progress thread that runs queued
@@ -21,22 +37,10 @@
 // of one call must all be host memory or all device memory of one device (InvalidArgument
 // naming them otherwise), and a communicator works with one device, fixed by its first device
 // operation. Ranks need not agree: one may pass device buffers and another host buffers to the
-// same collective. Device memory travels through pinned host staging memory and the same
-// algorithms as host memory (docs/GPU.md).
+// same collective. When every rank is on one host, device buffers are read by the peers through
+// CUDA/HIP IPC and reduced by kernels on the device (the IPC path); otherwise they travel
+// through pinned host staging memory and the host transports (CHORUS_GPU_PATH; docs/GPU.md).
 //
-// Streams. The *_async forms ending in a gpu::Stream are stream-ordered, with NCCL's semantics:
-// the operation starts after all work already queued on `stream`, and work queued on `stream`
-// afterwards waits for it, on the device, without blocking the calling thread. The returned
-// Work's wait() blocks the host until the operation is done (outputs in place). Host buffers with
-// a stream are allowed: the operation runs on them after the stream's earlier work (the stream
-// must belong to the communicator's device). The plain forms with device buffers are ordered on
-// the default stream gpu::Stream{} (the legacy default stream); the blocking ones return once
-// the operation is done. A stream being captured into a graph is rejected (InvalidArgument:
-// chorus operations cannot be part of a graph). Device operations always run on the progress
-// thread, in issue order with the host ones. When one fails, its Work carries the error (a
-// gpu::GpuError, PeerFailure, Timeout ...), its outputs are undefined, the stream is released
-// all the same, and the communicator is broken as after any failure; destroying the communicator
-// releases every stream still waiting for it.
 #pragma once
 
 #include <chrono>
@@ -47,12 +51,14 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "chorus/error.h"
 #include "chorus/gpu/runtime.h"
+#include "chorus/half.h"
 #include "chorus/store.h"
+#include "chorus/typed_buffer.h"
 #include "chorus/types.h"
 
 namespace chorus {
@@ -111,10 +117,12 @@ struct CommOptions {
 // One algorithm a communicator could run for a collective of a given size, with the time the
 // tuner's cost model predicts for it on this communicator (docs/PERFORMANCE.md, "Tuner").
 struct AlgorithmEstimate {
-  std::string algorithm;      // "ring", "tree", "direct", ..., "ring/fifo", ...
-  double predicted_us = -1;   // model time per call in microseconds; < 0: no estimate
-  bool chosen = false;        // what the selector uses (after set_algorithm / CHORUS_ALGO)
+  std::string algorithm;     // "ring", "tree", "direct", ..., "ring/fifo", ...
+  double predicted_us = -1;  // model time per call in microseconds; < 0: no estimate
+  bool chosen = false;       // what the selector uses (after set_algorithm / CHORUS_ALGO)
 };
+
+class SelfMessages;  // comm/self_messages.h
 
 // Returned by split() to ranks that pass kNoColor.
 inline constexpr int kNoColor = -1;
@@ -163,51 +171,59 @@ class Communicator {
   bool deterministic() const;
 
   // ---- collectives (counts in elements) ----------------------------------------------------
-  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
-  Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
-                            ReduceOp op);
-  Work all_gather_async(const void* send, void* recv, size_t send_count, DataType dtype);
+  [[nodiscard]] Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                      ReduceOp op);
+  [[nodiscard]] Work reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                          DataType dtype, ReduceOp op);
+  [[nodiscard]] Work all_gather_async(const void* send, void* recv, size_t send_count,
+                                      DataType dtype);
   // Root's send is broadcast into every rank's recv (send is only read on the root).
-  Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root);
+  [[nodiscard]] Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
+                                     int root);
   // recv is only written on the root (may be null elsewhere).
-  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                    int root);
+  [[nodiscard]] Work reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                  ReduceOp op, int root);
   // The root's recv gets size() * send_count elements, rank i's at offset i * send_count.
-  Work gather_async(const void* send, void* recv, size_t send_count, DataType dtype, int root);
+  [[nodiscard]] Work gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
+                                  int root);
   // Rank i's recv gets the root's send[i * recv_count ...].
-  Work scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype, int root);
+  [[nodiscard]] Work scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                   int root);
   // send holds size() blocks of `count`; block j goes to rank j, whose recv block i it fills.
-  Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype);
-  Work barrier_async();
-  Work send_async(const void* send, size_t count, DataType dtype, int peer);
-  Work recv_async(void* recv, size_t count, DataType dtype, int peer);
+  [[nodiscard]] Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype);
+  [[nodiscard]] Work barrier_async();
+  [[nodiscard]] Work send_async(const void* send, size_t count, DataType dtype, int peer);
+  [[nodiscard]] Work recv_async(void* recv, size_t count, DataType dtype, int peer);
   // Sends to send_peer and receives from recv_peer at once (no ordering deadlock).
-  Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
-                       size_t recv_count, int recv_peer, DataType dtype);
+  [[nodiscard]] Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
+                                     size_t recv_count, int recv_peer, DataType dtype);
 
   // ---- stream-ordered forms (see "Streams" above) ------------------------------------------
-  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                        gpu::Stream stream);
-  Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
-                            ReduceOp op, gpu::Stream stream);
-  Work all_gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
-                        gpu::Stream stream);
-  Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root,
-                       gpu::Stream stream);
-  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                    int root, gpu::Stream stream);
-  Work gather_async(const void* send, void* recv, size_t send_count, DataType dtype, int root,
-                    gpu::Stream stream);
-  Work scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype, int root,
-                     gpu::Stream stream);
-  Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype,
-                        gpu::Stream stream);
+  [[nodiscard]] Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                      ReduceOp op, gpu::Stream stream);
+  [[nodiscard]] Work reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                          DataType dtype, ReduceOp op, gpu::Stream stream);
+  [[nodiscard]] Work all_gather_async(const void* send, void* recv, size_t send_count,
+                                      DataType dtype, gpu::Stream stream);
+  [[nodiscard]] Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
+                                     int root, gpu::Stream stream);
+  [[nodiscard]] Work reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                                  ReduceOp op, int root, gpu::Stream stream);
+  [[nodiscard]] Work gather_async(const void* send, void* recv, size_t send_count, DataType dtype,
+                                  int root, gpu::Stream stream);
+  [[nodiscard]] Work scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
+                                   int root, gpu::Stream stream);
+  [[nodiscard]] Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype,
+                                      gpu::Stream stream);
   // Later work on `stream` waits until every rank has reached the barrier.
-  Work barrier_async(gpu::Stream stream);
-  Work send_async(const void* send, size_t count, DataType dtype, int peer, gpu::Stream stream);
-  Work recv_async(void* recv, size_t count, DataType dtype, int peer, gpu::Stream stream);
-  Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
-                       size_t recv_count, int recv_peer, DataType dtype, gpu::Stream stream);
+  [[nodiscard]] Work barrier_async(gpu::Stream stream);
+  [[nodiscard]] Work send_async(const void* send, size_t count, DataType dtype, int peer,
+                                gpu::Stream stream);
+  [[nodiscard]] Work recv_async(void* recv, size_t count, DataType dtype, int peer,
+                                gpu::Stream stream);
+  [[nodiscard]] Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
+                                     size_t recv_count, int recv_peer, DataType dtype,
+                                     gpu::Stream stream);
 
   // Blocking forms: the async call plus wait(), except that when nothing is queued the operation
   // runs directly on the calling thread (host buffers only: device buffers always go through the
@@ -223,32 +239,207 @@ class Communicator {
   void barrier();
   void send(const void* buf, size_t count, DataType dtype, int peer);
   void recv(void* buf, size_t count, DataType dtype, int peer);
-  void send_recv(const void* send, size_t send_count, int send_peer, void* recv,
-                 size_t recv_count, int recv_peer, DataType dtype);
+  void send_recv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
+                 int recv_peer, DataType dtype);
 
-  // ---- typed spans ---------------------------------------------------------------------------
-  template <class T> void all_reduce(std::span<T> data, ReduceOp op) {
-    all_reduce(data.data(), data.data(), data.size(), kDataTypeOf<std::remove_const_t<T>>, op);
+  // ---- typed forms ---------------------------------------------------------------------------
+  // The calls above on typed buffers (typed_buffer.h): vectors, arrays and spans of T or const T
+  // for every element type chorus has (Half and BFloat16 included), the DataType taken from T.
+  // Counts come from the sizes, which are checked (InvalidArgument naming the call and the
+  // buffer): where a call gathers or scatters, the whole buffer holds size() per-rank blocks.
+  // Buffers a rank does not use may be empty there: broadcast's `in`, reduce's and gather's `out`
+  // off the root, scatter's `in` off the root. The async forms given a `stream` are the
+  // stream-ordered forms; without one, the plain async forms.
+  template <OutputBuffer B>
+  void all_reduce(B&& data, ReduceOp op) {
+    const Typed t = typed("all_reduce", data, data, size_of(data), 1, true, 1, true);
+    all_reduce(t.send, t.recv, t.count, t.dtype, op);
   }
-  template <class T> void all_reduce(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    CHORUS_ARG_CHECK(in.size() == out.size(), "all_reduce: in has ", in.size(),
-                     " elements but out has ", out.size());
-    all_reduce(in.data(), out.data(), in.size(), kDataTypeOf<T>, op);
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void all_reduce(In&& in, Out&& out, ReduceOp op) {
+    const Typed t = typed("all_reduce", in, out, size_of(in), 1, true, 1, true);
+    all_reduce(t.send, t.recv, t.count, t.dtype, op);
   }
-  template <class T> void broadcast(std::span<T> data, int root) {
-    broadcast(data.data(), data.data(), data.size(), kDataTypeOf<T>, root);
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void reduce_scatter(In&& in, Out&& out, ReduceOp op) {
+    const Typed t = typed("reduce_scatter", in, out, size_of(out), ranks(), true, 1, true);
+    reduce_scatter(t.send, t.recv, t.count, t.dtype, op);
   }
-  template <class T> void all_gather(std::span<const T> in, std::span<T> out) {
-    CHORUS_ARG_CHECK(out.size() == in.size() * static_cast<size_t>(size()),
-                     "all_gather: out must hold size() * in.size() = ", in.size() * size(),
-                     " elements, has ", out.size());
-    all_gather(in.data(), out.data(), in.size(), kDataTypeOf<T>);
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void all_gather(In&& in, Out&& out) {
+    const Typed t = typed("all_gather", in, out, size_of(in), 1, true, ranks(), true);
+    all_gather(t.send, t.recv, t.count, t.dtype);
   }
-  template <class T> void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {
-    CHORUS_ARG_CHECK(in.size() == out.size() * static_cast<size_t>(size()),
-                     "reduce_scatter: in must hold size() * out.size() = ", out.size() * size(),
-                     " elements, has ", in.size());
-    reduce_scatter(in.data(), out.data(), out.size(), kDataTypeOf<T>, op);
+  template <OutputBuffer B>
+  void broadcast(B&& data, int root) {
+    const Typed t = typed("broadcast", data, data, size_of(data), 1, true, 1, true);
+    broadcast(t.send, t.recv, t.count, t.dtype, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void broadcast(In&& in, Out&& out, int root) {
+    const Typed t = typed("broadcast", in, out, size_of(out), 1, rank() == root, 1, true);
+    broadcast(t.send, t.recv, t.count, t.dtype, root);
+  }
+  template <OutputBuffer B>
+  void reduce(B&& data, ReduceOp op, int root) {
+    const Typed t = typed("reduce", data, data, size_of(data), 1, true, 1, true);
+    reduce(t.send, t.recv, t.count, t.dtype, op, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void reduce(In&& in, Out&& out, ReduceOp op, int root) {
+    const Typed t = typed("reduce", in, out, size_of(in), 1, true, 1, rank() == root);
+    reduce(t.send, t.recv, t.count, t.dtype, op, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void gather(In&& in, Out&& out, int root) {
+    const Typed t = typed("gather", in, out, size_of(in), 1, true, ranks(), rank() == root);
+    gather(t.send, t.recv, t.count, t.dtype, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void scatter(In&& in, Out&& out, int root) {
+    const Typed t = typed("scatter", in, out, size_of(out), ranks(), rank() == root, 1, true);
+    scatter(t.send, t.recv, t.count, t.dtype, root);
+  }
+  // in and out hold size() blocks each (their sizes are equal and divisible by size()).
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void all_to_all(In&& in, Out&& out) {
+    const Typed t = typed("all_to_all", in, out, block_of(in), ranks(), true, ranks(), true);
+    all_to_all(t.send, t.recv, t.count, t.dtype);
+  }
+  template <InputBuffer B>
+  void send(B&& data, int peer) {
+    const Typed t = typed("send", data, nullptr, size_of(data), 1, true, 1, false);
+    send(t.send, t.count, t.dtype, peer);
+  }
+  template <OutputBuffer B>
+  void recv(B&& data, int peer) {
+    const Typed t = typed("recv", nullptr, data, size_of(data), 1, false, 1, true);
+    recv(t.recv, t.count, t.dtype, peer);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  void send_recv(In&& in, int send_peer, Out&& out, int recv_peer) {
+    send_recv(std::ranges::data(in), size_of(in), send_peer, std::ranges::data(out), size_of(out),
+              recv_peer, dtype_of<In>());
+  }
+
+  template <OutputBuffer B>
+  [[nodiscard]] Work all_reduce_async(B&& data, ReduceOp op,
+                                      std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("all_reduce", data, data, size_of(data), 1, true, 1, true);
+    return stream ? all_reduce_async(t.send, t.recv, t.count, t.dtype, op, *stream)
+                  : all_reduce_async(t.send, t.recv, t.count, t.dtype, op);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work all_reduce_async(In&& in, Out&& out, ReduceOp op,
+                                      std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("all_reduce", in, out, size_of(in), 1, true, 1, true);
+    return stream ? all_reduce_async(t.send, t.recv, t.count, t.dtype, op, *stream)
+                  : all_reduce_async(t.send, t.recv, t.count, t.dtype, op);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work reduce_scatter_async(In&& in, Out&& out, ReduceOp op,
+                                          std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("reduce_scatter", in, out, size_of(out), ranks(), true, 1, true);
+    return stream ? reduce_scatter_async(t.send, t.recv, t.count, t.dtype, op, *stream)
+                  : reduce_scatter_async(t.send, t.recv, t.count, t.dtype, op);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work all_gather_async(In&& in, Out&& out,
+                                      std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("all_gather", in, out, size_of(in), 1, true, ranks(), true);
+    return stream ? all_gather_async(t.send, t.recv, t.count, t.dtype, *stream)
+                  : all_gather_async(t.send, t.recv, t.count, t.dtype);
+  }
+  template <OutputBuffer B>
+  [[nodiscard]] Work broadcast_async(B&& data, int root,
+                                     std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("broadcast", data, data, size_of(data), 1, true, 1, true);
+    return stream ? broadcast_async(t.send, t.recv, t.count, t.dtype, root, *stream)
+                  : broadcast_async(t.send, t.recv, t.count, t.dtype, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work broadcast_async(In&& in, Out&& out, int root,
+                                     std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("broadcast", in, out, size_of(out), 1, rank() == root, 1, true);
+    return stream ? broadcast_async(t.send, t.recv, t.count, t.dtype, root, *stream)
+                  : broadcast_async(t.send, t.recv, t.count, t.dtype, root);
+  }
+  template <OutputBuffer B>
+  [[nodiscard]] Work reduce_async(B&& data, ReduceOp op, int root,
+                                  std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("reduce", data, data, size_of(data), 1, true, 1, true);
+    return stream ? reduce_async(t.send, t.recv, t.count, t.dtype, op, root, *stream)
+                  : reduce_async(t.send, t.recv, t.count, t.dtype, op, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work reduce_async(In&& in, Out&& out, ReduceOp op, int root,
+                                  std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("reduce", in, out, size_of(in), 1, true, 1, rank() == root);
+    return stream ? reduce_async(t.send, t.recv, t.count, t.dtype, op, root, *stream)
+                  : reduce_async(t.send, t.recv, t.count, t.dtype, op, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work gather_async(In&& in, Out&& out, int root,
+                                  std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("gather", in, out, size_of(in), 1, true, ranks(), rank() == root);
+    return stream ? gather_async(t.send, t.recv, t.count, t.dtype, root, *stream)
+                  : gather_async(t.send, t.recv, t.count, t.dtype, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work scatter_async(In&& in, Out&& out, int root,
+                                   std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("scatter", in, out, size_of(out), ranks(), rank() == root, 1, true);
+    return stream ? scatter_async(t.send, t.recv, t.count, t.dtype, root, *stream)
+                  : scatter_async(t.send, t.recv, t.count, t.dtype, root);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work all_to_all_async(In&& in, Out&& out,
+                                      std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("all_to_all", in, out, block_of(in), ranks(), true, ranks(), true);
+    return stream ? all_to_all_async(t.send, t.recv, t.count, t.dtype, *stream)
+                  : all_to_all_async(t.send, t.recv, t.count, t.dtype);
+  }
+  template <InputBuffer B>
+  [[nodiscard]] Work send_async(B&& data, int peer,
+                                std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("send", data, nullptr, size_of(data), 1, true, 1, false);
+    return stream ? send_async(t.send, t.count, t.dtype, peer, *stream)
+                  : send_async(t.send, t.count, t.dtype, peer);
+  }
+  template <OutputBuffer B>
+  [[nodiscard]] Work recv_async(B&& data, int peer,
+                                std::optional<gpu::Stream> stream = std::nullopt) {
+    const Typed t = typed("recv", nullptr, data, size_of(data), 1, false, 1, true);
+    return stream ? recv_async(t.recv, t.count, t.dtype, peer, *stream)
+                  : recv_async(t.recv, t.count, t.dtype, peer);
+  }
+  template <InputBuffer In, OutputBuffer Out>
+  requires SameElement<In, Out>
+  [[nodiscard]] Work send_recv_async(In&& in, int send_peer, Out&& out, int recv_peer,
+                                     std::optional<gpu::Stream> stream = std::nullopt) {
+    const void* s = std::ranges::data(in);
+    void* r = std::ranges::data(out);
+    return stream ? send_recv_async(s, size_of(in), send_peer, r, size_of(out), recv_peer,
+                                    dtype_of<In>(), *stream)
+                  : send_recv_async(s, size_of(in), send_peer, r, size_of(out), recv_peer,
+                                    dtype_of<In>());
   }
 
   // ---- groups --------------------------------------------------------------------------------
@@ -295,7 +486,55 @@ class Communicator {
 
  private:
   explicit Communicator(std::shared_ptr<Impl> impl);
+
+  // The typed forms' arguments, after the sizes were checked.
+  struct Typed {
+    const void* send = nullptr;
+    void* recv = nullptr;
+    size_t count = 0;
+    DataType dtype = DataType::kF32;
+  };
+  template <class B>
+  static constexpr DataType dtype_of() {
+    return kDataTypeOf<BufferElement<B>>;
+  }
+  template <class B>
+  static size_t size_of(B&& buffer) {
+    return detail::buffer_size(buffer);
+  }
+  size_t ranks() const { return static_cast<size_t>(size()); }
+  // all_to_all's per-rank block: the size of `in` divided by size(), which must divide it.
+  template <class B>
+  size_t block_of(B&& in) const {
+    check_divisible("all_to_all", "in", size_of(in), ranks());
+    return size_of(in) / ranks();
+  }
+  // Checks that `in` holds count * in_blocks elements and `out` count * out_blocks (only where
+  // the call uses them: `in_used`, `out_used`); nullptr stands for a buffer the call lacks.
+  template <class In, class Out>
+  static Typed typed(const char* call, In&& in, Out&& out, size_t count, size_t in_blocks,
+                     bool in_used, size_t out_blocks, bool out_used) {
+    Typed t;
+    t.count = count;
+    if constexpr (!std::is_same_v<std::remove_cvref_t<In>, std::nullptr_t>) {
+      if (in_used) check_size(call, "in", size_of(in), count, in_blocks);
+      t.send = std::ranges::data(in);
+      t.dtype = dtype_of<In>();
+    }
+    if constexpr (!std::is_same_v<std::remove_cvref_t<Out>, std::nullptr_t>) {
+      if (out_used) check_size(call, "out", size_of(out), count, out_blocks);
+      t.recv = std::ranges::data(out);
+      t.dtype = dtype_of<Out>();
+    }
+    return t;
+  }
+  // InvalidArgument unless `have` == count * blocks.
+  static void check_size(const char* call, const char* name, size_t have, size_t count,
+                         size_t blocks);
+  static void check_divisible(const char* call, const char* name, size_t have, size_t blocks);
+
   std::shared_ptr<Impl> impl_;
+  std::unique_ptr<SelfMessages> self_;  // sent to this rank, not received yet (made on first use)
 };
 
 }  // namespace chorus
