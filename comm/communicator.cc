@@ -422,14 +422,14 @@ std::optional<Communicator> Communicator::split(int color, int key) {
 
 void Communicator::set_algorithm(std::string_view name) {
   if (name == "auto") {
-    impl_->forced.reset();
+    impl_->selection.forced.reset();
     return;
   }
   auto a = algo::parse_variant(name);
   CHORUS_ARG_CHECK(a.has_value(), "set_algorithm: unknown algorithm '", name, "' (",
                    algo::algorithm_names(), " or auto)");
   // Operations already queued keep the algorithm chosen when they were issued.
-  impl_->forced = a;
+  impl_->selection.forced = a;
 }
 
 std::string Communicator::algorithm_for(Collective c, size_t bytes) const {

@@ -1,5 +1,7 @@
 // chorus — inside a Communicator: its store scope, transport, request engine and the executor
-// that runs operations in issue order.
+// that runs operations in issue order. Its definitions are in three files: set-up and teardown
+// (communicator_setup.cc), the executor (communicator_executor.cc) and the selection
+// (communicator_selection.cc, over algo/selector.h).
 //
 // Execution model: every operation gets a sequence number when it is issued. Async calls queue
 // it for the communicator's progress thread (started on first use); a blocking call issued while
@@ -23,6 +25,8 @@
 #include <thread>
 
 #include "algo/algorithm.h"
+#include "algo/registry.h"
+#include "algo/selector.h"
 #include "algo/tuner.h"
 #include "chorus/communicator.h"
 #include "chorus/launch_env.h"
@@ -83,14 +87,12 @@ struct Communicator::Impl {
   // Fails the running and every later operation here, and tells the peers (they fail too).
   void abort(const std::string& reason);
   std::optional<Communicator> split(int color, int key);
-  // The algorithm of a call: the forced one, or choose_by_size() (the tuner, else fixed
-  // thresholds; in deterministic mode among the rank-ordered algorithms).
+  // The algorithm of a call (`bytes`: algo::selection_bytes): algo::choose() on `selection`,
+  // remembering recent choices by size, and saying once when deterministic mode replaces a
+  // forced algorithm (communicator_selection.cc).
   algo::Variant choose(Collective coll, size_t bytes) const;
   algo::Variant choose_by_size(Collective coll, size_t bytes) const;
-  // Whether this rank's sends of a call run as `v` go through the FIFO: v's path, except for the
-  // root of an in-place broadcast that the selector chose for (see the definition).
-  bool sends_through_fifo(const algo::CollArgs& a, algo::Variant v, size_t bytes,
-                          bool on_device) const;
+  // algo::explain()'s candidates, as the public AlgorithmEstimate list.
   std::vector<AlgorithmEstimate> explain(Collective coll, size_t bytes) const;
 
   int rank;
@@ -102,7 +104,10 @@ struct Communicator::Impl {
   std::string job_id;
   std::string comm_id;
   std::chrono::milliseconds timeout;
-  std::optional<algo::Variant> forced;
+  // What the selector decides by (algo/selector.h): the forced algorithm (CHORUS_ALGO,
+  // CommOptions::algorithm, set_algorithm()) from construction on, the rest filled from the
+  // fields below at the end of set-up (make_selection()).
+  algo::SelectContext selection;
   // Reductions fold in rank order (CommOptions::deterministic / CHORUS_DETERMINISTIC): only
   // algorithms that do are chosen, and they run with algo::Context::rank_order. The same on
   // every rank (agree_on_choices() checks).
@@ -142,7 +147,7 @@ struct Communicator::Impl {
     std::chrono::milliseconds timeout;
     uint64_t record;  // flight-recorder id
     std::optional<DeviceOp> device;  // stream-ordered: the stream side (device_ops.h)
-    bool fifo_sends = false;  // sends_through_fifo()
+    bool fifo_sends = false;  // algo::sends_through_fifo()
   };
   // Both return the operation's error (nullptr on success); they never throw.
   std::exception_ptr fail(Op& op, std::exception_ptr error, const Error& e);
@@ -164,6 +169,7 @@ struct Communicator::Impl {
   void check_world_size();
   void agree_on_choices();
   void set_ring(const std::vector<algo::RankPlace>& places);
+  void make_selection();
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -103,6 +103,11 @@ class FlightRecorder {
   Entry* entry_of(uint64_t id);  // nullptr for kUnrecorded or an entry since reused
   // Consistent copies of the recorded operations, oldest first.
   std::vector<std::pair<uint64_t, Record>> snapshots();
+  // The live recorders of this process, for the signal-driven dump (flight_recorder_dump.cc): a
+  // recorder joins at construction (installing the CHORUS_FR_SIGNAL handler when that is set)
+  // and leaves at destruction.
+  static void enlist(FlightRecorder* r);
+  static void delist(FlightRecorder* r);
 
   static uint64_t ticks() {
 #ifdef CHORUS_FR_TSC
@@ -112,6 +117,7 @@ class FlightRecorder {
 #endif
   }
   static uint64_t clock_ticks();  // CLOCK_REALTIME microseconds
+  static int64_t now_us();        // the same, signed
   // How ticks() values become CLOCK_REALTIME microseconds: measured when a dump is made.
   struct TickScale {
     int64_t base_us = 0;

@@ -59,13 +59,8 @@ void require_rank(const CollArgs& a, int rank, int world, int value, const char*
     fail(a, rank, detail::concat(name, " ", value, " is out of range [0, ", world, ")"));
 }
 
-}  // namespace
-
-void validate(const CollArgs& a, int rank, int world) {
-  if (!is_valid(a.dtype))
-    fail(a, rank, detail::concat("unknown dtype ", static_cast<int>(a.dtype)));
-  if (!is_valid(a.op)) fail(a, rank, detail::concat("unknown op ", static_cast<int>(a.op)));
-  const auto n = static_cast<size_t>(world);
+// The collectives every rank calls alike: all_reduce, reduce_scatter, all_gather, all_to_all.
+void validate_symmetric(const CollArgs& a, int rank, size_t n) {
   const size_t es = dtype_size(a.dtype);
   switch (a.coll) {
     case Collective::kAllReduce: {
@@ -95,6 +90,23 @@ void validate(const CollArgs& a, int rank, int world) {
                                    "in place means send == recv + rank * send_count");
       break;
     }
+    case Collective::kAllToAll: {
+      const size_t b = checked_bytes(a, rank, a.count, n, "count");
+      require_buffer(a, rank, a.send, b, "send");
+      require_buffer(a, rank, a.recv, b, "recv");
+      if (overlap(a.send, b, a.recv, b)) fail(a, rank, "send and recv overlap (not supported)");
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// The rooted collectives: broadcast, reduce, gather, scatter (the root's buffers differ).
+void validate_rooted(const CollArgs& a, int rank, int world) {
+  const auto n = static_cast<size_t>(world);
+  const size_t es = dtype_size(a.dtype);
+  switch (a.coll) {
     case Collective::kBroadcast: {
       require_rank(a, rank, world, a.root, "root");
       const size_t b = checked_bytes(a, rank, a.count, 1, "count");
@@ -141,15 +153,14 @@ void validate(const CollArgs& a, int rank, int world) {
       }
       break;
     }
-    case Collective::kAllToAll: {
-      const size_t b = checked_bytes(a, rank, a.count, n, "count");
-      require_buffer(a, rank, a.send, b, "send");
-      require_buffer(a, rank, a.recv, b, "recv");
-      if (overlap(a.send, b, a.recv, b)) fail(a, rank, "send and recv overlap (not supported)");
+    default:
       break;
-    }
-    case Collective::kBarrier:
-      break;
+  }
+}
+
+// send, recv and send_recv: the peers, and each direction's buffer.
+void validate_point_to_point(const CollArgs& a, int rank, int world) {
+  switch (a.coll) {
     case Collective::kSend:
     case Collective::kRecv: {
       require_rank(a, rank, world, a.peer, "peer");  // this rank too: communicator.cc
@@ -168,6 +179,34 @@ void validate(const CollArgs& a, int rank, int world) {
       if (overlap(a.send, sb, a.recv, rb)) fail(a, rank, "send and recv overlap");
       break;
     }
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void validate(const CollArgs& a, int rank, int world) {
+  if (!is_valid(a.dtype))
+    fail(a, rank, detail::concat("unknown dtype ", static_cast<int>(a.dtype)));
+  if (!is_valid(a.op)) fail(a, rank, detail::concat("unknown op ", static_cast<int>(a.op)));
+  switch (a.coll) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+    case Collective::kAllToAll:
+      return validate_symmetric(a, rank, static_cast<size_t>(world));
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kGather:
+    case Collective::kScatter:
+      return validate_rooted(a, rank, world);
+    case Collective::kSend:
+    case Collective::kRecv:
+    case Collective::kSendRecv:
+      return validate_point_to_point(a, rank, world);
+    case Collective::kBarrier:
+      return;
   }
 }
 

@@ -5,6 +5,8 @@
 #include <memory>
 #include <new>
 
+#include "chorus/tools/selection.h"
+
 namespace chorus::bench {
 namespace {
 
@@ -49,11 +51,10 @@ Collective to_collective(BenchCollective c) {
 }
 
 // The size the communicator's selector sees for a line (what algorithm_for and explain take):
-// the call's count in bytes, times the world size for reduce_scatter and all_gather.
+// the selector's own rule (chorus/tools/selection.h) applied to the line's call.
 size_t selector_bytes(BenchCollective c, size_t bytes, DataType dtype, int world_size) {
-  const size_t call_bytes = call_count(c, bytes, dtype, world_size) * dtype_size(dtype);
-  const bool total = c == BenchCollective::kReduceScatter || c == BenchCollective::kAllGather;
-  return total ? call_bytes * static_cast<size_t>(world_size) : call_bytes;
+  return tools::selection_bytes(to_collective(c), call_count(c, bytes, dtype, world_size), dtype,
+                                world_size);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // chorus — what an algorithm is: a function of (context, arguments), registered with an id, a
-// name, the collective it implements and a line of description (like UCC's algorithm tables).
+// name, the collective it implements and a line of description (like UCC's algorithm tables;
+// the table itself is algo/registry.h, the choice among its entries algo/selector.h).
 //
 // Algorithms are written once against the Exchange (post send / recv / recv-reduce, wait); they
 // never name a transport. The communicator validates arguments, handles world size 1, and calls
@@ -157,28 +158,6 @@ struct Context {
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
-
-struct AlgoEntry {
-  Collective coll;
-  Algorithm algo;
-  AlgoFn run;
-  const char* description;
-};
-
-// Every registered algorithm, for listing (chorus-bench --list, docs).
-std::span<const AlgoEntry> all_algorithms();
-const AlgoEntry* find_algorithm(Collective coll, Algorithm algo);
-
-// The default choice by size (bytes per rank buffer as chorus-bench counts them).
-Algorithm select_default(Collective coll, size_t bytes, int world_size);
-// The same for a communicator whose ranks live on the hosts `host_of` (Context::host_of): the
-// hierarchical algorithm where it has one and the ranks span hosts, else the choice by size.
-Algorithm select_default(Collective coll, size_t bytes, int world_size,
-                         std::span<const int> host_of);
-// The choice by size among the algorithms that fold in rank order (deterministic mode): direct
-// for small reductions, twoshot above, on any number of hosts; select_default() for the
-// collectives that do not reduce.
-Algorithm select_rank_ordered(Collective coll, size_t bytes, int world_size);
 
 // ---- helpers shared by algorithm files --------------------------------------------------------
 // The rank at ring position `pos` (taken modulo the size), and the ring position of `rank`.

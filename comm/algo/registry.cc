@@ -1,62 +1,90 @@
-// The algorithm table, the default selector, and the helpers algorithm files share.
+// The algorithm table, the fixed size thresholds, and the helpers algorithm files share.
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "algo/algorithm.h"
+#include "algo/registry.h"
 #include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
 
 namespace chorus::algo {
 namespace {
 
+// What the entries need (AlgoEntry::supports).
+std::string anywhere(Algorithm, const Capabilities&) { return {}; }
+
+// Fanout's readers copy out of one buffer shared by every rank, which only the shm transport
+// between ranks of one host provides. (Hier runs anywhere: on one host it is a reduce-scatter
+// and an all-gather; the selector offers it only across hosts, algo/selector.h.)
+std::string one_shared_buffer(Algorithm a, const Capabilities& c) {
+  if (!runs_on_hosts(a, c.hosts))
+    return detail::concat(to_string(a), " needs every rank on one host; these ranks span ",
+                          c.hosts, " hosts");
+  if (!c.fans_out)
+    return detail::concat(to_string(a),
+                          " needs a buffer shared by every rank, which this communicator's "
+                          "transport does not give");
+  return {};
+}
+
 constexpr AlgoEntry kAlgorithms[] = {
     {Collective::kAllReduce, Algorithm::kRing, all_reduce_ring,
-     "reduce-scatter + all-gather around a ring; bandwidth-optimal"},
+     "reduce-scatter + all-gather around a ring; bandwidth-optimal", anywhere},
     {Collective::kAllReduce, Algorithm::kTree, all_reduce_tree,
-     "double binary tree, half the data on each; log-depth latency"},
+     "double binary tree, half the data on each; log-depth latency", anywhere},
     {Collective::kAllReduce, Algorithm::kDirect, all_reduce_direct,
-     "one-shot: every rank reduces all inputs itself; small messages"},
+     "one-shot: every rank reduces all inputs itself; small messages", anywhere},
     {Collective::kAllReduce, Algorithm::kTwoShot, all_reduce_twoshot,
-     "two-shot: direct reduce-scatter, then direct all-gather; two steps, bandwidth-optimal"},
+     "two-shot: direct reduce-scatter, then direct all-gather; two steps, bandwidth-optimal",
+     anywhere},
     {Collective::kAllReduce, Algorithm::kHier, all_reduce_hier,
-     "hierarchical: reduce-scatter in each host, all-reduce across hosts per rail, all-gather"},
-    {Collective::kReduceScatter, Algorithm::kRing, reduce_scatter_ring, "ring, n-1 steps"},
-    {Collective::kReduceScatter, Algorithm::kDirect, reduce_scatter_direct, "one-shot"},
+     "hierarchical: reduce-scatter in each host, all-reduce across hosts per rail, all-gather",
+     anywhere},
+    {Collective::kReduceScatter, Algorithm::kRing, reduce_scatter_ring, "ring, n-1 steps",
+     anywhere},
+    {Collective::kReduceScatter, Algorithm::kDirect, reduce_scatter_direct, "one-shot", anywhere},
     {Collective::kReduceScatter, Algorithm::kTwoShot, reduce_scatter_twoshot,
-     "the two-shot's first step: every rank reads its block from each peer and folds it in"},
-    {Collective::kAllGather, Algorithm::kRing, all_gather_ring, "ring, n-1 steps"},
-    {Collective::kAllGather, Algorithm::kDirect, all_gather_direct, "one-shot"},
+     "the two-shot's first step: every rank reads its block from each peer and folds it in",
+     anywhere},
+    {Collective::kAllGather, Algorithm::kRing, all_gather_ring, "ring, n-1 steps", anywhere},
+    {Collective::kAllGather, Algorithm::kDirect, all_gather_direct, "one-shot", anywhere},
     {Collective::kAllGather, Algorithm::kFanout, all_gather_fanout,
-     "every rank writes its block once into a shared buffer all others copy out of; one host"},
-    {Collective::kBroadcast, Algorithm::kRing, broadcast_ring, "pipelined chain from the root"},
-    {Collective::kBroadcast, Algorithm::kTree, broadcast_tree, "pipelined binary tree"},
-    {Collective::kBroadcast, Algorithm::kDirect, broadcast_direct, "root sends to all"},
+     "every rank writes its block once into a shared buffer all others copy out of; one host",
+     one_shared_buffer},
+    {Collective::kBroadcast, Algorithm::kRing, broadcast_ring, "pipelined chain from the root",
+     anywhere},
+    {Collective::kBroadcast, Algorithm::kTree, broadcast_tree, "pipelined binary tree", anywhere},
+    {Collective::kBroadcast, Algorithm::kDirect, broadcast_direct, "root sends to all", anywhere},
     {Collective::kBroadcast, Algorithm::kFanout, broadcast_fanout,
-     "root writes each piece once into a shared buffer every rank copies out of; one host"},
-    {Collective::kReduce, Algorithm::kRing, reduce_ring, "pipelined chain to the root"},
-    {Collective::kReduce, Algorithm::kTree, reduce_tree, "pipelined binary tree"},
-    {Collective::kReduce, Algorithm::kDirect, reduce_direct, "all send to the root"},
+     "root writes each piece once into a shared buffer every rank copies out of; one host",
+     one_shared_buffer},
+    {Collective::kReduce, Algorithm::kRing, reduce_ring, "pipelined chain to the root", anywhere},
+    {Collective::kReduce, Algorithm::kTree, reduce_tree, "pipelined binary tree", anywhere},
+    {Collective::kReduce, Algorithm::kDirect, reduce_direct, "all send to the root", anywhere},
     {Collective::kReduce, Algorithm::kTwoShot, reduce_twoshot,
-     "reduce-scatter, then gather to the root; every rank reduces 1/n"},
-    {Collective::kGather, Algorithm::kDirect, gather_direct, "all send to the root"},
-    {Collective::kScatter, Algorithm::kDirect, scatter_direct, "root sends to all"},
-    {Collective::kAllToAll, Algorithm::kDirect, all_to_all_direct, "staggered pairwise"},
-    {Collective::kBarrier, Algorithm::kDirect, barrier_direct, "dissemination"},
-    {Collective::kSend, Algorithm::kDirect, send_direct, "point-to-point"},
-    {Collective::kRecv, Algorithm::kDirect, recv_direct, "point-to-point"},
-    {Collective::kSendRecv, Algorithm::kDirect, send_recv_direct, "point-to-point pair"},
+     "reduce-scatter, then gather to the root; every rank reduces 1/n", anywhere},
+    {Collective::kGather, Algorithm::kDirect, gather_direct, "all send to the root", anywhere},
+    {Collective::kScatter, Algorithm::kDirect, scatter_direct, "root sends to all", anywhere},
+    {Collective::kAllToAll, Algorithm::kDirect, all_to_all_direct, "staggered pairwise", anywhere},
+    {Collective::kBarrier, Algorithm::kDirect, barrier_direct, "dissemination", anywhere},
+    {Collective::kSend, Algorithm::kDirect, send_direct, "point-to-point", anywhere},
+    {Collective::kRecv, Algorithm::kDirect, recv_direct, "point-to-point", anywhere},
+    {Collective::kSendRecv, Algorithm::kDirect, send_recv_direct, "point-to-point pair", anywhere},
 };
 
 }  // namespace
 
 std::string_view to_string(Algorithm a) {
   switch (a) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kHier: return "hier";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kTree:
+      return "tree";
+    case Algorithm::kDirect:
+      return "direct";
+    case Algorithm::kHier:
+      return "hier";
     case Algorithm::kTwoShot: return "twoshot";
     case Algorithm::kFanout: return "fanout";
   }
@@ -121,6 +149,10 @@ std::optional<Variant> parse_variant(std::string_view name) {
 }
 
 std::span<const AlgoEntry> all_algorithms() { return kAlgorithms; }
+
+std::string supports(const AlgoEntry& e, const Capabilities& caps) {
+  return e.supports(e.algo, caps);
+}
 
 const AlgoEntry* find_algorithm(Collective coll, Algorithm algo) {
   for (const auto& e : kAlgorithms)

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "algo/registry.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/log.h"

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "algo/algorithm.h"
+#include "algo/registry.h"
 #include "reference.h"
 
 namespace chorus::testing {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algo/algorithm.h"
+#include "algo/registry.h"
 #include "chorus/in_process_store.h"
 #include "collective_cases.h"
 #include "error_helpers.h"

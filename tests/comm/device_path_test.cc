@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algo/algorithm.h"
+#include "algo/registry.h"
 #include "chorus/kernels/cpu.h"
 #include "device_memory.h"
 #include "exchange.h"

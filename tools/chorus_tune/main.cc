@@ -1,6 +1,6 @@
 // chorus-tune: measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast,
 // reduce, gather and scatter at sizes from 8 B up, on this machine with this many ranks, and writes the curves to
-// the tune table the selector reads (comm/algo/tuner.h). Run it under a launcher:
+// the tune table the selector reads (chorus/tools/tune_table.h). Run it under a launcher:
 //
 //   chorus-run -n 2 chorus-tune            # writes ~/.cache/chorus/tune-<host>.txt
 //   chorus-tune --show                     # the table in effect, with alpha/beta per curve
@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "algo/tuner.h"
 #include "chorus/communicator.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
+#include "chorus/tools/selection.h"
+#include "chorus/tools/tune_table.h"
 
 namespace chorus {
 namespace {
@@ -111,7 +112,7 @@ Options parse(int argc, char** argv) {
       std::stringstream list(value());
       std::string name;
       while (std::getline(list, name, ',')) {
-        if (!algo::parse_variant(name)) usage_error("unknown algorithm '" + name + "' in --algos");
+        if (!tools::is_algorithm_name(name)) usage_error("unknown algorithm '" + name + "' in --algos");
         o.algos.push_back(name);
       }
       if (o.algos.empty()) usage_error("--algos names no algorithm");
@@ -134,44 +135,19 @@ std::string read_file(const std::string& path) {
 }
 
 int show(const Options& o) {
-  algo::TuneTable t = o.file.empty() ? algo::load_tune_table()
-                                     : algo::TuneTable::parse(read_file(o.file), o.file);
-  if (!algo::tuning_enabled()) std::printf("CHORUS_TUNE=off: fixed size thresholds\n");
+  const tools::TableSummary t = tools::summarize_tune_table(o.file);
+  if (!tools::tuning_enabled()) std::printf("CHORUS_TUNE=off: fixed size thresholds\n");
   std::printf("tune table: %s\n", t.origin.empty() ? "(none)" : t.origin.c_str());
-  if (t.empty()) {
+  if (t.curves.empty()) {
     std::printf("(no curves: every world size uses fixed thresholds)\n");
     return 0;
   }
   std::printf("%4s  %-18s %-13s %12s %16s %7s\n", "np", "collective", "algo", "alpha (us)",
               "beta (us/MiB)", "points");
-  std::istringstream lines(t.format());
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream f(line);
-    int np;
-    std::string coll, algo;
-    f >> np >> coll >> algo;
-    int points = 0;
-    std::string p;
-    while (f >> p) ++points;
-    const bool in_place = coll.ends_with("/in-place");
-    const std::string name = in_place ? coll.substr(0, coll.find('/')) : coll;
-    for (int c = 0; c <= static_cast<int>(Collective::kSendRecv); ++c) {
-      if (to_string(static_cast<Collective>(c)) != name) continue;
-      auto ab = t.alpha_beta(np, static_cast<Collective>(c), *algo::parse_variant(algo), in_place);
-      std::printf("%4d  %-18s %-13s %12.2f %16.1f %7d\n", np, coll.c_str(), algo.c_str(),
-                  ab->first, ab->second, points);
-    }
-  }
+  for (const tools::CurveSummary& c : t.curves)
+    std::printf("%4d  %-18s %-13s %12.2f %16.1f %7d\n", c.world_size, c.collective.c_str(),
+                c.algorithm.c_str(), c.alpha_us, c.beta_us_per_mib, c.points);
   return 0;
-}
-
-// Elements per call for `bytes` counted as chorus-bench counts them.
-size_t count_for(Collective c, size_t bytes, int n) {
-  const size_t elems = std::max<size_t>(1, bytes / sizeof(float));
-  if (c == Collective::kReduceScatter || c == Collective::kAllGather)
-    return std::max<size_t>(1, elems / static_cast<size_t>(n));
-  return elems;
 }
 
 // In place: send == recv (broadcast is the only collective measured so).
@@ -190,160 +166,155 @@ void call(Communicator& comm, Collective c, const float* send, float* recv, size
   }
 }
 
-// A call never gets faster as it grows: noise that says otherwise (a descheduled block at a small
-// size) is pooled away, least-squares (pool adjacent violators), so the curve is non-decreasing.
-void make_non_decreasing(std::vector<algo::TuneTable::Point>& curve) {
-  struct Block {
-    double sum;
-    int n;
-  };
-  std::vector<Block> blocks;
-  for (const auto& p : curve) {
-    blocks.push_back({p.us, 1});
-    while (blocks.size() > 1 && blocks[blocks.size() - 2].sum / blocks[blocks.size() - 2].n >
-                                    blocks.back().sum / blocks.back().n) {
-      blocks[blocks.size() - 2].sum += blocks.back().sum;
-      blocks[blocks.size() - 2].n += blocks.back().n;
-      blocks.pop_back();
-    }
-  }
-  size_t i = 0;
-  for (const Block& b : blocks)
-    for (int k = 0; k < b.n; ++k) curve[i++].us = b.sum / b.n;
-}
-
 double max_over_ranks(Communicator& comm, double v) {
   double out = 0;
   comm.all_reduce(&v, &out, 1, DataType::kF64, ReduceOp::kMax);
   return out;
 }
 
-int tune(const Options& o) {
-  Communicator comm = Communicator::from_env();
-  const int n = comm.size();
-  if (n < 2) {
-    std::fprintf(stderr, "chorus-tune: needs at least 2 ranks (chorus-run -n 2 chorus-tune)\n");
-    return 2;
-  }
+// The sizes measured: 8 B, 32 B, 128 B, 512 B, then twice as dense up to `max_bytes`. The
+// small-message paths end at a size (4 KiB, 32 KiB) and the caches at others, and there the
+// curves bend; a straight line across 4x misled the selector (np=2 broadcast at 16 MiB; np=2
+// all_gather at 4 KiB: direct predicted 0.92 us, 1.19 measured, fanout 0.87 and 0.89).
+std::vector<size_t> tune_sizes(size_t max_bytes) {
   std::vector<size_t> sizes;
-  // Twice as dense from 512 B: the small-message paths end at a size (4 KiB, 32 KiB) and the
-  // caches at others, and there the curves bend; a straight line across 4x misled the selector
-  // (np=2 broadcast at 16 MiB; np=2 all_gather at 4 KiB: direct predicted 0.92 us, 1.19
-  // measured, fanout 0.87 and 0.89).
-  for (size_t b = 8; b < o.max_bytes; b *= b < 512 ? 4 : 2) sizes.push_back(b);
-  sizes.push_back(o.max_bytes);
-  const size_t max_elems = o.max_bytes / sizeof(float) + 1;
-  // A size counts the whole buffer of reduce_scatter and all_gather, but one rank's part of
-  // gather's and scatter's: only those two need n times the largest size (np=8 at 256 MiB
-  // would otherwise hold 4 GiB per rank).
-  const auto measures = [&](Collective c) {
-    return std::find(o.colls.begin(), o.colls.end(), c) != o.colls.end();
-  };
-  const size_t ranks = static_cast<size_t>(n);
-  std::vector<float> send(max_elems * (measures(Collective::kScatter) ? ranks : 1), 1.0f);
-  std::vector<float> recv(max_elems * (measures(Collective::kGather) ? ranks : 1));
+  for (size_t b = 8; b < max_bytes; b *= b < 512 ? 4 : 2) sizes.push_back(b);
+  sizes.push_back(max_bytes);
+  return sizes;
+}
 
-  algo::TuneTable measured;
-  using Clock = std::chrono::steady_clock;
-  // Settle first: page in the buffers, wake both cores, fill the caches.
-  {
+// Times the algorithms of the collectives on one communicator; every rank runs it alike.
+class Tuner {
+ public:
+  Tuner(Communicator& comm, const Options& o)
+      : comm_(comm), o_(o), n_(comm.size()), sizes_(tune_sizes(o.max_bytes)) {
+    const size_t max_elems = o.max_bytes / sizeof(float) + 1;
+    // A size counts the whole buffer of reduce_scatter and all_gather, but one rank's part of
+    // gather's and scatter's: only those two need n times the largest size (np=8 at 256 MiB
+    // would otherwise hold 4 GiB per rank).
+    const size_t ranks = static_cast<size_t>(n_);
+    send_.assign(max_elems * (measures(Collective::kScatter) ? ranks : 1), 1.0f);
+    recv_.resize(max_elems * (measures(Collective::kGather) ? ranks : 1));
+  }
+
+  // Settles first: pages in the buffers, wakes the cores, fills the caches.
+  void settle() {
     const auto until = Clock::now() + std::chrono::milliseconds(200);
+    const size_t max_elems = o_.max_bytes / sizeof(float) + 1;
     int go = 1;
     while (go) {
-      call(comm, Collective::kAllReduce, send.data(), recv.data(),
+      call(comm_, Collective::kAllReduce, send_.data(), recv_.data(),
            std::min<size_t>(1024, max_elems));  // --max-bytes below 4 KiB: a smaller buffer
-      go = max_over_ranks(comm, Clock::now() < until ? 1.0 : 0.0) > 0 ? 1 : 0;
+      go = max_over_ranks(comm_, Clock::now() < until ? 1.0 : 0.0) > 0 ? 1 : 0;
     }
   }
-  // One (algorithm, size) at a time, the algorithms of a size in turn, so that a disturbance of
-  // the machine lands on neighbouring points of different curves rather than on one whole curve.
-  const auto measure = [&](Collective c, const std::string& algorithm, size_t count,
-                           bool in_place) {
-    comm.set_algorithm(algorithm);
+
+  // Every wanted algorithm of `c` at every size, into `measured`: one (algorithm, size) at a
+  // time, the algorithms of a size in turn, so that a disturbance of the machine lands on
+  // neighbouring points of different curves rather than on one whole curve.
+  void measure_collective(Collective c, tools::MeasuredTable& measured) {
+    std::vector<AlgorithmEstimate> algos = comm_.explain(c, 8);
+    std::erase_if(algos, [&](const AlgorithmEstimate& e) { return !wanted(e.algorithm); });
+    if (algos.empty()) return;
+    for (bool in_place : {false, true}) {
+      if (in_place && c != Collective::kBroadcast) continue;
+      std::vector<std::vector<tools::TunePoint>> curves(algos.size());
+      for (size_t bytes : sizes_)
+        for (size_t i = 0; i < algos.size(); ++i)
+          curves[i].push_back(
+              {bytes, measure(c, algos[i].algorithm,
+                              tools::count_for_selection_bytes(c, bytes, DataType::kF32, n_),
+                              in_place)});
+      for (size_t i = 0; i < algos.size(); ++i)
+        measured.add(n_, c, algos[i].algorithm, std::move(curves[i]), in_place);
+    }
+    if (comm_.rank() == 0)
+      std::fprintf(stderr, "chorus-tune: np=%d %s measured\n", n_,
+                   std::string(to_string(c)).c_str());
+  }
+
+  bool wanted(const std::string& name) const {
+    return o_.algos.empty() || std::find(o_.algos.begin(), o_.algos.end(), name) != o_.algos.end();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  bool measures(Collective c) const {
+    return std::find(o_.colls.begin(), o_.colls.end(), c) != o_.colls.end();
+  }
+
+  // The median of 5 timed blocks of `algorithm`, the slowest rank's time per call.
+  double measure(Collective c, const std::string& algorithm, size_t count, bool in_place) {
+    comm_.set_algorithm(algorithm);
     // Iterations per block: enough for ~3 ms, agreed on by all ranks.
     const auto t0 = Clock::now();
-    call(comm, c, send.data(), recv.data(), count, in_place);
-    call(comm, c, send.data(), recv.data(), count, in_place);
-    const double first_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2;
-    comm.set_algorithm("auto");
-    const double est = max_over_ranks(comm, first_us);
+    call(comm_, c, send_.data(), recv_.data(), count, in_place);
+    call(comm_, c, send_.data(), recv_.data(), count, in_place);
+    const double first_us =
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2;
+    comm_.set_algorithm("auto");
+    const double est = max_over_ranks(comm_, first_us);
     const int iters = static_cast<int>(std::clamp(3000.0 / std::max(est, 0.05), 1.0, 20000.0));
     std::vector<double> blocks;
     for (int b = 0; b < 5; ++b) {
-      comm.set_algorithm(algorithm);
-      comm.barrier();
+      comm_.set_algorithm(algorithm);
+      comm_.barrier();
       const auto start = Clock::now();
-      for (int i = 0; i < iters; ++i) call(comm, c, send.data(), recv.data(), count, in_place);
-      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
-      comm.set_algorithm("auto");
-      blocks.push_back(max_over_ranks(comm, us));
+      for (int i = 0; i < iters; ++i) call(comm_, c, send_.data(), recv_.data(), count, in_place);
+      const double us =
+          std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+      comm_.set_algorithm("auto");
+      blocks.push_back(max_over_ranks(comm_, us));
     }
     std::sort(blocks.begin(), blocks.end());
     return blocks[blocks.size() / 2];
-  };
-  const auto wanted = [&](const std::string& name) {
-    return o.algos.empty() || std::find(o.algos.begin(), o.algos.end(), name) != o.algos.end();
-  };
-  for (Collective c : o.colls) {
-    std::vector<AlgorithmEstimate> algos = comm.explain(c, 8);
-    std::erase_if(algos, [&](const AlgorithmEstimate& e) { return !wanted(e.algorithm); });
-    if (algos.empty()) continue;
-    for (bool in_place : {false, true}) {
-      if (in_place && c != Collective::kBroadcast) continue;
-      std::vector<std::vector<algo::TuneTable::Point>> curves(algos.size());
-      for (size_t bytes : sizes)
-        for (size_t i = 0; i < algos.size(); ++i)
-          curves[i].push_back(
-              {bytes, measure(c, algos[i].algorithm, count_for(c, bytes, n), in_place)});
-      for (size_t i = 0; i < algos.size(); ++i) {
-        make_non_decreasing(curves[i]);
-        measured.set(n, c, *algo::parse_variant(algos[i].algorithm), std::move(curves[i]),
-                     in_place);
-      }
-    }
-    if (comm.rank() == 0)
-      std::fprintf(stderr, "chorus-tune: np=%d %s measured\n", n, std::string(to_string(c)).c_str());
   }
+
+  Communicator& comm_;
+  const Options& o_;
+  const int n_;
+  const std::vector<size_t> sizes_;
+  std::vector<float> send_, recv_;
+};
+
+// Writes the run's curves into the table file (rank 0), keeping the other world sizes' lines of
+// an existing table and replacing this one's.
+int write_table(const Options& o, int n, const tools::MeasuredTable& measured) {
+  const std::string path = o.out.empty() ? tools::default_tune_path() : o.out;
+  const std::string text = measured.merge_into(read_file(path), n, o.colls, o.algos);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream f(path);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  f << "# chorus tune table for " << host << " (written by chorus-tune; median us per call)\n"
+    << text;
+  if (!f.good()) {
+    std::fprintf(stderr, "chorus-tune: cannot write %s\n", path.c_str());
+    return 1;
+  }
+  if (o.print) std::fputs(measured.format().c_str(), stdout);
+  std::fprintf(stderr, "chorus-tune: wrote world size %d to %s\n", n, path.c_str());
+  return 0;
+}
+
+int tune(const Options& o) {
+  Communicator comm = Communicator::from_env();
+  if (comm.size() < 2) {
+    std::fprintf(stderr, "chorus-tune: needs at least 2 ranks (chorus-run -n 2 chorus-tune)\n");
+    return 2;
+  }
+  Tuner tuner(comm, o);
+  tuner.settle();
+  tools::MeasuredTable measured;
+  for (Collective c : o.colls) tuner.measure_collective(c, measured);
   if (measured.empty()) {  // the same on every rank
     if (comm.rank() == 0)
       std::fprintf(stderr, "chorus-tune: --algos names no algorithm of the collectives measured\n");
     return 2;
   }
   if (comm.rank() != 0) return 0;
-
-  // Keep the other world sizes' lines of an existing table; replace this one's.
-  const std::string path = o.out.empty() ? algo::default_tune_path() : o.out;
-  std::string kept;
-  {
-    std::istringstream old(read_file(path));
-    std::string line;
-    while (std::getline(old, line)) {
-      std::istringstream f(line);
-      int np = 0;
-      if (line.empty() || line[0] == '#' || !(f >> np)) continue;
-      std::string coll, variant;
-      f >> coll >> variant;
-      if (coll.ends_with("/in-place")) coll.resize(coll.size() - std::string_view("/in-place").size());
-      bool ours = false;
-      for (Collective c : o.colls) ours |= coll == to_string(c);
-      if (np == n && ours && wanted(variant)) continue;
-      kept += line + "\n";
-    }
-  }
-  const std::string text = measured.format();
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream f(path);
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  f << "# chorus tune table for " << host << " (written by chorus-tune; median us per call)\n"
-    << kept << text;
-  if (!f.good()) {
-    std::fprintf(stderr, "chorus-tune: cannot write %s\n", path.c_str());
-    return 1;
-  }
-  if (o.print) std::fputs(text.c_str(), stdout);
-  std::fprintf(stderr, "chorus-tune: wrote world size %d to %s\n", n, path.c_str());
-  return 0;
+  return write_table(o, comm.size(), measured);
 }
 
 }  // namespace

@@ -1,0 +1,374 @@
+// A communicator's set-up and teardown: its store scope and id, the agreed choices (chunk size,
+// tune table, deterministic mode), the transport and the ring; the goodbyes at destruction; and
+// split(), which sets up a child the same way.
+#include <unistd.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "chorus/config.h"
+#include "chorus/kernels/cpu.h"
+#include "chorus/log.h"
+#include "chorus/timeout.h"
+#include "communicator_impl.h"
+#include "transport/factory.h"
+#include "transport/shm/shm_transport.h"
+
+namespace chorus {
+namespace {
+
+const StringKnob kAlgo{"CHORUS_ALGO", "",
+                       "force an algorithm for every collective that has it: ring, tree, "
+                       "direct, twoshot or hier, each also as <name>/fifo (large messages copy "
+                       "through shared memory instead of single copy) (default: the tuner's "
+                       "choice)"};
+const IntKnob kChunkBytes{"CHORUS_CHUNK_BYTES", 0,
+                          "pipelining unit of the ring, tree and chain algorithms (0 = the "
+                          "transport's preference: larger where peers read each other's memory "
+                          "directly)"};
+
+const IntKnob kStreamFrom{"CHORUS_STREAM_FROM", 16 << 20,
+                          "results of at least this many bytes per rank are written with "
+                          "streaming (non-temporal) stores, saving the read a cached store makes "
+                          "of every line: broadcast and all-gather always, reductions out of "
+                          "place (0 = never)"};
+
+const IntKnob kDeterministic{"CHORUS_DETERMINISTIC", 0,
+                             "1 = all_reduce, reduce_scatter and reduce add the ranks' "
+                             "contributions in rank order, so their bits do not depend on the "
+                             "algorithm, chunk size or ring (only rank-ordered algorithms run "
+                             "them); 0 = the fastest algorithm (CommOptions::deterministic)"};
+
+const StringKnob kRing{"CHORUS_RING", "locality",
+                       "order of the ring and tree algorithms: locality = ranks grouped by host, "
+                       "socket, NUMA node and bound CPU, so the ring leaves each once; rank = "
+                       "rank order"};
+
+std::string random_job_id() {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::string id(12, 'x');
+  for (char& ch : id) ch = kAlphabet[rd() % (sizeof kAlphabet - 1)];
+  return id;
+}
+
+bool resolve_deterministic(const CommOptions& o) {
+  if (o.deterministic) return true;
+  const int64_t v = kDeterministic.get();
+  CHORUS_ARG_CHECK(v == 0 || v == 1, "CHORUS_DETERMINISTIC=", v, " (use 1 or 0)");
+  return v == 1;
+}
+
+std::optional<algo::Variant> resolve_algorithm(const CommOptions& o) {
+  const std::string name = o.algorithm.empty() ? kAlgo.get() : o.algorithm;
+  if (name.empty() || name == "auto") return std::nullopt;
+  auto a = algo::parse_variant(name);
+  CHORUS_ARG_CHECK(a.has_value(), "unknown algorithm '", name,
+                   "' (CHORUS_ALGO / CommOptions::algorithm take ", algo::algorithm_names(),
+                   " or auto)");
+  return a;
+}
+
+}  // namespace
+
+std::chrono::milliseconds Communicator::Impl::resolve_timeout(const CommOptions& o) {
+  CHORUS_ARG_CHECK(o.timeout.count() >= 0, "CommOptions::timeout ", o.timeout.count(),
+                   " ms must not be negative (0 = CHORUS_TIMEOUT)");
+  return o.timeout.count() > 0 ? clamp_timeout(o.timeout) : default_timeout();
+}
+
+Communicator::Impl::Impl(Setup s)
+    : rank(s.rank),
+      size(s.world_size),
+      local_ranks(std::max(1, s.local_ranks)),
+      root_store(std::move(s.store)),
+      owns_bootstrap(s.owns_bootstrap) {
+  CHORUS_ARG_CHECK(size >= 1 && size <= kMaxWorldSize, "world_size ", size, " is out of range [1, ",
+                   kMaxWorldSize, "]");
+  CHORUS_ARG_CHECK(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
+  CHORUS_ARG_CHECK(root_store != nullptr, "the store is null");
+  timeout = resolve_timeout(s.options);
+  selection.forced = resolve_algorithm(s.options);
+  deterministic = s.deterministic ? *s.deterministic : resolve_deterministic(s.options);
+  chunk_bytes = static_cast<size_t>(kChunkBytes.get());
+  CHORUS_ARG_CHECK(chunk_bytes % 64 == 0, "CHORUS_CHUNK_BYTES=", chunk_bytes,
+                   " must be a positive multiple of 64 (or 0 for the transport's choice)");
+  {
+    const int64_t v = kStreamFrom.get();
+    CHORUS_ARG_CHECK(v >= 0, "CHORUS_STREAM_FROM=", v, " must be >= 0 (0 = never)");
+    stream_from_bytes = v == 0 ? SIZE_MAX : static_cast<size_t>(v);
+  }
+
+  // Communicators made the same way on every rank get the same id: rank r's k-th world
+  // communicator on this store is "w<k>" on every rank.
+  const bool world = s.comm_id.empty();
+  comm_id = world ? claim_world_id() : s.comm_id;
+  store = std::make_shared<SetupStore>(
+      std::make_shared<PrefixStore>(root_store, "chorus/" + comm_id + "/"), rank, size);
+  try {
+    store->announce();
+    if (world) check_world_size();
+    set_up(s);
+  } catch (const std::exception& e) {
+    // The peers waiting for this rank's keys learn why at once instead of at their deadline.
+    store->report_failure(e.what());
+    if (owns_bootstrap && rank == 0) linger_after_failed_setup();
+    throw;
+  }
+}
+
+void Communicator::Impl::set_up(Setup& s) {
+  job_id = s.job_id;
+  if (job_id.empty()) {
+    if (rank == 0) store->set("job", random_job_id());
+    job_id = store->get("job", timeout);
+  }
+  set_log_rank(rank);
+  tune = std::move(s.tune);
+  if (size > 1) {
+    transport::Wiring wiring =
+        transport::connect(rank, size, *store, "/chorus-" + job_id + "-" + comm_id, timeout);
+    transport = std::move(wiring.transport);
+    host_of = std::move(wiring.host_of);
+    hosts = wiring.hosts;
+    set_ring(wiring.places);
+    exchange = std::make_unique<Exchange>(*transport, rank, size,
+                                          WaitPolicy::for_ranks(local_ranks, wiring.host_cpus));
+    agree_on_choices();
+  }
+  if (chunk_bytes == 0) chunk_bytes = transport::Transport::kDefaultChunkBytes;
+  recorder =
+      std::make_unique<FlightRecorder>(FlightRecorder::Identity{job_id, comm_id, rank, size}, 0);
+  if (exchange) {
+    exchange->publish_waiting_to(recorder->waiting());
+    exchange->set_abort_flag(&aborted_);
+  }
+  make_selection();
+  CHORUS_INFO(kLogInit, "communicator ", comm_id, " ready: rank ", rank, " of ", size,
+              ", transport ", transport ? transport->name() : "none", ", kernels ",
+              kernels::isa_name());
+}
+
+// What the selector needs, fixed from here on (the forced algorithm aside): the agreed choices,
+// the hosts and what the transport can do.
+void Communicator::Impl::make_selection() {
+  selection.caps.world_size = size;
+  selection.caps.hosts = hosts;
+  selection.caps.fans_out = transport ? transport->fans_out() : true;
+  selection.host_of = host_of;
+  selection.deterministic = deterministic;
+  selection.tune = tune.get();
+  selection.fifo_from_bytes = fifo_from_bytes;
+}
+
+// Rank 0 of a from_env communicator whose set-up failed stays a moment, so that the store stays
+// up while the others fail too: they then report their own errors (or this rank's) instead of a
+// vanished store. The process's server outlives the communicator, but the process itself may
+// exit right after this error.
+void Communicator::Impl::linger_after_failed_setup() {
+  try {
+    const auto deadline = deadline_after(std::min(timeout, kTeardownBound));
+    DeadlineScope scope(deadline);
+    for (int r = 1; r < size && std::chrono::steady_clock::now() < deadline;) {
+      if (store->peer_gone(r)) {
+        ++r;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  } catch (...) {
+    // The original error is what matters.
+  }
+}
+
+// Every rank must segment and choose alike, or their messages would not pair up: all take rank
+// 0's chunk size (the transport's preference there, unless CHORUS_CHUNK_BYTES is set) and tune
+// table, in one store key.
+void Communicator::Impl::set_ring(const std::vector<algo::RankPlace>& places) {
+  const std::string mode = kRing.get();
+  CHORUS_ARG_CHECK(mode == "locality" || mode == "rank", "CHORUS_RING='", mode,
+                   "' (use locality or rank)");
+  ring.resize(static_cast<size_t>(size));
+  std::iota(ring.begin(), ring.end(), 0);
+  if (mode == "locality") ring = algo::ring_by_locality(places);
+  ring_pos.assign(static_cast<size_t>(size), 0);
+  for (int p = 0; p < size; ++p) ring_pos[static_cast<size_t>(ring[static_cast<size_t>(p)])] = p;
+  if (rank == 0 && !std::is_sorted(ring.begin(), ring.end())) {
+    std::string order;
+    for (int r : ring) order += detail::concat(order.empty() ? "" : " ", r);
+    CHORUS_INFO(kLogInit, "ring order by locality: ", order);
+  }
+}
+
+void Communicator::Impl::agree_on_choices() {
+  if (rank == 0) {
+    // The FIFO path pipelines in the transport's default unit (as when nothing is single copy).
+    const size_t fifo_chunk =
+        chunk_bytes != 0 ? chunk_bytes : transport::Transport::kDefaultChunkBytes;
+    if (chunk_bytes == 0) chunk_bytes = transport->preferred_chunk_bytes();
+    algo::TuneTable t = tune ? *tune : algo::load_tune_table();
+    // 0 says "no /fifo variants", so a threshold of 0 (everything single copy) counts as 1.
+    const size_t fifo_from = transport->single_copy_anywhere()
+                                 ? std::max<size_t>(1, transport->single_copy_threshold())
+                                 : 0;
+    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
+                                         deterministic ? 1 : 0, "\n", t.origin, "\n", t.format()));
+  }
+  const std::string text = store->get("choices", timeout);
+  const size_t a = text.find('\n');
+  const size_t b = text.find('\n', a + 1);
+  CHORUS_CHECK(a != std::string::npos && b != std::string::npos, "malformed choices from rank 0");
+  {
+    std::istringstream first(text.substr(0, a));
+    int root_deterministic = 0;
+    first >> chunk_bytes >> fifo_chunk_bytes >> fifo_from_bytes >> root_deterministic;
+    CHORUS_CHECK(!first.fail(), "malformed choices from rank 0");
+    // A rank folding in another order than its peers would silently break the promise.
+    if (root_deterministic != (deterministic ? 1 : 0))
+      throw InvalidArgument(
+          detail::concat("rank 0 runs with deterministic reductions ",
+                         root_deterministic != 0 ? "on" : "off", " but this rank with them ",
+                         deterministic ? "on" : "off",
+                         "; set CHORUS_DETERMINISTIC (or CommOptions::deterministic) alike on "
+                         "every rank"),
+          rank);
+  }
+  if (!tune)
+    tune = std::make_shared<const algo::TuneTable>(algo::TuneTable::parse(
+        std::string_view(text).substr(b + 1), std::string_view(text).substr(a + 1, b - a - 1)));
+}
+
+// Rank r's k-th world communicator on this store is "w<k>" on every rank. Each claim records
+// its process, so a second process started with the same rank is caught here instead of
+// silently joining as someone else's next communicator.
+std::string Communicator::Impl::claim_world_id() {
+  const std::string me = detail::concat(transport::local_host_id(), " pid ", ::getpid());
+  const std::string r = std::to_string(rank);
+  const int64_t k = root_store->add("chorus/instances/" + r, 1);
+  root_store->set(detail::concat("chorus/instance_owner/", r, "/", k), me);
+  if (k > 1) {
+    const std::string previous =
+        root_store->get(detail::concat("chorus/instance_owner/", r, "/", k - 1), timeout);
+    if (previous != me)
+      throw InvalidArgument(
+          detail::concat(
+              "two processes claim rank ", rank, ": ", previous, " and this one (", me,
+              "); check the launcher's rank variables (CHORUS_RANK, RANK, SLURM_PROCID, ...)"),
+          rank);
+  }
+  return "w" + std::to_string(k);
+}
+
+// Every rank must have been started with the same world size.
+void Communicator::Impl::check_world_size() {
+  if (rank == 0) store->set("world_size", std::to_string(size));
+  const int root_size = std::stoi(store->get("world_size", timeout));
+  if (root_size != size)
+    throw InvalidArgument(
+        detail::concat("this rank was started with world size ", size, " but rank 0 with ",
+                       root_size, "; check the launcher's variables"),
+        rank);
+}
+
+Communicator::Impl::~Impl() {
+  {
+    // Teardown never waits long for the store: its host may be stopped or gone.
+    DeadlineScope scope(deadline_after(std::min(timeout, kTeardownBound)));
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    // Peers still waiting for this rank learn that it left instead of timing out; a communicator
+    // destroyed by an exception unwinding the stack is a failure, not a normal end.
+    if (transport) {
+      if (std::uncaught_exceptions() > 0)
+        transport->announce_failure(
+            rank, detail::concat("rank ", rank,
+                                 " destroyed the communicator while an exception "
+                                 "was propagating (the application raised an error) after ",
+                                 collectives, " collectives"));
+      else
+        transport->announce_exit();
+    }
+    say_goodbye();
+  }
+  wait_for_goodbyes();
+}
+
+// Rank 0 serves the store (for the process, comm/bootstrap/process_server.h), and its process may
+// exit right after this: it waits until every rank has finished with this communicator's part of
+// the store. Each says goodbye; a rank whose process is gone is not waited for. Bounded: by
+// min(timeout, 10 s), or min(timeout, kTeardownBound) once the communicator is broken (the others
+// are failing too and need nothing more from the store).
+void Communicator::Impl::say_goodbye() {
+  if (!owns_bootstrap || !store) return;
+  try {
+    store->set("bye/" + std::to_string(rank), "1");
+  } catch (...) {
+    // Best effort: a destructor never throws (a store already gone needs no goodbye).
+  }
+}
+
+void Communicator::Impl::wait_for_goodbyes() {
+  if (!owns_bootstrap || !store || rank != 0) return;
+  try {
+    const auto bound = broken_flag_.load(std::memory_order_acquire)
+                           ? std::min(timeout, kTeardownBound)
+                           : std::min(timeout, std::chrono::milliseconds(10000));
+    const auto deadline = deadline_after(bound);
+    DeadlineScope scope(deadline);
+    std::vector<int> pending;
+    for (int r = 1; r < size; ++r) pending.push_back(r);
+    while (!pending.empty() && std::chrono::steady_clock::now() < deadline) {
+      std::erase_if(pending, [&](int r) {
+        return store->try_get("bye/" + std::to_string(r)).has_value() ||
+               (transport && !transport->process_alive(r));
+      });
+      if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } catch (...) {
+    // Best effort, as above.
+  }
+}
+
+std::optional<Communicator> Communicator::Impl::split(int color, int key) {
+  CHORUS_ARG_CHECK(color >= 0 || color == kNoColor, "split: color ", color,
+                   " must be >= 0 or kNoColor");
+  const int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size));
+  algo::CollArgs a;
+  a.coll = Collective::kAllGather;
+  a.send = reinterpret_cast<const std::byte*>(mine);
+  a.recv = reinterpret_cast<std::byte*>(all.data());
+  a.count = 2;
+  a.dtype = DataType::kI64;
+  submit(a, true).wait();
+  const int index = splits++;
+  if (color == kNoColor) return std::nullopt;
+
+  std::vector<std::pair<int64_t, int>> members;  // (key, parent rank)
+  for (int r = 0; r < size; ++r)
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  std::sort(members.begin(), members.end());
+  Setup child;
+  child.world_size = static_cast<int>(members.size());
+  for (int i = 0; i < child.world_size; ++i)
+    if (members[i].second == rank) child.rank = i;
+  child.local_ranks = local_ranks;
+  child.store = root_store;
+  child.job_id = job_id;
+  child.comm_id = comm_id + "." + std::to_string(index) + "c" + std::to_string(color);
+  child.options.timeout = timeout;
+  child.options.algorithm =
+      selection.forced ? std::string(algo::to_string(*selection.forced)) : "auto";
+  child.deterministic = deterministic;
+  child.tune = tune;
+  return Communicator(std::make_shared<Impl>(std::move(child)));
+}
+
+}  // namespace chorus
