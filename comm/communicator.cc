@@ -208,6 +208,9 @@ Work issue_p2p(const std::shared_ptr<Communicator::Impl>& impl, std::unique_ptr<
   }
 
   impl->synchronize();
+  // Like every other call, none after a failure: the self part is no exception.
+  if (std::exception_ptr unusable = impl->unusable_error(to_string(a.coll), -1))
+    std::rethrow_exception(unusable);
   const gpu::Stream s = stream.value_or(gpu::Stream{});
   if ((where.device || stream) && gpu::probe_devices().count > 0) gpu::stream_synchronize(s);
   if (to_self) self->post(a.send, a.bytes(), where.device, s);

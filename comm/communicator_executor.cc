@@ -138,24 +138,29 @@ void Communicator::Impl::synchronize() {
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+std::exception_ptr Communicator::Impl::unusable_error(std::string_view name, int64_t seq) {
+  if (!broken_flag_.load(std::memory_order_acquire)) return nullptr;
+  std::exception_ptr broken;
+  {
+    std::lock_guard lock(mu_);
+    broken = broken_;
+  }
+  std::string why = "an earlier operation failed";
+  try {
+    std::rethrow_exception(broken);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  return std::make_exception_ptr(Error(
+      ErrorKind::kPeerFailure, "communicator is unusable after an earlier failure (" + why + ")",
+      rank, std::string(name), seq));
+}
+
 std::exception_ptr Communicator::Impl::execute(Op& op) {
   const std::string_view name = to_string(op.args.coll);
-  if (broken_flag_.load(std::memory_order_acquire)) {
-    std::exception_ptr broken;
-    {
-      std::lock_guard lock(mu_);
-      broken = broken_;
-    }
-    std::string why = "an earlier operation failed";
-    try {
-      std::rethrow_exception(broken);
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
+  if (std::exception_ptr unusable = unusable_error(name, op.seq)) {
     recorder->finished(op.record, "not run: communicator unusable");
-    return std::make_exception_ptr(Error(
-        ErrorKind::kPeerFailure, "communicator is unusable after an earlier failure (" + why + ")",
-        rank, std::string(name), op.seq));
+    return unusable;
   }
   try {
     if (size == 1) {

@@ -84,6 +84,9 @@ struct Communicator::Impl {
   Work submit_on_stream(const algo::CollArgs& args, const MemoryPlacement& where,
                         gpu::Stream stream);
   void synchronize();
+  // The error an operation issued now completes with when an earlier one broke the
+  // communicator ("communicator is unusable after an earlier failure (...)"), or null.
+  std::exception_ptr unusable_error(std::string_view name, int64_t seq);
   // Fails the running and every later operation here, and tells the peers (they fail too).
   void abort(const std::string& reason);
   std::optional<Communicator> split(int color, int key);

@@ -119,6 +119,23 @@ TEST(SelfPointToPoint, RefusedReceivesLeaveTheCommunicatorUsable) {
   });
 }
 
+// After a failure the self part is refused like every other call.
+TEST(SelfPointToPoint, RefusedOnABrokenCommunicator) {
+  run_ranks(1, [](Communicator& comm) {
+    int32_t x[4] = {1, 2, 3, 4}, y[4] = {};
+    comm.send(x, 4, kI32, 0);
+    comm.abort("test abort");
+    std::string what = "(no chorus::Error)";
+    try {
+      comm.recv(y, 4, kI32, 0);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("unusable after an earlier failure"), std::string::npos) << what;
+    EXPECT_EQ(y[0], 0);
+  });
+}
+
 TEST(SelfPointToPoint, OneRankGroupFromSplitRunsAShiftPattern) {
   run_ranks(3, [](Communicator& comm) {
     // Each rank alone in its group: the ring shift "send to the next, receive from the previous"
