@@ -47,7 +47,7 @@ TEST(GpuNoDevice, StreamFormsTakeHostBuffers) {
     comm.barrier_async(gpu::Stream{}).wait();
     int dummy = 0;
     auto e = error_of([&] {
-      comm.all_reduce_async(v.data(), v.data(), v.size(), DataType::kI32, ReduceOp::kSum,
+      (void)comm.all_reduce_async(v.data(), v.data(), v.size(), DataType::kI32, ReduceOp::kSum,
                             gpu::Stream{&dummy});
     });
     ASSERT_TRUE(e);
@@ -73,7 +73,7 @@ TEST_F(GpuErrors, HostAndDeviceMemoryInOneCallAreRefused) {
     EXPECT_TRUE(contains(e->what(), "send is host memory")) << e->what();
     EXPECT_TRUE(contains(e->what(), "recv is device memory")) << e->what();
     e = error_of(
-        [&] { comm.all_gather_async(dev.data(), host.data(), kCount, DataType::kF32, stream); });
+        [&] { (void)comm.all_gather_async(dev.data(), host.data(), kCount, DataType::kF32, stream); });
     ASSERT_TRUE(e);
     EXPECT_TRUE(contains(e->what(), "all_gather")) << e->what();
     EXPECT_TRUE(contains(e->what(), "send is device memory")) << e->what();
@@ -121,7 +121,7 @@ TEST_F(GpuErrors, AStreamBeingCapturedIsRefused) {
     {
       gpu::StreamCapture capture(stream);
       auto e = error_of([&] {
-        comm.all_reduce_async(buf.data(), buf.data(), kCount, DataType::kF32, ReduceOp::kSum,
+        (void)comm.all_reduce_async(buf.data(), buf.data(), kCount, DataType::kF32, ReduceOp::kSum,
                               stream);
       });
       ASSERT_TRUE(e);

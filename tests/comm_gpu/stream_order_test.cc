@@ -173,7 +173,7 @@ TEST_P(GpuStreamOrder, DestroyingWithOperationsOutstandingReleasesTheStream) {
     {
       Communicator comm = Communicator::from_env();
       for (int i = 0; i < 4; ++i)
-        comm.all_reduce_async(buf.data(), buf.data(), kCount, DataType::kI32, ReduceOp::kMax,
+        (void)comm.all_reduce_async(buf.data(), buf.data(), kCount, DataType::kI32, ReduceOp::kMax,
                               stream);
       gpu::memcpy_async(out.data(), buf.data(), kCount * 4, stream);
     }
