@@ -36,6 +36,7 @@ PACKAGES=(
   pybind11-dev
   python3-pybind11
   python3-pytest
+  clang-format-14
 )
 
 die() {
