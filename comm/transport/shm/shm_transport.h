@@ -5,9 +5,16 @@
 // each peer, and once all ranks have mapped everything unlinks its own name. From then on nothing
 // is left in /dev/shm even if the job crashes; chorus-run sweeps /dev/shm/chorus-<job>-* for the
 // short window before that.
+//
+// The transport's parts: set-up in shm_setup.cc, peer liveness and failure notices in
+// shm_peers.cc, the links (shm_link.h) in shm_fifo.cc, shm_rendezvous.cc, shm_forward.cc,
+// shm_fan.cc and shm_link_device.cc.
 #pragma once
 
+#include <sys/types.h>
+
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,6 +22,7 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "transport/shm/shm_fan.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/transport.h"
@@ -22,12 +30,12 @@
 namespace chorus::transport {
 
 struct ShmOptions {
-  size_t slot_bytes;       // CHORUS_SHM_SLOT_BYTES
-  size_t depth;            // CHORUS_SHM_DEPTH
-  size_t cma_threshold;    // CHORUS_SHM_CMA_THRESHOLD: messages this large go single-copy
-  bool cma;                // CHORUS_SHM_CMA
-  size_t fan_slot_bytes;   // CHORUS_SHM_FAN_SLOT_BYTES
-  size_t fan_depth;        // CHORUS_SHM_FAN_DEPTH
+  size_t slot_bytes;      // CHORUS_SHM_SLOT_BYTES
+  size_t depth;           // CHORUS_SHM_DEPTH
+  size_t cma_threshold;   // CHORUS_SHM_CMA_THRESHOLD: messages this large go single-copy
+  bool cma;               // CHORUS_SHM_CMA
+  size_t fan_slot_bytes;  // CHORUS_SHM_FAN_SLOT_BYTES
+  size_t fan_depth;       // CHORUS_SHM_FAN_DEPTH
   static ShmOptions from_env();
 };
 
@@ -92,40 +100,18 @@ class ShmTransport : public Transport {
 
   shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
 
-  // The writer of this rank's fan buffer (shm_layout.h; Request::shared). The sends of one
-  // message, one to each peer, join the message being written (fan_join), and any of them
-  // writes as many pieces as the slowest reader has made room for (fan_fill). A send is done
-  // once its message's last piece is published (fan_written).
-  struct FanOut {
-    const std::byte* src = nullptr;
-    std::byte* copy_to = nullptr;  // Request::dst of the sends: the writer's own copy
-    bool stream = false;
-    size_t bytes = 0;
-    OpStamp stamp;
-    size_t written = 0;  // bytes published
-    uint64_t number = 0;  // messages begun before it + 1
-    int joined = 0;       // sends that joined it
-  };
-  void fan_join(Request& r);
-  bool fan_fill();
-  bool fan_written(const Request& r) const {
-    return fan_.number > r.token || (fan_.number == r.token && fan_.written == fan_.bytes);
-  }
-  uint64_t fan_consumed(int peer) const {
-    return fan_ctrl_[peer].tail.load(std::memory_order_acquire);
-  }
-  // Publishes a piece of `bytes` (header included, a multiple of 64) at fan_pos_, whose header
-  // the caller has filled but for `seq`.
-  void fan_publish(shm::SlotHeader* h, uint64_t bytes);
-  // The header of the next piece of `piece` bytes (header included, a multiple of 64), after a
-  // skip to the ring's start where it would not fit before the end; null while the slowest
-  // reader leaves no room for it.
-  shm::SlotHeader* fan_reserve(uint64_t piece);
-  shm::SlotHeader* fan_at(uint64_t pos) const {
-    return reinterpret_cast<shm::SlotHeader*>(fan_slots_ + pos % layout_.fan_capacity());
-  }
   const shm::SegmentHeader& peer_header(int peer) const;
   void announce(PeerStatus status);
+
+  // Set-up (shm_setup.cc), in this order: this rank's segment, each peer's (mapped, checked and
+  // probed for single copy; returns its pid), whether device memory may move through IPC, whether
+  // every rank may write every other's memory, and the links.
+  void create_segment(const std::string& name, const std::string& segment_prefix);
+  pid_t connect_peer(int peer, Store& store, std::chrono::milliseconds timeout,
+                     const std::string& host);
+  void decide_device_ipc();
+  bool find_puts_to_all() const;
+  void make_links(const std::vector<pid_t>& pids);
 
   int rank_;
   int world_size_;
@@ -137,12 +123,7 @@ class ShmTransport : public Transport {
   std::vector<std::unique_ptr<ShmLink>> links_;
   uint64_t forwarded_in_pass_ = 0;  // forwarded_in_pass_bytes(), counted by the links
   uint64_t assisted_ = 0;           // assisted_bytes(), counted by the links
-  shm::FanCtrl* fan_ctrl_ = nullptr;  // in this rank's segment: each reader's position
-  std::byte* fan_slots_ = nullptr;
-  FanOut fan_;
-  uint64_t fan_messages_ = 0;  // messages begun
-  uint64_t fan_pos_ = 0;       // bytes of the fan buffer published
-  uint64_t fan_min_tail_ = 0;  // the slowest reader's position, as last read
+  shm::FanBuffer fan_;              // this rank's shared buffer and its places in the peers'
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
   std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
   bool device_ipc_ = false;
@@ -154,6 +135,11 @@ class ShmTransport : public Transport {
   static constexpr long kDeviceCopyPollNs = 20'000;
   std::vector<std::pair<int, gpu::OwnedStream>> host_copy_streams_;
 };
+
+namespace shm {
+// Throws the chorus::PeerFailure peer `p` published, if it published one (its segment header h).
+void throw_if_failed(const SegmentHeader& h, int p);
+}  // namespace shm
 
 // The host identity ranks compare to decide whether they share memory: CHORUS_HOST_ID, else
 // hostname + boot id.
