@@ -114,8 +114,8 @@ void ShmTransport::announce_failure(int cause_rank, std::string_view text) {
 void ShmTransport::announce_exit() { announce(PeerStatus::kLeft); }
 
 bool ShmTransport::process_alive(int peer) {
-  if (peer == rank_ || pidfds_[peer] < 0) return true;
-  pollfd fd{pidfds_[peer], POLLIN, 0};
+  if (peer == rank_ || !pidfds_[peer]) return true;
+  pollfd fd{pidfds_[peer].get(), POLLIN, 0};
   return ::poll(&fd, 1, 0) == 0;
 }
 

@@ -18,6 +18,7 @@
 #include "chorus/error.h"
 #include "chorus/log.h"
 #include "chorus/timeout.h"
+#include "chorus/unique_fd.h"
 #include "transport/shm/shm_cma.h"
 #include "transport/shm/shm_device.h"
 #include "transport/shm/shm_link.h"
@@ -56,16 +57,14 @@ const IntKnob kIpcMappings{"CHORUS_GPU_IPC_MAPPINGS", 64,
 // The creator's pid in the segment's header tells which.
 [[noreturn]] void throw_segment_taken(const std::string& name, const std::string& prefix) {
   std::string owner = "its creator is unknown";
-  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd >= 0) {
+  if (const UniqueFd fd(::shm_open(name.c_str(), O_RDONLY, 0)); fd) {
     shm::SegmentHeader h{};
-    if (::pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
+    if (::pread(fd.get(), &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
         h.magic == shm::kSegmentMagic)
       owner = ::kill(h.pid, 0) == 0 || errno == EPERM
                   ? detail::concat("made by pid ", h.pid, ", which is running")
                   : detail::concat("made by pid ", h.pid,
                                    ", which has ended: a crashed job's leftover");
-    ::close(fd);
   }
   throw Error(ErrorKind::kInvalidArgument,
               detail::concat("shared memory segment /dev/shm", name, " already exists (", owner,
@@ -144,9 +143,9 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
 
   puts_to_all_ = find_puts_to_all();
   // Liveness: a pidfd per peer becomes readable when that process ends.
-  pidfds_.assign(world_size, -1);
+  pidfds_.resize(world_size);
   for (int p : members_)
-    if (p != rank) pidfds_[p] = static_cast<int>(::syscall(SYS_pidfd_open, pids[p], 0));
+    if (p != rank) pidfds_[p].reset(static_cast<int>(::syscall(SYS_pidfd_open, pids[p], 0)));
   make_links(pids);
 }
 

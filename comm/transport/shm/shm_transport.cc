@@ -16,10 +16,7 @@ const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
                              "pipelining unit when every peer is read single-copy"};
 }  // namespace
 
-ShmTransport::~ShmTransport() {
-  for (int fd : pidfds_)
-    if (fd >= 0) ::close(fd);
-}
+ShmTransport::~ShmTransport() = default;
 
 const shm::SegmentHeader& ShmTransport::peer_header(int p) const {
   return *static_cast<const shm::SegmentHeader*>(peers_[p].data());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "chorus/unique_fd.h"
 #include "transport/shm/shm_fan.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_segment.h"
@@ -49,7 +50,7 @@ class ShmTransport : public Transport {
   ShmTransport(int rank, int world_size, Store& store, const std::string& segment_prefix,
                std::chrono::milliseconds timeout, const ShmOptions& options,
                std::span<const int> members = {});
-  ~ShmTransport() override;
+  ~ShmTransport() override;  // shm_transport.cc, where ShmLink is complete
 
   Link& link(int peer) override;
   // Larger when every peer is read single-copy: no FIFO to keep in cache, and each chunk costs a
@@ -125,7 +126,7 @@ class ShmTransport : public Transport {
   uint64_t assisted_ = 0;           // assisted_bytes(), counted by the links
   shm::FanBuffer fan_;              // this rank's shared buffer and its places in the peers'
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
-  std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
+  std::vector<UniqueFd> pidfds_;    // per peer; empty where pidfd_open is unavailable
   bool device_ipc_ = false;
   std::string no_device_ipc_;  // why not, when !device_ipc_
   DeviceContext device_;       // of the operation running on device memory

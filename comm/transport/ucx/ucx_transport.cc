@@ -252,8 +252,8 @@ UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers,
   check_ucs(ucp_worker_create(h_.context, &wp, &h_.worker), "ucp_worker_create", rank);
   worker_ = h_.worker;
   check_ucs(ucp_worker_get_efd(worker_, &efd_), "ucp_worker_get_efd", rank);
-  h_.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (h_.wake_fd < 0) throw_system_error("eventfd", errno);
+  h_.wake_fd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!h_.wake_fd) throw_system_error("eventfd", errno);
 
   ucp_address_t* address = nullptr;
   size_t address_len = 0;
@@ -324,7 +324,6 @@ UcxTransport::Handles::~Handles() {
     ucp_worker_destroy(worker);
   }
   if (context != nullptr) ucp_cleanup(context);
-  if (wake_fd >= 0) ::close(wake_fd);
 }
 
 Link& UcxTransport::link(int peer) {
@@ -354,17 +353,17 @@ void UcxTransport::wait_events(long max_ns) {
   // CHORUS_UCX_SLEEP_US bounds one sleep all the same (the Exchange checks its peers between).
   max_ns = std::min(max_ns, sleep_cap_ns_);
   if (!can_arm_) max_ns = std::min(max_ns, 50'000L);
-  pollfd fds[2] = {{efd_, POLLIN, 0}, {h_.wake_fd, POLLIN, 0}};
+  pollfd fds[2] = {{efd_, POLLIN, 0}, {h_.wake_fd.get(), POLLIN, 0}};
   const timespec ts{max_ns / 1'000'000'000L, max_ns % 1'000'000'000L};
   if (::ppoll(fds, 2, &ts, nullptr) > 0 && (fds[1].revents & POLLIN) != 0) {
     uint64_t v = 0;
-    [[maybe_unused]] ssize_t n = ::read(h_.wake_fd, &v, sizeof v);
+    [[maybe_unused]] ssize_t n = ::read(h_.wake_fd.get(), &v, sizeof v);
   }
 }
 
 void UcxTransport::wake_self() {
   const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(h_.wake_fd, &one, sizeof one);
+  [[maybe_unused]] ssize_t n = ::write(h_.wake_fd.get(), &one, sizeof one);
 }
 
 void UcxTransport::abandon() {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "chorus/unique_fd.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
@@ -93,7 +94,7 @@ class UcxTransport : public Transport {
     ucp_worker_h worker = nullptr;
     std::vector<ucp_ep_h> eps;  // per global rank; null where not a UCX peer
     std::vector<ucs_status_t>* ep_status = nullptr;
-    int wake_fd = -1;
+    UniqueFd wake_fd;  // closed after the worker and context
     std::chrono::milliseconds close_timeout{5000};
     ~Handles();
   };
