@@ -33,8 +33,6 @@ class CompositeTransport : public Transport {
   void wake_self() override;
 
   std::string name() const override { return "shm+ucx"; }
-  uint64_t forwarded_in_pass_bytes() const override { return shm_->forwarded_in_pass_bytes(); }
-  uint64_t assisted_bytes() const override { return shm_->assisted_bytes(); }
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
   std::string why_gone(int peer) override;
   void check_alarm() override;

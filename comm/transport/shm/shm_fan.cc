@@ -46,13 +46,13 @@ bool FanBuffer::Reader::recv(Request& r) {
         deliver(r, 0, inline_payload(h), h->bytes);
         received += kLine;
       } else {
-        CHORUS_CHECK(h->kind == SlotKind::kEager && h->offset == r.offset,
+        CHORUS_CHECK(h->kind == SlotKind::kEager && h->offset == r.progress.offset,
                      "fan-out piece out of order from rank ", peer);
-        deliver(r, r.offset, payload(h), h->bytes);
+        deliver(r, r.progress.offset, payload(h), h->bytes);
         received += kLine + (h->bytes + kLine - 1) / kLine * kLine;
       }
-      r.offset += h->bytes;
-      r.done = r.offset == r.bytes;
+      r.progress.offset += h->bytes;
+      r.done = r.progress.offset == r.bytes;
     }
     ctrl->tail.store(received, std::memory_order_release);
     moved = true;
@@ -73,7 +73,7 @@ void FanBuffer::join(Request& r) {
     fan_ = Message{r.src, r.dst, r.stream_dst, r.bytes, r.stamp, 0, ++messages_, 0};
   }
   ++fan_.joined;
-  r.token = fan_.number;
+  r.progress.token = fan_.number;
 }
 
 void FanBuffer::publish(SlotHeader* h, uint64_t bytes) {
@@ -177,9 +177,9 @@ bool FanBuffer::send_now(const void* src, size_t bytes, void* copy_to, const OpS
 bool ShmLink::send_shared(Request& r) {
   CHORUS_CHECK(device_ == nullptr, "a shared send of device memory");
   shm::FanBuffer& fan = owner_.fan_;
-  if (r.phase == 0) {
+  if (r.progress.phase == 0) {
     fan.join(r);
-    r.phase = kFanning;
+    r.progress.phase = kFanning;
   }
   const bool moved = fan.fill();
   r.done = fan.written(r);

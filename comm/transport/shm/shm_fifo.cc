@@ -91,14 +91,14 @@ bool ShmLink::recv_now(void* dst, size_t bytes, const OpStamp& stamp) {
 }
 
 bool ShmLink::send_host(Request& r) {
-  if (r.phase == kAwaitingAck) {
+  if (r.progress.phase == kAwaitingAck) {
     const bool assisted = r.assist && assist(r);
-    if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < r.token) return assisted;
+    if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < r.progress.token) return assisted;
     r.done = true;
     return true;
   }
   if (r.bytes >= cma_threshold_ && !r.fifo_only && single_copy()) return send_rendezvous(r);
-  if (r.bytes <= shm::kInlineBytes && r.offset == 0) {
+  if (r.bytes <= shm::kInlineBytes && r.progress.offset == 0) {
     if (!slot_free()) return false;
     auto* h = slot_header(out_slots_, sent_);
     h->kind = shm::SlotKind::kInline;
@@ -108,33 +108,33 @@ bool ShmLink::send_host(Request& r) {
     if (r.bytes > 0) std::memcpy(shm::inline_payload(h), r.src, r.bytes);
     publish(h);
     peer_bell_.ring();
-    r.offset = r.bytes;
+    r.progress.offset = r.bytes;
     r.done = true;
     return true;
   }
   bool moved = false;
-  while (r.offset < r.bytes && slot_free()) {
-    const size_t n = std::min(layout_.slot_bytes, r.bytes - r.offset);
+  while (r.progress.offset < r.bytes && slot_free()) {
+    const size_t n = std::min(layout_.slot_bytes, r.bytes - r.progress.offset);
     auto* h = slot_header(out_slots_, sent_);
     h->kind = shm::SlotKind::kEager;
     h->bytes = static_cast<uint32_t>(n);
     h->total = r.bytes;
-    h->offset = r.offset;
+    h->offset = r.progress.offset;
     h->stamp = r.stamp;
-    std::memcpy(payload(h), r.src + r.offset, n);
-    r.offset += n;
+    std::memcpy(payload(h), r.src + r.progress.offset, n);
+    r.progress.offset += n;
     publish(h);
     moved = true;
   }
   if (moved) {
     peer_bell_.ring();
-    r.done = r.offset == r.bytes;
+    r.done = r.progress.offset == r.bytes;
   }
   return moved;
 }
 
 bool ShmLink::recv_host(Request& r) {
-  if (r.phase == kAwaitingAssist) {
+  if (r.progress.phase == kAwaitingAssist) {
     if (!finish_assisted(r)) return false;
     acknowledge(r);
     return true;
@@ -148,7 +148,8 @@ bool ShmLink::recv_host(Request& r) {
   bool moved = false, forwarded = false;
   for (;;) {
     if (r.done) break;
-    if (out != nullptr && r.forward->offset < r.offset) forwarded |= out->forward_received(r);
+    if (out != nullptr && r.forward->progress.offset < r.progress.offset)
+      forwarded |= out->forward_received(r);
     const auto* h = slot_header(in_slots_, received_);
     if (h->seq.load(std::memory_order_acquire) != received_ + 1) break;
     check_slot(h, r);
@@ -170,21 +171,21 @@ bool ShmLink::recv_host(Request& r) {
       if (r.bytes > 0) deliver(r, 0, shm::inline_payload(h), r.bytes);
       consume_slot();
       peer_bell_.ring();
-      r.offset = r.bytes;
+      r.progress.offset = r.bytes;
       r.done = true;
       return true;
     }
-    CHORUS_CHECK_EQ(h->offset, r.offset, "eager slot out of order from rank ", peer_);
-    if (out != nullptr && r.forward->offset == r.offset && out->slot_free()) {
+    CHORUS_CHECK_EQ(h->offset, r.progress.offset, "eager slot out of order from rank ", peer_);
+    if (out != nullptr && r.forward->progress.offset == r.progress.offset && out->slot_free()) {
       out->forward_piece(r, payload(h), h->bytes);
       forwarded = true;
     } else {
-      deliver(r, r.offset, payload(h), h->bytes);
+      deliver(r, r.progress.offset, payload(h), h->bytes);
     }
-    r.offset += h->bytes;
+    r.progress.offset += h->bytes;
     consume_slot();
     moved = true;
-    r.done = r.offset == r.bytes;
+    r.done = r.progress.offset == r.bytes;
   }
   // The sender may be waiting for room in the FIFO; the forward's receiver for data.
   if (moved) peer_bell_.ring();

@@ -18,11 +18,11 @@ void ShmLink::publish_forward(Request& f, shm::SlotHeader* h, size_t n) {
   h->kind = shm::SlotKind::kEager;
   h->bytes = static_cast<uint32_t>(n);
   h->total = f.bytes;
-  h->offset = f.offset;
+  h->offset = f.progress.offset;
   h->stamp = f.stamp;
   f.fifo_only = true;  // started through the FIFO: the rest follows it there
-  f.offset += n;
-  f.done = f.offset == f.bytes;
+  f.progress.offset += n;
+  f.done = f.progress.offset == f.bytes;
   publish(h);
 }
 
@@ -31,39 +31,39 @@ void ShmLink::publish_forward(Request& f, shm::SlotHeader* h, size_t n) {
 bool ShmLink::forward_received(Request& in) {
   Request& f = *in.forward;
   bool moved = false;
-  while (f.offset < in.offset && slot_free()) {
-    const size_t n = std::min(layout_.slot_bytes, in.offset - f.offset);
+  while (f.progress.offset < in.progress.offset && slot_free()) {
+    const size_t n = std::min(layout_.slot_bytes, in.progress.offset - f.progress.offset);
     auto* h = slot_header(out_slots_, sent_);
-    std::memcpy(payload(h), f.src + f.offset, n);
+    std::memcpy(payload(h), f.src + f.progress.offset, n);
     publish_forward(f, h, n);
     moved = true;
   }
   return moved;
 }
 
-// One incoming piece of `in` (n bytes at in.offset, in the other link's FIFO) written to its
-// destination and, in the same pass, into this link's next slot for in.forward. A reduction
+// One incoming piece of `in` (n bytes at in.progress.offset, in the other link's FIFO) written to
+// its destination and, in the same pass, into this link's next slot for in.forward. A reduction
 // whose destination streams computes each line once and stores it to both (reduce_stream);
 // otherwise the result is computed into the outgoing slot a block at a time and copied from
 // there, still in L1, to in.dst. The caller checked slot_free().
 void ShmLink::forward_piece(Request& in, const std::byte* data, size_t n) {
   auto* h = slot_header(out_slots_, sent_);
   std::byte* to = payload(h);
-  std::byte* dst = in.dst + in.offset;
+  std::byte* dst = in.dst + in.progress.offset;
   if (in.kind == Request::Kind::kRecv) {
     std::memcpy(to, data, n);
     shm::store(in, dst, to, n);
   } else if (in.stream_dst) {
-    kernels::reduce_stream(in.dtype, in.op, dst, in.local + in.offset, data,
+    kernels::reduce_stream(in.dtype, in.op, dst, in.local + in.progress.offset, data,
                            n / dtype_size(in.dtype), to);
   } else {
     shm::in_blocks(in, n, [&](size_t b, size_t m, size_t count) {
-      kernels::reduce(in.dtype, in.op, to + b, in.local + in.offset + b, data + b, count);
+      kernels::reduce(in.dtype, in.op, to + b, in.local + in.progress.offset + b, data + b, count);
       std::memcpy(dst + b, to + b, m);
     });
   }
   publish_forward(*in.forward, h, n);
-  owner_.forwarded_in_pass_ += n;
+  owner_.counters_.forwarded_in_pass_bytes += n;
 }
 
 }  // namespace chorus::transport

@@ -23,9 +23,8 @@ using shm::payload;
 // the runtime cannot export (managed memory, memory pools), eager slots copied out of the
 // device.
 bool ShmLink::send_device(Request& r) {
-  r.memory = Memory::kDevice;
-  if (r.phase == kAwaitingAck || r.bytes == 0) return send_host(r);
-  if (r.phase == kThroughFifo) return send_device_through_fifo(r);
+  if (r.progress.phase == kAwaitingAck || r.bytes == 0) return send_host(r);
+  if (r.progress.phase == kThroughFifo) return send_device_through_fifo(r);
   if (!slot_free()) return false;
   shm::DeviceRendezvous d;
   d.addr = reinterpret_cast<uint64_t>(r.src);
@@ -38,7 +37,7 @@ bool ShmLink::send_device(Request& r) {
     } catch (const Error& e) {
       CHORUS_INFO(kLogShm, "to rank ", peer_,
                   " through the FIFO (unshareable device memory: ", e.message(), ")");
-      r.phase = kThroughFifo;
+      r.progress.phase = kThroughFifo;
       return send_device_through_fifo(r);
     }
   }
@@ -47,8 +46,8 @@ bool ShmLink::send_device(Request& r) {
   h->total = r.bytes;
   h->stamp = r.stamp;
   shm::encode(d, h, payload(h));
-  r.token = ++rndv_sent_;
-  r.phase = kAwaitingAck;
+  r.progress.token = ++rndv_sent_;
+  r.progress.phase = kAwaitingAck;
   publish(h);
   peer_bell_.ring();
   return true;
@@ -56,23 +55,23 @@ bool ShmLink::send_device(Request& r) {
 
 bool ShmLink::send_device_through_fifo(Request& r) {
   bool moved = false;
-  while (r.offset < r.bytes && slot_free()) {
-    const size_t n = std::min(layout_.slot_bytes, r.bytes - r.offset);
+  while (r.progress.offset < r.bytes && slot_free()) {
+    const size_t n = std::min(layout_.slot_bytes, r.bytes - r.progress.offset);
     auto* h = slot_header(out_slots_, sent_);
     h->kind = shm::SlotKind::kEager;
     h->bytes = static_cast<uint32_t>(n);
     h->total = r.bytes;
-    h->offset = r.offset;
+    h->offset = r.progress.offset;
     h->stamp = r.stamp;
-    gpu::memcpy_async(payload(h), r.src + r.offset, n, device_->stream);
+    gpu::memcpy_async(payload(h), r.src + r.progress.offset, n, device_->stream);
     finish_device_work(*device_, sync_event());
-    r.offset += n;
+    r.progress.offset += n;
     publish(h);
     moved = true;
   }
   if (moved) {
     peer_bell_.ring();
-    r.done = r.offset == r.bytes;
+    r.done = r.progress.offset == r.bytes;
   }
   return moved;
 }
@@ -100,8 +99,7 @@ const std::byte* ShmLink::map_peer(const shm::DeviceRendezvous& d, int device) {
 
 // Receives into device memory, from any kind of slot.
 bool ShmLink::recv_device(Request& r) {
-  r.memory = Memory::kDevice;
-  if (r.phase == kAwaitingCopy) {
+  if (r.progress.phase == kAwaitingCopy) {
     if (!copy_done_->query()) return false;
     --owner_.device_copies_;
     acknowledge(r);
@@ -123,7 +121,7 @@ bool ShmLink::recv_device(Request& r) {
                              device_->stream);
       if (!copy_done_) copy_done_.emplace();
       copy_done_->record(device_->stream);
-      r.phase = kAwaitingCopy;
+      r.progress.phase = kAwaitingCopy;
       ++owner_.device_copies_;
       return true;
     }
@@ -146,16 +144,16 @@ bool ShmLink::recv_device(Request& r) {
       if (r.bytes > 0) deliver_to_device(r, 0, shm::inline_payload(h), r.bytes);
       consume_slot();
       peer_bell_.ring();
-      r.offset = r.bytes;
+      r.progress.offset = r.bytes;
       r.done = true;
       return true;
     }
-    CHORUS_CHECK_EQ(h->offset, r.offset, "eager slot out of order from rank ", peer_);
-    deliver_to_device(r, r.offset, payload(h), h->bytes);
-    r.offset += h->bytes;
+    CHORUS_CHECK_EQ(h->offset, r.progress.offset, "eager slot out of order from rank ", peer_);
+    deliver_to_device(r, r.progress.offset, payload(h), h->bytes);
+    r.progress.offset += h->bytes;
     consume_slot();
     moved = true;
-    r.done = r.offset == r.bytes;
+    r.done = r.progress.offset == r.bytes;
   }
   if (moved) peer_bell_.ring();
   return moved;

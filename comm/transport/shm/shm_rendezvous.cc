@@ -29,8 +29,8 @@ bool ShmLink::send_rendezvous(Request& r) {
   h->offset = r.assist ? 1 : 0;
   h->addr = reinterpret_cast<uint64_t>(r.src);
   h->stamp = r.stamp;
-  r.token = ++rndv_sent_;
-  r.phase = kAwaitingAck;
+  r.progress.token = ++rndv_sent_;
+  r.progress.phase = kAwaitingAck;
   publish(h);
   peer_bell_.ring();
   return true;
@@ -50,9 +50,9 @@ bool ShmLink::receive_rendezvous(Request& r, uint64_t addr, bool assisted) {
     in_ctrl_->assist.store(token << 2 | shm::kAssistOffered, std::memory_order_release);
     peer_bell_.ring();
     if (int err = cma_read(peer_pid_, r.dst, addr, half)) throw_copy_error(err);
-    r.token = token;
-    r.addr = addr;  // should the second half come back
-    r.phase = kAwaitingAssist;
+    r.progress.token = token;
+    r.progress.addr = addr;  // should the second half come back
+    r.progress.phase = kAwaitingAssist;
     return finish_assisted(r);
   }
   if (r.kind == Request::Kind::kRecv) {
@@ -89,23 +89,25 @@ bool ShmLink::receive_rendezvous(Request& r, uint64_t addr, bool assisted) {
 // of the message into the receiver's memory. A failed write hands the part back (Offered
 // again; the receiver then reads it) and asks for no more.
 bool ShmLink::assist(Request& r) {
-  const uint64_t offered = r.token << 2 | shm::kAssistOffered;
+  const uint64_t offered = r.progress.token << 2 | shm::kAssistOffered;
   uint64_t state = out_ctrl_->assist.load(std::memory_order_acquire);
-  if (state != offered || !out_ctrl_->assist.compare_exchange_strong(
-                              state, r.token << 2 | shm::kAssistTaken, std::memory_order_acq_rel))
+  if (state != offered ||
+      !out_ctrl_->assist.compare_exchange_strong(state, r.progress.token << 2 | shm::kAssistTaken,
+                                                 std::memory_order_acq_rel))
     return false;
   const uint64_t offset = out_ctrl_->assist_offset, bytes = out_ctrl_->assist_bytes;
   CHORUS_CHECK(offset <= r.bytes && bytes <= r.bytes - offset, "rank ", peer_, " offered bytes ",
                offset, "+", bytes, " of a ", r.bytes, "-byte message");
   const int err = cma_write(peer_pid_, r.src + offset, out_ctrl_->assist_addr, bytes);
-  if (err == 0) owner_.assisted_ += bytes;
+  if (err == 0) owner_.counters_.assisted_bytes += bytes;
   if (err != 0) {
     CHORUS_INFO(kLogShm, "to rank ", peer_, ": shared copy refused (", std::strerror(err),
                 "); the receiver copies alone");
     r.assist = false;
   }
-  out_ctrl_->assist.store(r.token << 2 | (err == 0 ? shm::kAssistDone : shm::kAssistOffered),
-                          std::memory_order_release);
+  out_ctrl_->assist.store(
+      r.progress.token << 2 | (err == 0 ? shm::kAssistDone : shm::kAssistOffered),
+      std::memory_order_release);
   peer_bell_.ring();
   return true;
 }
@@ -115,13 +117,13 @@ bool ShmLink::assist(Request& r) {
 // written it (Done), or is read here if the sender handed it back.
 bool ShmLink::finish_assisted(Request& r) {
   uint64_t state = in_ctrl_->assist.load(std::memory_order_acquire);
-  if (state == (r.token << 2 | shm::kAssistOffered) &&
-      in_ctrl_->assist.compare_exchange_strong(state, r.token << 2 | shm::kAssistRevoked,
+  if (state == (r.progress.token << 2 | shm::kAssistOffered) &&
+      in_ctrl_->assist.compare_exchange_strong(state, r.progress.token << 2 | shm::kAssistRevoked,
                                                std::memory_order_acq_rel)) {
     const uint64_t offset = in_ctrl_->assist_offset;
-    if (int err = cma_read(peer_pid_, r.dst + offset, r.addr + offset, r.bytes - offset))
+    if (int err = cma_read(peer_pid_, r.dst + offset, r.progress.addr + offset, r.bytes - offset))
       throw_copy_error(err);
-  } else if (state != (r.token << 2 | shm::kAssistDone)) {
+  } else if (state != (r.progress.token << 2 | shm::kAssistDone)) {
     return false;
   }
   return true;

@@ -58,8 +58,6 @@ class ShmTransport : public Transport {
   size_t preferred_chunk_bytes() const override;
   bool single_copy_anywhere() const override;
   size_t single_copy_threshold() const override { return options_.cma_threshold; }
-  uint64_t forwarded_in_pass_bytes() const override { return forwarded_in_pass_; }
-  uint64_t assisted_bytes() const override { return assisted_; }
   // Every rank of the communicator is on this host (no other transport beside this one).
   bool fans_out() const override { return members_.size() == static_cast<size_t>(world_size_); }
   bool fan_send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp) override;
@@ -87,6 +85,16 @@ class ShmTransport : public Transport {
 
   // Whether sends to `peer` may use the single-copy path (for tests and logs).
   bool single_copy_to(int peer) const;
+  // What the links counted since the transport was made, for tests (which path a transfer took).
+  struct Counters {
+    // Bytes written straight into a forward's outgoing buffers as they arrived
+    // (Request::forward): the one-pass path rather than sending the result after the receive.
+    uint64_t forwarded_in_pass_bytes = 0;
+    // Bytes this rank wrote into its receivers' memory for them (Request::assist): how often the
+    // receivers of its waited-for sends shared their copy.
+    uint64_t assisted_bytes = 0;
+  };
+  const Counters& counters() const { return counters_; }
 
   // Device memory through IPC (shm_device.h): possible when every rank of the communicator is on
   // this host and all publish the same GPU signature.
@@ -122,8 +130,7 @@ class ShmTransport : public Transport {
   ShmSegment own_;
   std::vector<ShmSegment> peers_;
   std::vector<std::unique_ptr<ShmLink>> links_;
-  uint64_t forwarded_in_pass_ = 0;  // forwarded_in_pass_bytes(), counted by the links
-  uint64_t assisted_ = 0;           // assisted_bytes(), counted by the links
+  Counters counters_;               // counted by the links
   shm::FanBuffer fan_;              // this rank's shared buffer and its places in the peers'
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
   std::vector<UniqueFd> pidfds_;    // per peer; empty where pidfd_open is unavailable

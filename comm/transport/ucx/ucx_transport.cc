@@ -82,24 +82,24 @@ class UcxLink : public Link {
   }
 
   bool progress_send(Request& r) override {
-    if (r.phase == 0) {
+    if (r.progress.phase == 0) {
       send_hdr_ = WireHeader{r.stamp, r.bytes};
       const uint64_t n = sent_++;
       send_req_[0] = post_send(&send_hdr_, sizeof send_hdr_, tag_of(t_.rank(), n, 0));
       send_req_[1] = post_send(r.src, r.bytes, tag_of(t_.rank(), n, 1));
-      r.phase = 1;
+      r.progress.phase = 1;
     } else if (send_req_[0] != nullptr || send_req_[1] != nullptr) {
       t_.progress_worker();
     }
     const bool done = send_finished(send_req_[0]) & send_finished(send_req_[1]);
-    if (!done) return r.offset++ == 0;  // moved when posted (offset counts progress calls)
+    if (!done) return r.progress.offset++ == 0;  // moved when posted (offset counts progress calls)
     r.done = true;
     return true;
   }
 
   bool progress_recv(Request& r) override {
     bool moved = false;
-    if (r.phase == 0) {
+    if (r.progress.phase == 0) {
       const uint64_t n = received_++;
       std::byte* into = r.dst;
       if (r.kind == Request::Kind::kRecvReduce) {
@@ -110,17 +110,18 @@ class UcxLink : public Link {
       data_status_ = UCS_OK;
       recv_req_[0] = post_recv(&recv_hdr_, sizeof recv_hdr_, tag_of(peer_, n, 0), &hdr_len_);
       recv_req_[1] = post_recv(into, r.bytes, tag_of(peer_, n, 1), &data_len_);
-      r.phase = 1;
+      r.progress.phase = 1;
       moved = true;
     } else {
       t_.progress_worker();
     }
-    if (r.phase == 1 && recv_finished(recv_req_[0], &hdr_len_, nullptr)) {
+    if (r.progress.phase == 1 && recv_finished(recv_req_[0], &hdr_len_, nullptr)) {
       check_header(r);
-      r.phase = 2;
+      r.progress.phase = 2;
       moved = true;
     }
-    if (!recv_finished(recv_req_[1], &data_len_, &data_status_) || r.phase != 2) return moved;
+    if (!recv_finished(recv_req_[1], &data_len_, &data_status_) || r.progress.phase != 2)
+      return moved;
     if (data_status_ != UCS_OK) t_.throw_peer_error(peer_, data_status_, "a receive");
     if (r.kind == Request::Kind::kRecvReduce)
       kernels::reduce(r.dtype, r.op, r.dst, r.local, staging_.data(), r.bytes / dtype_size(r.dtype));
