@@ -161,10 +161,30 @@ class Link {
   }
 };
 
+// Waiting for peers without spinning. The Exchange, having found nothing to do, calls arm(),
+// progresses and checks its condition once more, then either disarm()s (it can go on) or
+// sleep()s with the token. Any action after arm() of a peer in `awaited` that this rank may be
+// waiting for ends the sleep; so does max_ns. sleep() disarms. The Exchange holds its transport's
+// waiter for its whole life (Transport::waiter()).
+class Waiter {
+ public:
+  virtual uint32_t arm() = 0;
+  virtual void disarm() = 0;
+  // `awaited`: the peers this rank waits for, whose links the Exchange progressed last.
+  virtual void sleep(uint32_t token, long max_ns, std::span<const int> awaited) = 0;
+  // Ends a sleep of this rank's waiter from another thread (abort).
+  virtual void wake() = 0;
+
+ protected:
+  ~Waiter() = default;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual Link& link(int peer) = 0;
+  // How this rank sleeps until its peers act (the same object for the transport's life).
+  virtual Waiter& waiter() = 0;
   // The pipelining unit algorithms should use over this transport (CHORUS_CHUNK_BYTES overrides).
   static constexpr size_t kDefaultChunkBytes = 256 << 10;
   virtual size_t preferred_chunk_bytes() const { return kDefaultChunkBytes; }
@@ -187,16 +207,6 @@ class Transport {
     (void)src, (void)bytes, (void)copy_to, (void)stamp;
     return false;
   }
-
-  // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
-  // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it
-  // can go on) or sleep()s with the token. Any peer action after arm_sleep() that this rank may
-  // be waiting for ends the sleep; so does max_ns. sleep() disarms.
-  virtual uint32_t arm_sleep() = 0;
-  virtual void disarm_sleep() = 0;
-  virtual void sleep(uint32_t token, long max_ns) = 0;
-  // Ends a sleep of this rank's own waiter from another thread (abort).
-  virtual void wake_self() = 0;
 
   virtual std::string name() const = 0;
 

@@ -42,7 +42,8 @@ struct ShmOptions {
 
 class ShmLink;
 
-class ShmTransport : public Transport {
+// The transport is its own waiter: it sleeps on this rank's doorbell, which every peer rings.
+class ShmTransport : public Transport, public Waiter {
  public:
   // Collective over the `world_size` ranks sharing `store` (already scoped to one communicator),
   // or over `members` only (ranks of this host, including `rank`, ascending; empty = all ranks):
@@ -53,6 +54,7 @@ class ShmTransport : public Transport {
   ~ShmTransport() override;  // shm_transport.cc, where ShmLink is complete
 
   Link& link(int peer) override;
+  Waiter& waiter() override { return *this; }
   // Larger when every peer is read single-copy: no FIFO to keep in cache, and each chunk costs a
   // hand-shake.
   size_t preferred_chunk_bytes() const override;
@@ -62,15 +64,15 @@ class ShmTransport : public Transport {
   bool fans_out() const override { return members_.size() == static_cast<size_t>(world_size_); }
   bool fan_send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp) override;
   bool puts_to_all() const override { return puts_to_all_; }
-  uint32_t arm_sleep() override { return header()->bell.arm(); }
-  void disarm_sleep() override { header()->bell.disarm(); }
-  void sleep(uint32_t token, long max_ns) override {
+  uint32_t arm() override { return header()->bell.arm(); }
+  void disarm() override { header()->bell.disarm(); }
+  void sleep(uint32_t token, long max_ns, std::span<const int> /*awaited*/) override {
     // A device copy in flight ends without a peer ringing: look again soon.
     if (device_copies_ > 0) [[unlikely]]
       max_ns = std::min(max_ns, kDeviceCopyPollNs);
     header()->bell.sleep(token, max_ns);
   }
-  void wake_self() override { header()->bell.wake(); }
+  void wake() override { header()->bell.wake(); }
 
   std::string name() const override { return "shm"; }
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;

@@ -338,7 +338,7 @@ void UcxTransport::progress_worker() {
   }
 }
 
-bool UcxTransport::arm() {
+bool UcxTransport::arm_worker() {
   if (!can_arm_) return true;
   const ucs_status_t s = ucp_worker_arm(worker_);
   if (s == UCS_OK) return true;
@@ -362,7 +362,7 @@ void UcxTransport::wait_events(long max_ns) {
   }
 }
 
-void UcxTransport::wake_self() {
+void UcxTransport::wake() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(h_.wake_fd.get(), &one, sizeof one);
 }
