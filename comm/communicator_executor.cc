@@ -229,7 +229,7 @@ void Communicator::Impl::abort(const std::string& reason) {
   if (owns_bootstrap) report_failure_to_launcher(rank, rank);
   if (transport) {
     transport->announce_failure(rank, detail::concat("rank ", rank, " ", text));
-    transport->wake_self();  // this rank's own waiter
+    transport->waiter().wake();  // this rank's own waiter
   }
 }
 

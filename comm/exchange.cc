@@ -226,13 +226,13 @@ void Exchange::wait_until(Done&& done) try {
     }
     const long left_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now).count();
-    const uint32_t token = transport_.arm_sleep();
+    const uint32_t token = waiter_.arm();
     if (progress() || done()) {
-      transport_.disarm_sleep();
+      waiter_.disarm();
       idle = 0;
       continue;
     }
-    transport_.sleep(token, std::min(policy_.sleep_ns, left_ns));
+    waiter_.sleep(token, std::min(policy_.sleep_ns, left_ns), active_);
   }
 } catch (const transport::StampMismatch& m) {
   throw_mismatch(m);

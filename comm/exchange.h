@@ -30,7 +30,8 @@ class Exchange {
   using RequestId = size_t;
 
   Exchange(transport::Transport& transport, int rank, int world_size, const WaitPolicy& policy)
-      : transport_(transport), rank_(rank), links_(world_size, nullptr), send_q_(world_size),
+      : transport_(transport), waiter_(transport.waiter()), rank_(rank),
+        links_(world_size, nullptr), send_q_(world_size),
         recv_q_(world_size), policy_(policy), p2p_sent_(world_size), p2p_received_(world_size) {}
 
   // Starts a new operation: forgets finished requests, sets the deadline, the names used in
@@ -133,6 +134,7 @@ class Exchange {
   [[noreturn]] void throw_mismatch(const transport::StampMismatch& m) const;
 
   transport::Transport& transport_;
+  transport::Waiter& waiter_;  // transport_.waiter()
   int rank_;
   std::vector<transport::Link*> links_;               // transport_.link(p), looked up once
   std::deque<transport::Request> requests_;           // stable addresses

@@ -50,10 +50,7 @@ std::string process_record() {
 SetupStore::SetupStore(std::shared_ptr<Store> scoped, int rank, int world_size)
     : base_(std::move(scoped)), rank_(rank), world_size_(world_size) {}
 
-SetupStore::~SetupStore() {
-  for (auto& [p, peer] : peers_)
-    if (peer.pidfd >= 0) ::close(peer.pidfd);
-}
+SetupStore::~SetupStore() = default;
 
 void SetupStore::announce() { base_->set("proc/" + std::to_string(rank_), process_record()); }
 
@@ -96,20 +93,19 @@ std::string SetupStore::why_gone(int peer, const std::string& key) {
         ns != pid_namespace() || pid <= 0 || started.empty())
       return {};
     st.pid = static_cast<pid_t>(pid);
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, st.pid, 0));
-    if (fd < 0) {
+    UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, st.pid, 0)));
+    if (!fd) {
       if (errno != ESRCH) return {};  // no pidfds here: cannot watch it
       ended = true;
     } else if (start_time(st.pid) != started) {
-      ::close(fd);  // the pid names another process now: this one has ended
-      ended = true;
+      ended = true;  // the pid names another process now: this one has ended (fd closes)
     } else {
-      st.pidfd = fd;
+      st.pidfd = std::move(fd);
       st.state = Peer::State::kWatched;
     }
   }
   if (!ended && st.state == Peer::State::kWatched) {
-    pollfd pfd{st.pidfd, POLLIN, 0};
+    pollfd pfd{st.pidfd.get(), POLLIN, 0};
     ended = ::poll(&pfd, 1, 0) > 0;  // a pidfd turns readable when its process ends
   }
   if (!ended) return {};

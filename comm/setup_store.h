@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "chorus/unique_fd.h"
 
 namespace chorus {
 
@@ -58,7 +59,7 @@ class SetupStore : public Store {
  private:
   struct Peer {
     enum class State { kUnknown, kWatched, kInvisible, kEnded } state = State::kUnknown;
-    int pidfd = -1;
+    UniqueFd pidfd;
     pid_t pid = 0;
   };
   // Throws PeerFailure when `peer` cannot come any more (waiting for `key`).

@@ -120,11 +120,6 @@ std::string host_for_messages(const std::string& host) {
 
 }  // namespace
 
-void Fd::reset(int fd) noexcept {
-  if (fd_ >= 0) ::close(fd_);  // the fd is released even when close() reports EINTR
-  fd_ = fd;
-}
-
 IoStatus read_full(int fd, void* data, size_t bytes, Clock::time_point deadline) {
   auto* p = static_cast<char*>(data);
   while (bytes > 0) {

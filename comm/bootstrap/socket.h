@@ -1,43 +1,20 @@
-// chorus — TCP socket plumbing for the bootstrap store: an owning fd, deadline-bounded full
-// reads/writes, and connect/listen helpers. Sockets are created non-blocking and close-on-exec;
-// every wait is bounded by a deadline on the steady clock.
+// chorus — TCP socket plumbing for the bootstrap store: owned fds (chorus::UniqueFd),
+// deadline-bounded full reads/writes, and connect/listen helpers. Sockets are created
+// non-blocking and close-on-exec; every wait is bounded by a deadline on the steady clock.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <string>
 
+#include "chorus/unique_fd.h"
+
 namespace chorus::comm::bootstrap {
 
 using Clock = std::chrono::steady_clock;
 
-// Owns a file descriptor and closes it on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) noexcept : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) reset(other.release());
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const noexcept { return fd_; }
-  explicit operator bool() const noexcept { return fd_ >= 0; }
-  int release() noexcept {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  // Closes the current fd (if any) and takes `fd`.
-  void reset(int fd = -1) noexcept;
-
- private:
-  int fd_ = -1;
-};
+// The bootstrap's sockets are owned file descriptors.
+using Fd = UniqueFd;
 
 // Outcome of a full read or write: the peer closing or resetting the connection is an expected
 // event for callers (it means "the other side is gone"), not an exception.

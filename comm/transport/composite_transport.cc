@@ -14,38 +14,29 @@ CompositeTransport::CompositeTransport(std::vector<bool> local, std::unique_ptr<
     : local_(std::move(local)), shm_(std::move(shm)), ucx_(std::move(ucx)),
       mixed_sleep_ns_(static_cast<long>(kMixedSleepUs.get()) * 1000) {}
 
-Link& CompositeTransport::link(int peer) {
-  if (local_[peer]) {
-    touched_shm_ = true;
-    return shm_->link(peer);
-  }
-  touched_ucx_ = true;
-  return ucx_->link(peer);
+CompositeSleep composite_sleep(std::span<const int> awaited, const std::vector<bool>& local) {
+  bool shm = false, ucx = false;
+  for (int p : awaited) (local[p] ? shm : ucx) = true;
+  if (shm && !ucx) return CompositeSleep::kDoorbell;
+  return ucx && !shm ? CompositeSleep::kEvents : CompositeSleep::kEventsCapped;
 }
 
-uint32_t CompositeTransport::arm_sleep() {
-  touched_shm_ = touched_ucx_ = false;
-  return shm_->arm_sleep();
-}
-
-void CompositeTransport::disarm_sleep() { shm_->disarm_sleep(); }
-
-void CompositeTransport::sleep(uint32_t token, long max_ns) {
-  if (touched_shm_ && !touched_ucx_) {
-    shm_->sleep(token, max_ns);
+void CompositeTransport::sleep(uint32_t token, long max_ns, std::span<const int> awaited) {
+  const CompositeSleep on = composite_sleep(awaited, local_);
+  if (on == CompositeSleep::kDoorbell) {
+    shm_->sleep(token, max_ns, awaited);
     return;
   }
-  shm_->disarm_sleep();
+  shm_->disarm();
   // Armed last, after the Exchange's final progress pass (ucx_transport.h).
-  if (!ucx_->arm()) return;  // UCX events are pending: progress first
-  // Nothing progressed at all (cannot tell what is awaited): treat as mixed.
-  const bool mixed = touched_shm_ || !touched_ucx_;
-  ucx_->wait_events(mixed ? std::min(max_ns, mixed_sleep_ns_) : max_ns);
+  if (!ucx_->arm_worker()) return;  // UCX events are pending: progress first
+  ucx_->wait_events(on == CompositeSleep::kEventsCapped ? std::min(max_ns, mixed_sleep_ns_)
+                                                        : max_ns);
 }
 
-void CompositeTransport::wake_self() {
-  shm_->wake_self();
-  ucx_->wake_self();
+void CompositeTransport::wake() {
+  shm_->wake();
+  ucx_->wake();
 }
 
 std::vector<int> CompositeTransport::check_peers(std::span<const int> waiting_for,

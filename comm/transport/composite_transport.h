@@ -3,15 +3,15 @@
 // Links are routed by the peer's host. Failure notices go out through both (peers on this host
 // read the shm segment header, the others the store) and are checked on both.
 //
-// Sleeping: a rank cannot block on the shm futex and the UCX event fd at once. The composite
-// watches which links the Exchange progresses between arm_sleep() and sleep() (it progresses
-// exactly the links it waits for): only shm peers -> futex sleep; only UCX peers -> event-fd
-// sleep; both -> event-fd sleep capped at CHORUS_UCX_MIXED_SLEEP_US, since an shm peer's doorbell
-// cannot end it. The hierarchical algorithms wait for one kind at a time, so the cap is rarely
-// paid.
+// Sleeping: a rank cannot block on the shm futex and the UCX event fd at once. The Exchange says
+// which peers it waits for (Waiter::sleep's `awaited`): only shm peers -> futex sleep; only UCX
+// peers -> event-fd sleep; both -> event-fd sleep capped at CHORUS_UCX_MIXED_SLEEP_US, since an
+// shm peer's doorbell cannot end it. The hierarchical algorithms wait for one kind at a time, so
+// the cap is rarely paid.
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "transport/shm/shm_transport.h"
@@ -20,21 +20,27 @@
 
 namespace chorus::transport {
 
-class CompositeTransport : public Transport {
+// What a rank of a composite transport sleeps on while it waits for `awaited` (local[r]: rank r
+// is an shm peer): the shm doorbell when every awaited peer is local, the UCX event fd when none
+// is, the event fd with a capped sleep when both kinds are awaited (or none: nothing to go by).
+enum class CompositeSleep { kDoorbell, kEvents, kEventsCapped };
+CompositeSleep composite_sleep(std::span<const int> awaited, const std::vector<bool>& local);
+
+// The transport is its own waiter (it chooses between its parts' waits).
+class CompositeTransport : public Transport, public Waiter {
  public:
   // local[r]: rank r shares this host (shm); others go over ucx.
   CompositeTransport(std::vector<bool> local, std::unique_ptr<ShmTransport> shm,
                      std::unique_ptr<UcxTransport> ucx);
 
-  Link& link(int peer) override;
-  uint32_t arm_sleep() override;
-  void disarm_sleep() override;
-  void sleep(uint32_t token, long max_ns) override;
-  void wake_self() override;
+  Link& link(int peer) override { return local_[peer] ? shm_->link(peer) : ucx_->link(peer); }
+  Waiter& waiter() override { return *this; }
+  uint32_t arm() override { return shm_->arm(); }
+  void disarm() override { shm_->disarm(); }
+  void sleep(uint32_t token, long max_ns, std::span<const int> awaited) override;
+  void wake() override;
 
   std::string name() const override { return "shm+ucx"; }
-  uint64_t forwarded_in_pass_bytes() const override { return shm_->forwarded_in_pass_bytes(); }
-  uint64_t assisted_bytes() const override { return shm_->assisted_bytes(); }
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
   std::string why_gone(int peer) override;
   void check_alarm() override;
@@ -52,8 +58,6 @@ class CompositeTransport : public Transport {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<UcxTransport> ucx_;
   long mixed_sleep_ns_;
-  // Between arm_sleep() and sleep(): which kinds of links the Exchange progressed.
-  bool touched_shm_ = false, touched_ucx_ = false;
 };
 
 }  // namespace chorus::transport

@@ -1,4 +1,5 @@
-// chorus — waiting without burning a core: a doorbell word in shared memory plus futex.
+// chorus — waiting without burning a core: a doorbell word in shared memory plus futex
+// (chorus/futex.h).
 //
 // Every rank owns one Doorbell (in its shm segment). Whoever changes state that the rank may be
 // waiting on (a FIFO head it reads, a FIFO tail or acknowledgement it writes into) rings it.
@@ -10,20 +11,15 @@
 // ringer sees the sleeper, or the sleeper's last check sees the ringer's data (no lost wake-up).
 #pragma once
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <climits>
 #include <cstdint>
 
-namespace chorus::transport {
+#include "chorus/cpu_relax.h"
+#include "chorus/futex.h"
 
-inline long futex_call(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
-}
+namespace chorus::transport {
 
 struct alignas(64) Doorbell {
   std::atomic<uint32_t> value{0};
@@ -37,7 +33,7 @@ struct alignas(64) Doorbell {
   // Wakes the owner whatever it is doing (abort from another thread).
   void wake() {
     value.fetch_add(1, std::memory_order_seq_cst);
-    futex_call(&value, FUTEX_WAKE, INT_MAX, nullptr);
+    futex::wake_all(value, futex::Scope::kShared);
   }
 
   // Registers a sleeper; returns the token for sleep(). The caller checks its condition after
@@ -52,17 +48,12 @@ struct alignas(64) Doorbell {
   // Sleeps until rung after arm() or `max_ns` passes (spurious returns are fine); disarms.
   void sleep(uint32_t token, long max_ns) {
     timespec ts{max_ns / 1000000000L, max_ns % 1000000000L};
-    futex_call(&value, FUTEX_WAIT, token, &ts);
+    futex::wait(value, token, &ts, futex::Scope::kShared);
     disarm();
   }
 };
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+// The spin hint (chorus/cpu_relax.h), here for the waiters that spin before they ring or sleep.
+using chorus::cpu_relax;
 
 }  // namespace chorus::transport

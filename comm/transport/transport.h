@@ -55,12 +55,6 @@ enum class PeerStatus : uint32_t {
   kFailed = 2,  // an operation failed there, or it aborted; its error text is published
 };
 
-// Where a request's buffers (src, or dst and local) live.
-enum class Memory : uint8_t {
-  kHost,    // host memory: every transport
-  kDevice,  // device memory: links that move device memory (shm on one host, through IPC)
-};
-
 // The device side of operations on device memory: the device the buffers are on, and the stream
 // on which links queue their copies and reductions (the communicator's own stream, never a stream
 // of the application).
@@ -116,15 +110,15 @@ struct Request {
   Request* forward = nullptr;
   Request* after = nullptr;
   bool forward_now = false;
-  // Progress state, owned by the transport.
-  size_t offset = 0;
-  uint64_t token = 0;
-  uint64_t addr = 0;
-  uint8_t phase = 0;
-  // Set by the link from the transport's device context (set_device_memory) when it first
-  // touches the request.
-  Memory memory = Memory::kHost;
-  bool done = false;
+  bool done = false;  // set by the link; the Exchange then retires the request
+  // The link's own bookkeeping of its progress on the request (zero when posted). The Exchange
+  // never reads it; a link reads another's only for a forward (Request::forward, after).
+  struct Progress {
+    size_t offset = 0;   // bytes moved so far
+    uint64_t token = 0;  // the number of the rendezvous or shared message it waits on
+    uint64_t addr = 0;   // where the peer's bytes are (an assisted single-copy receive)
+    uint8_t phase = 0;   // the link's state machine (0: not started)
+  } progress;
 };
 
 class Link {
@@ -167,10 +161,30 @@ class Link {
   }
 };
 
+// Waiting for peers without spinning. The Exchange, having found nothing to do, calls arm(),
+// progresses and checks its condition once more, then either disarm()s (it can go on) or
+// sleep()s with the token. Any action after arm() of a peer in `awaited` that this rank may be
+// waiting for ends the sleep; so does max_ns. sleep() disarms. The Exchange holds its transport's
+// waiter for its whole life (Transport::waiter()).
+class Waiter {
+ public:
+  virtual uint32_t arm() = 0;
+  virtual void disarm() = 0;
+  // `awaited`: the peers this rank waits for, whose links the Exchange progressed last.
+  virtual void sleep(uint32_t token, long max_ns, std::span<const int> awaited) = 0;
+  // Ends a sleep of this rank's waiter from another thread (abort).
+  virtual void wake() = 0;
+
+ protected:
+  ~Waiter() = default;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual Link& link(int peer) = 0;
+  // How this rank sleeps until its peers act (the same object for the transport's life).
+  virtual Waiter& waiter() = 0;
   // The pipelining unit algorithms should use over this transport (CHORUS_CHUNK_BYTES overrides).
   static constexpr size_t kDefaultChunkBytes = 256 << 10;
   virtual size_t preferred_chunk_bytes() const { return kDefaultChunkBytes; }
@@ -178,13 +192,6 @@ class Transport {
   // how they travel, and from what size on they are.
   virtual bool single_copy_anywhere() const { return false; }
   virtual size_t single_copy_threshold() const { return SIZE_MAX; }
-  // Bytes this rank's links wrote straight into a forward's outgoing buffers as they arrived
-  // (Request::forward), since the transport was made: how often forwarding took the one-pass
-  // path rather than sending the result after the receive.
-  virtual uint64_t forwarded_in_pass_bytes() const { return 0; }
-  // Bytes this rank wrote into its receivers' memory for them (Request::assist), since the
-  // transport was made: how often the receivers of its waited-for sends shared their copy.
-  virtual uint64_t assisted_bytes() const { return 0; }
   // Whether this rank can send one message to all its peers through a shared buffer that it
   // writes once and every peer reads (Request::shared): one host, every rank on this transport,
   // host memory. The same on every rank of a communicator.
@@ -200,16 +207,6 @@ class Transport {
     (void)src, (void)bytes, (void)copy_to, (void)stamp;
     return false;
   }
-
-  // Waiting for peers without spinning. The Exchange, having found nothing to do, calls
-  // arm_sleep(), progresses and checks its condition once more, then either disarm_sleep()s (it
-  // can go on) or sleep()s with the token. Any peer action after arm_sleep() that this rank may
-  // be waiting for ends the sleep; so does max_ns. sleep() disarms.
-  virtual uint32_t arm_sleep() = 0;
-  virtual void disarm_sleep() = 0;
-  virtual void sleep(uint32_t token, long max_ns) = 0;
-  // Ends a sleep of this rank's own waiter from another thread (abort).
-  virtual void wake_self() = 0;
 
   virtual std::string name() const = 0;
 

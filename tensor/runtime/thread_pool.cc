@@ -7,15 +7,12 @@
 // whole job itself instead of waiting for it. The caller waits only for tasks already claimed.
 #include "runtime/thread_pool.h"
 
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <climits>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -25,6 +22,7 @@
 
 #include "chorus/config.h"
 #include "chorus/error.h"
+#include "chorus/futex.h"
 
 namespace chorus::tensor {
 namespace {
@@ -44,13 +42,9 @@ inline void cpu_relax() {
 }
 
 void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr,
-          nullptr, 0);
+  futex::wait(word, expected, nullptr, futex::Scope::kProcess);
 }
-void futex_wake_all(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
-          nullptr, 0);
-}
+void futex_wake_all(std::atomic<uint32_t>& word) { futex::wake_all(word, futex::Scope::kProcess); }
 
 // Spins until done() or `budget` has passed; returns done() at the end.
 template <class Pred>

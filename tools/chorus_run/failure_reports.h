@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "unique_fd.h"
+#include "chorus/unique_fd.h"
 
 namespace chorus::run {
 

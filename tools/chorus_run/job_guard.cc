@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chorus/error.h"
+#include "pipe.h"
 
 namespace chorus::run {
 namespace {
@@ -61,8 +62,8 @@ JobGuard::JobGuard() {
     // ranks' output pipes, which would keep them open after chorus-run.
     const int keep = pipe.read_end.get();
     ::dup2(keep, STDIN_FILENO);
-    const int stdout_null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (stdout_null >= 0) ::dup2(stdout_null, STDOUT_FILENO);
+    if (const UniqueFd stdout_null(::open("/dev/null", O_WRONLY | O_CLOEXEC)); stdout_null)
+      ::dup2(stdout_null.get(), STDOUT_FILENO);
     if (::syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
       const long max_fd = ::sysconf(_SC_OPEN_MAX);
       for (int fd = 3; fd < (max_fd > 0 && max_fd < 65536 ? max_fd : 65536); ++fd) ::close(fd);

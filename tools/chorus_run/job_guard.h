@@ -14,7 +14,7 @@
 
 #include <sys/types.h>
 
-#include "unique_fd.h"
+#include "chorus/unique_fd.h"
 
 namespace chorus::run {
 

@@ -21,6 +21,7 @@
 #include "job_guard.h"
 #include "job_id.h"
 #include "options.h"
+#include "pipe.h"
 #include "rank_spawn.h"
 #include "shm_sweep.h"
 #include "signal_watch.h"

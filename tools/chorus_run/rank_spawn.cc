@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "unique_fd.h"
+#include "pipe.h"
 
 namespace chorus::run {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "unique_fd.h"
+#include "chorus/unique_fd.h"
 
 namespace chorus::run {
 

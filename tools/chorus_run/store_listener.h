@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "unique_fd.h"
+#include "chorus/unique_fd.h"
 
 namespace chorus::run {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "unique_fd.h"
+#include "chorus/unique_fd.h"
 
 namespace chorus::run {
 

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "chorus/error.h"
+#include "chorus/unique_fd.h"
 #include "views.h"
 
 namespace chorus::topo::cli {
@@ -37,29 +38,30 @@ void render_image(const std::string& dot, const std::string& format, const std::
                 "the graph to render elsewhere");
   int fds[2];
   CHORUS_SYSCALL(::pipe(fds));
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
   const std::string type = "-T" + format;
   const pid_t pid = ::fork();
   if (pid < 0) throw_system_error("fork", errno);
   if (pid == 0) {
-    ::dup2(fds[0], STDIN_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
+    ::dup2(read_end.get(), STDIN_FILENO);
+    read_end.reset();
+    write_end.reset();
     ::execlp("dot", "dot", type.c_str(), "-o", path.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  ::close(fds[0]);
+  read_end.reset();
   // dot may exit early (a bad path): a write to the closed pipe must fail, not kill us.
   struct sigaction ignore {
   }, previous{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &previous);
   for (size_t done = 0; done < dot.size();) {
-    const ssize_t n = ::write(fds[1], dot.data() + done, dot.size() - done);
+    const ssize_t n = ::write(write_end.get(), dot.data() + done, dot.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
     done += static_cast<size_t>(n);
   }
-  ::close(fds[1]);
+  write_end.reset();
   ::sigaction(SIGPIPE, &previous, nullptr);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -11,14 +11,10 @@
 #include <utility>
 
 #include "chorus/error.h"
+#include "chorus/unique_fd.h"
 
 namespace chorus::transport {
 namespace {
-
-struct Fd {
-  int fd = -1;
-  ~Fd() { if (fd >= 0) ::close(fd); }
-};
 
 [[noreturn]] void throw_shm_space_error(const std::string& name, size_t bytes, int err) {
   struct statvfs st {};
@@ -42,9 +38,8 @@ void* map(int fd, size_t bytes, const std::string& name) {
 }  // namespace
 
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
-  Fd fd;
-  fd.fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd.fd < 0) {
+  const UniqueFd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+  if (!fd) {
     if (errno == EACCES || errno == EROFS)
       throw Error(ErrorKind::kSystem, "/dev/shm is not writable (" + std::string(std::strerror(errno)) +
                                           "): chorus needs a writable /dev/shm for same-host ranks");
@@ -58,26 +53,25 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   seg.linked_ = true;
   // posix_fallocate reserves the pages now, so a too-small /dev/shm fails here with a clear
   // message instead of SIGBUS on first touch later.
-  if (int err = ::posix_fallocate(fd.fd, 0, static_cast<off_t>(bytes)); err != 0) {
+  if (int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); err != 0) {
     seg.unlink();
     throw_shm_space_error(name, bytes, err);
   }
-  seg.data_ = map(fd.fd, bytes, name);
+  seg.data_ = map(fd.get(), bytes, name);
   seg.size_ = bytes;
   return seg;
 }
 
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
-  Fd fd;
-  fd.fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd.fd < 0) throw_system_error("shm_open(" + name + ") of a peer's segment", errno);
+  const UniqueFd fd(::shm_open(name.c_str(), O_RDWR, 0600));
+  if (!fd) throw_system_error("shm_open(" + name + ") of a peer's segment", errno);
   struct stat st {};
-  if (::fstat(fd.fd, &st) != 0) throw_system_error("fstat of " + name, errno);
+  if (::fstat(fd.get(), &st) != 0) throw_system_error("fstat of " + name, errno);
   // The transport compares the settings that size a segment before it opens one.
   CHORUS_CHECK_EQ(static_cast<size_t>(st.st_size), bytes, "size of peer segment ", name);
   ShmSegment seg;
   seg.name_ = name;
-  seg.data_ = map(fd.fd, bytes, name);
+  seg.data_ = map(fd.get(), bytes, name);
   seg.size_ = bytes;
   return seg;
 }

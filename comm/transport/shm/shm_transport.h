@@ -5,9 +5,16 @@
 // each peer, and once all ranks have mapped everything unlinks its own name. From then on nothing
 // is left in /dev/shm even if the job crashes; chorus-run sweeps /dev/shm/chorus-<job>-* for the
 // short window before that.
+//
+// The transport's parts: set-up in shm_setup.cc, peer liveness and failure notices in
+// shm_peers.cc, the links (shm_link.h) in shm_fifo.cc, shm_rendezvous.cc, shm_forward.cc,
+// shm_fan.cc and shm_link_device.cc.
 #pragma once
 
+#include <sys/types.h>
+
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,6 +22,8 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "chorus/unique_fd.h"
+#include "transport/shm/shm_fan.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/transport.h"
@@ -22,18 +31,19 @@
 namespace chorus::transport {
 
 struct ShmOptions {
-  size_t slot_bytes;       // CHORUS_SHM_SLOT_BYTES
-  size_t depth;            // CHORUS_SHM_DEPTH
-  size_t cma_threshold;    // CHORUS_SHM_CMA_THRESHOLD: messages this large go single-copy
-  bool cma;                // CHORUS_SHM_CMA
-  size_t fan_slot_bytes;   // CHORUS_SHM_FAN_SLOT_BYTES
-  size_t fan_depth;        // CHORUS_SHM_FAN_DEPTH
+  size_t slot_bytes;      // CHORUS_SHM_SLOT_BYTES
+  size_t depth;           // CHORUS_SHM_DEPTH
+  size_t cma_threshold;   // CHORUS_SHM_CMA_THRESHOLD: messages this large go single-copy
+  bool cma;               // CHORUS_SHM_CMA
+  size_t fan_slot_bytes;  // CHORUS_SHM_FAN_SLOT_BYTES
+  size_t fan_depth;       // CHORUS_SHM_FAN_DEPTH
   static ShmOptions from_env();
 };
 
 class ShmLink;
 
-class ShmTransport : public Transport {
+// The transport is its own waiter: it sleeps on this rank's doorbell, which every peer rings.
+class ShmTransport : public Transport, public Waiter {
  public:
   // Collective over the `world_size` ranks sharing `store` (already scoped to one communicator),
   // or over `members` only (ranks of this host, including `rank`, ascending; empty = all ranks):
@@ -41,29 +51,28 @@ class ShmTransport : public Transport {
   ShmTransport(int rank, int world_size, Store& store, const std::string& segment_prefix,
                std::chrono::milliseconds timeout, const ShmOptions& options,
                std::span<const int> members = {});
-  ~ShmTransport() override;
+  ~ShmTransport() override;  // shm_transport.cc, where ShmLink is complete
 
   Link& link(int peer) override;
+  Waiter& waiter() override { return *this; }
   // Larger when every peer is read single-copy: no FIFO to keep in cache, and each chunk costs a
   // hand-shake.
   size_t preferred_chunk_bytes() const override;
   bool single_copy_anywhere() const override;
   size_t single_copy_threshold() const override { return options_.cma_threshold; }
-  uint64_t forwarded_in_pass_bytes() const override { return forwarded_in_pass_; }
-  uint64_t assisted_bytes() const override { return assisted_; }
   // Every rank of the communicator is on this host (no other transport beside this one).
   bool fans_out() const override { return members_.size() == static_cast<size_t>(world_size_); }
   bool fan_send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp) override;
   bool puts_to_all() const override { return puts_to_all_; }
-  uint32_t arm_sleep() override { return header()->bell.arm(); }
-  void disarm_sleep() override { header()->bell.disarm(); }
-  void sleep(uint32_t token, long max_ns) override {
+  uint32_t arm() override { return header()->bell.arm(); }
+  void disarm() override { header()->bell.disarm(); }
+  void sleep(uint32_t token, long max_ns, std::span<const int> /*awaited*/) override {
     // A device copy in flight ends without a peer ringing: look again soon.
     if (device_copies_ > 0) [[unlikely]]
       max_ns = std::min(max_ns, kDeviceCopyPollNs);
     header()->bell.sleep(token, max_ns);
   }
-  void wake_self() override { header()->bell.wake(); }
+  void wake() override { header()->bell.wake(); }
 
   std::string name() const override { return "shm"; }
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
@@ -78,6 +87,16 @@ class ShmTransport : public Transport {
 
   // Whether sends to `peer` may use the single-copy path (for tests and logs).
   bool single_copy_to(int peer) const;
+  // What the links counted since the transport was made, for tests (which path a transfer took).
+  struct Counters {
+    // Bytes written straight into a forward's outgoing buffers as they arrived
+    // (Request::forward): the one-pass path rather than sending the result after the receive.
+    uint64_t forwarded_in_pass_bytes = 0;
+    // Bytes this rank wrote into its receivers' memory for them (Request::assist): how often the
+    // receivers of its waited-for sends shared their copy.
+    uint64_t assisted_bytes = 0;
+  };
+  const Counters& counters() const { return counters_; }
 
   // Device memory through IPC (shm_device.h): possible when every rank of the communicator is on
   // this host and all publish the same GPU signature.
@@ -92,40 +111,18 @@ class ShmTransport : public Transport {
 
   shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
 
-  // The writer of this rank's fan buffer (shm_layout.h; Request::shared). The sends of one
-  // message, one to each peer, join the message being written (fan_join), and any of them
-  // writes as many pieces as the slowest reader has made room for (fan_fill). A send is done
-  // once its message's last piece is published (fan_written).
-  struct FanOut {
-    const std::byte* src = nullptr;
-    std::byte* copy_to = nullptr;  // Request::dst of the sends: the writer's own copy
-    bool stream = false;
-    size_t bytes = 0;
-    OpStamp stamp;
-    size_t written = 0;  // bytes published
-    uint64_t number = 0;  // messages begun before it + 1
-    int joined = 0;       // sends that joined it
-  };
-  void fan_join(Request& r);
-  bool fan_fill();
-  bool fan_written(const Request& r) const {
-    return fan_.number > r.token || (fan_.number == r.token && fan_.written == fan_.bytes);
-  }
-  uint64_t fan_consumed(int peer) const {
-    return fan_ctrl_[peer].tail.load(std::memory_order_acquire);
-  }
-  // Publishes a piece of `bytes` (header included, a multiple of 64) at fan_pos_, whose header
-  // the caller has filled but for `seq`.
-  void fan_publish(shm::SlotHeader* h, uint64_t bytes);
-  // The header of the next piece of `piece` bytes (header included, a multiple of 64), after a
-  // skip to the ring's start where it would not fit before the end; null while the slowest
-  // reader leaves no room for it.
-  shm::SlotHeader* fan_reserve(uint64_t piece);
-  shm::SlotHeader* fan_at(uint64_t pos) const {
-    return reinterpret_cast<shm::SlotHeader*>(fan_slots_ + pos % layout_.fan_capacity());
-  }
   const shm::SegmentHeader& peer_header(int peer) const;
   void announce(PeerStatus status);
+
+  // Set-up (shm_setup.cc), in this order: this rank's segment, each peer's (mapped, checked and
+  // probed for single copy; returns its pid), whether device memory may move through IPC, whether
+  // every rank may write every other's memory, and the links.
+  void create_segment(const std::string& name, const std::string& segment_prefix);
+  pid_t connect_peer(int peer, Store& store, std::chrono::milliseconds timeout,
+                     const std::string& host);
+  void decide_device_ipc();
+  bool find_puts_to_all() const;
+  void make_links(const std::vector<pid_t>& pids);
 
   int rank_;
   int world_size_;
@@ -135,16 +132,10 @@ class ShmTransport : public Transport {
   ShmSegment own_;
   std::vector<ShmSegment> peers_;
   std::vector<std::unique_ptr<ShmLink>> links_;
-  uint64_t forwarded_in_pass_ = 0;  // forwarded_in_pass_bytes(), counted by the links
-  uint64_t assisted_ = 0;           // assisted_bytes(), counted by the links
-  shm::FanCtrl* fan_ctrl_ = nullptr;  // in this rank's segment: each reader's position
-  std::byte* fan_slots_ = nullptr;
-  FanOut fan_;
-  uint64_t fan_messages_ = 0;  // messages begun
-  uint64_t fan_pos_ = 0;       // bytes of the fan buffer published
-  uint64_t fan_min_tail_ = 0;  // the slowest reader's position, as last read
+  Counters counters_;               // counted by the links
+  shm::FanBuffer fan_;              // this rank's shared buffer and its places in the peers'
   std::vector<std::byte> staging_;  // rendezvous reduce: remote data lands here, then is reduced
-  std::vector<int> pidfds_;         // per peer; -1 where pidfd_open is unavailable
+  std::vector<UniqueFd> pidfds_;    // per peer; empty where pidfd_open is unavailable
   bool device_ipc_ = false;
   std::string no_device_ipc_;  // why not, when !device_ipc_
   DeviceContext device_;       // of the operation running on device memory
@@ -154,6 +145,11 @@ class ShmTransport : public Transport {
   static constexpr long kDeviceCopyPollNs = 20'000;
   std::vector<std::pair<int, gpu::OwnedStream>> host_copy_streams_;
 };
+
+namespace shm {
+// Throws the chorus::PeerFailure peer `p` published, if it published one (its segment header h).
+void throw_if_failed(const SegmentHeader& h, int p);
+}  // namespace shm
 
 // The host identity ranks compare to decide whether they share memory: CHORUS_HOST_ID, else
 // hostname + boot id.

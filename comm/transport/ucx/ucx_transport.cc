@@ -82,24 +82,24 @@ class UcxLink : public Link {
   }
 
   bool progress_send(Request& r) override {
-    if (r.phase == 0) {
+    if (r.progress.phase == 0) {
       send_hdr_ = WireHeader{r.stamp, r.bytes};
       const uint64_t n = sent_++;
       send_req_[0] = post_send(&send_hdr_, sizeof send_hdr_, tag_of(t_.rank(), n, 0));
       send_req_[1] = post_send(r.src, r.bytes, tag_of(t_.rank(), n, 1));
-      r.phase = 1;
+      r.progress.phase = 1;
     } else if (send_req_[0] != nullptr || send_req_[1] != nullptr) {
       t_.progress_worker();
     }
     const bool done = send_finished(send_req_[0]) & send_finished(send_req_[1]);
-    if (!done) return r.offset++ == 0;  // moved when posted (offset counts progress calls)
+    if (!done) return r.progress.offset++ == 0;  // moved when posted (offset counts progress calls)
     r.done = true;
     return true;
   }
 
   bool progress_recv(Request& r) override {
     bool moved = false;
-    if (r.phase == 0) {
+    if (r.progress.phase == 0) {
       const uint64_t n = received_++;
       std::byte* into = r.dst;
       if (r.kind == Request::Kind::kRecvReduce) {
@@ -110,17 +110,18 @@ class UcxLink : public Link {
       data_status_ = UCS_OK;
       recv_req_[0] = post_recv(&recv_hdr_, sizeof recv_hdr_, tag_of(peer_, n, 0), &hdr_len_);
       recv_req_[1] = post_recv(into, r.bytes, tag_of(peer_, n, 1), &data_len_);
-      r.phase = 1;
+      r.progress.phase = 1;
       moved = true;
     } else {
       t_.progress_worker();
     }
-    if (r.phase == 1 && recv_finished(recv_req_[0], &hdr_len_, nullptr)) {
+    if (r.progress.phase == 1 && recv_finished(recv_req_[0], &hdr_len_, nullptr)) {
       check_header(r);
-      r.phase = 2;
+      r.progress.phase = 2;
       moved = true;
     }
-    if (!recv_finished(recv_req_[1], &data_len_, &data_status_) || r.phase != 2) return moved;
+    if (!recv_finished(recv_req_[1], &data_len_, &data_status_) || r.progress.phase != 2)
+      return moved;
     if (data_status_ != UCS_OK) t_.throw_peer_error(peer_, data_status_, "a receive");
     if (r.kind == Request::Kind::kRecvReduce)
       kernels::reduce(r.dtype, r.op, r.dst, r.local, staging_.data(), r.bytes / dtype_size(r.dtype));
@@ -252,8 +253,8 @@ UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers,
   check_ucs(ucp_worker_create(h_.context, &wp, &h_.worker), "ucp_worker_create", rank);
   worker_ = h_.worker;
   check_ucs(ucp_worker_get_efd(worker_, &efd_), "ucp_worker_get_efd", rank);
-  h_.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (h_.wake_fd < 0) throw_system_error("eventfd", errno);
+  h_.wake_fd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!h_.wake_fd) throw_system_error("eventfd", errno);
 
   ucp_address_t* address = nullptr;
   size_t address_len = 0;
@@ -324,7 +325,6 @@ UcxTransport::Handles::~Handles() {
     ucp_worker_destroy(worker);
   }
   if (context != nullptr) ucp_cleanup(context);
-  if (wake_fd >= 0) ::close(wake_fd);
 }
 
 Link& UcxTransport::link(int peer) {
@@ -338,7 +338,7 @@ void UcxTransport::progress_worker() {
   }
 }
 
-bool UcxTransport::arm() {
+bool UcxTransport::arm_worker() {
   if (!can_arm_) return true;
   const ucs_status_t s = ucp_worker_arm(worker_);
   if (s == UCS_OK) return true;
@@ -354,17 +354,17 @@ void UcxTransport::wait_events(long max_ns) {
   // CHORUS_UCX_SLEEP_US bounds one sleep all the same (the Exchange checks its peers between).
   max_ns = std::min(max_ns, sleep_cap_ns_);
   if (!can_arm_) max_ns = std::min(max_ns, 50'000L);
-  pollfd fds[2] = {{efd_, POLLIN, 0}, {h_.wake_fd, POLLIN, 0}};
+  pollfd fds[2] = {{efd_, POLLIN, 0}, {h_.wake_fd.get(), POLLIN, 0}};
   const timespec ts{max_ns / 1'000'000'000L, max_ns % 1'000'000'000L};
   if (::ppoll(fds, 2, &ts, nullptr) > 0 && (fds[1].revents & POLLIN) != 0) {
     uint64_t v = 0;
-    [[maybe_unused]] ssize_t n = ::read(h_.wake_fd, &v, sizeof v);
+    [[maybe_unused]] ssize_t n = ::read(h_.wake_fd.get(), &v, sizeof v);
   }
 }
 
-void UcxTransport::wake_self() {
+void UcxTransport::wake() {
   const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(h_.wake_fd, &one, sizeof one);
+  [[maybe_unused]] ssize_t n = ::write(h_.wake_fd.get(), &one, sizeof one);
 }
 
 void UcxTransport::abandon() {

@@ -12,7 +12,7 @@
 // messages of one direction complete in order as the Link contract requires. A receive-reduce
 // lands in a staging buffer and is reduced after arrival.
 //
-// Waiting: ucp_worker_arm + poll on the worker's event fd (plus an eventfd for wake_self), never
+// Waiting: ucp_worker_arm + poll on the worker's event fd (plus an eventfd for wake()), never
 // spinning. Failure state that shm keeps in shared memory travels through the store instead:
 // a failing rank writes "ucx/status/<rank>" and bumps "ucx/alarm"; peers read them only from
 // check_peers (the Exchange's ~20 ms sleep cadence), never per message. A peer whose process
@@ -29,13 +29,15 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "chorus/unique_fd.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
 
 class UcxLink;
 
-class UcxTransport : public Transport {
+// The transport is its own waiter: it sleeps on the worker's event fd.
+class UcxTransport : public Transport, public Waiter {
  public:
   // Collective over the ranks in `peers` (global ranks, not including `rank`) and this rank:
   // each of them must construct a UcxTransport naming this rank among its peers. `store` is
@@ -47,14 +49,15 @@ class UcxTransport : public Transport {
   UcxTransport& operator=(const UcxTransport&) = delete;
 
   Link& link(int peer) override;
+  Waiter& waiter() override { return *this; }
   // The worker is armed in sleep(), after the Exchange's last progress pass: progressing an
   // armed worker consumes the events that would have signalled its event fd.
-  uint32_t arm_sleep() override { return 0; }
-  void disarm_sleep() override {}
-  void sleep(uint32_t /*token*/, long max_ns) override {
-    if (arm()) wait_events(max_ns);
+  uint32_t arm() override { return 0; }
+  void disarm() override {}
+  void sleep(uint32_t /*token*/, long max_ns, std::span<const int> /*awaited*/) override {
+    if (arm_worker()) wait_events(max_ns);
   }
-  void wake_self() override;
+  void wake() override;
   std::string name() const override { return "ucx"; }
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
   std::string why_gone(int peer) override;
@@ -67,8 +70,8 @@ class UcxTransport : public Transport {
   void abandon() override;
 
   // For a composite transport: arm the worker's event fd (false: events are pending, do not
-  // sleep), and block until a UCX event, wake_self() or `max_ns`.
-  bool arm();
+  // sleep), and block until a UCX event, wake() or `max_ns`.
+  bool arm_worker();
   void wait_events(long max_ns);
   // Drives UCX once (called by links that wait for something).
   void progress_worker();
@@ -93,7 +96,7 @@ class UcxTransport : public Transport {
     ucp_worker_h worker = nullptr;
     std::vector<ucp_ep_h> eps;  // per global rank; null where not a UCX peer
     std::vector<ucs_status_t>* ep_status = nullptr;
-    int wake_fd = -1;
+    UniqueFd wake_fd;  // closed after the worker and context
     std::chrono::milliseconds close_timeout{5000};
     ~Handles();
   };

@@ -1,4 +1,5 @@
-#include "unique_fd.h"
+// chorus-run — pipes made of owned file descriptors (pipe.h).
+#include "pipe.h"
 
 #include <fcntl.h>
 

@@ -1,0 +1,166 @@
+// chorus — one peer of the shm transport: this rank writes into the FIFO for it in the peer's
+// segment and reads the FIFO for the peer in its own.
+//
+// The link's work is spread over the files of shm/ by concept, all of them members of this one
+// class so that each reaches the FIFO it moves bytes through: the slot FIFO and the small-message
+// path (shm_fifo.cc), the single-copy rendezvous and the shared copy (shm_rendezvous.cc),
+// forwarding (shm_forward.cc), the fan-out buffer (shm_fan.cc) and device memory
+// (shm_link_device.cc). The FIFO's own bookkeeping (a slot's place, whether one is free,
+// publishing and consuming) is inline here: every one of those files writes or reads slots.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "chorus/gpu/runtime.h"
+#include "transport/futex.h"
+#include "transport/shm/shm_device.h"
+#include "transport/shm/shm_fan.h"
+#include "transport/shm/shm_layout.h"
+#include "transport/transport.h"
+
+namespace chorus::transport {
+
+class ShmTransport;
+
+class ShmLink : public Link {
+ public:
+  ShmLink(ShmTransport& owner, int peer, pid_t peer_pid, const shm::Layout& layout,
+          std::byte* own_base, std::byte* peer_base, int rank, std::vector<std::byte>& staging,
+          size_t cma_threshold, size_t ipc_mappings, shm::FanBuffer::Reader& fan_in);
+
+  // The device context of the operation being run (null: host memory); see Transport.
+  void set_device(const DeviceContext* device) { device_ = device; }
+
+  bool single_copy() const { return out_ctrl_->cma_ok.load(std::memory_order_acquire) != 0; }
+
+  bool progress_send(Request& r) override;
+  bool progress_recv(Request& r) override;
+  // A message that fits one slot (INLINE, or EAGER in one piece) with none of a Request's
+  // bookkeeping. Sizes that go single copy (CHORUS_SHM_CMA_THRESHOLD) stay with the requests.
+  bool send_now(const void* src, size_t bytes, const OpStamp& stamp) override;
+  void notify() override { peer_bell_.ring(); }
+  bool recv_now(void* dst, size_t bytes, const OpStamp& stamp) override;
+  void put(const void* src, uint64_t remote, size_t bytes) override;
+  bool fan_recv_now(void* dst, size_t bytes, const OpStamp& stamp) override;
+
+ private:
+  // ---- the slot FIFO (shm_fifo.cc) --------------------------------------------------------------
+  bool send_host(Request& r);
+  bool recv_host(Request& r);
+
+  // ---- the shared buffer (shm_fan.cc) -----------------------------------------------------------
+  bool send_shared(Request& r);
+  bool recv_shared(Request& r);
+
+  // ---- forwarding (Request::forward; shm_forward.cc), called on the link the result goes out on
+  void publish_forward(Request& f, shm::SlotHeader* h, size_t n);
+  bool forward_received(Request& in);
+  void forward_piece(Request& in, const std::byte* data, size_t n);
+
+  // ---- the single-copy rendezvous and the shared copy (shm_rendezvous.cc) -----------------------
+  // Publishes a rendezvous slot for a send that goes single copy; false when the FIFO is full.
+  bool send_rendezvous(Request& r);
+  bool receive_rendezvous(Request& r, uint64_t addr, bool assisted);
+  bool assist(Request& r);
+  bool finish_assisted(Request& r);
+  [[noreturn]] void throw_copy_error(int err, bool write = false) const;
+
+  // ---- device memory (shm_device.h; shm_link_device.cc) -----------------------------------------
+  bool send_device(Request& r);
+  bool send_device_through_fifo(Request& r);
+  const std::byte* map_peer(const shm::DeviceRendezvous& d, int device);
+  bool recv_device(Request& r);
+  void deliver_to_device(Request& r, size_t offset, const std::byte* data, size_t n);
+  gpu::Event& sync_event();
+  // A device rendezvous received into host memory (this rank passed host buffers): copied out on
+  // the sender's device, reduced on the CPU.
+  void receive_device_into_host(Request& r, const shm::DeviceRendezvous& d);
+
+  static constexpr uint8_t kAwaitingAck = 1;
+  static constexpr uint8_t kAwaitingCopy = 2;  // receive: the device copy / reduce is queued
+  static constexpr uint8_t kThroughFifo = 3;   // send: device memory that cannot be exported
+  static constexpr uint8_t kFanning = 4;  // shared send: joined its message (token: its number)
+  // Receive of an assisted rendezvous (token: its number, addr: the message in the sender's
+  // memory): the sender writes its part.
+  static constexpr uint8_t kAwaitingAssist = 5;
+
+  // From this size a receive shares the copy with a sender that offers to (the second system
+  // call and the hand-shake cost about what a 64 KiB copy does).
+  static constexpr size_t kAssistFromBytes = 256 << 10;
+  static constexpr size_t kRotateFromBytes = 256 << 10;
+  // Rendezvous reduce and device copies into host memory go through a staging buffer this large.
+  static constexpr size_t kStagingBytes = 256 << 10;
+
+  void check_slot(const shm::SlotHeader* h, const Request& r) const {
+    shm::check_slot(h, r.stamp, r.bytes, peer_);
+  }
+  void check_slot(const shm::SlotHeader* h, const OpStamp& stamp, size_t bytes) const {
+    shm::check_slot(h, stamp, bytes, peer_);
+  }
+
+  // A rendezvous read is finished: the sender's send completes.
+  void acknowledge(Request& r) {
+    in_ctrl_->rndv_done.fetch_add(1, std::memory_order_release);
+    peer_bell_.ring();
+    r.done = true;
+  }
+
+  shm::SlotHeader* slot_header(std::byte* fifo, uint64_t index) const {
+    return reinterpret_cast<shm::SlotHeader*>(fifo +
+                                              (index % layout_.depth) * layout_.slot_stride());
+  }
+
+  // Whether the next slot is free; reads the receiver's tail only when the cached one says full.
+  bool slot_free() {
+    if (sent_ - tail_seen_ < layout_.depth) return true;
+    tail_seen_ = out_ctrl_->tail.load(std::memory_order_acquire);
+    return sent_ - tail_seen_ < layout_.depth;
+  }
+  void publish(shm::SlotHeader* h) {
+    ++sent_;
+    h->seq.store(sent_, std::memory_order_release);
+  }
+  void consume_slot() {
+    ++received_;
+    in_ctrl_->tail.store(received_, std::memory_order_release);
+    // A sender that runs ahead (a broadcast root, a reduce's leaves) has often written the next
+    // header already: its line then travels while this rank returns and makes the next call.
+    // 8-byte broadcast and reduce at np=2: 0.37 and 0.41 -> 0.34 and 0.35 us over four
+    // alternations; all-reduce, where the next header is not written yet, level.
+    __builtin_prefetch(slot_header(in_slots_, received_));
+  }
+
+  ShmTransport& owner_;
+  int peer_;
+  pid_t peer_pid_;
+  shm::Layout layout_;
+  shm::FifoCtrl* in_ctrl_;
+  shm::FifoCtrl* out_ctrl_;
+  std::byte* in_slots_;
+  std::byte* out_slots_;
+  shm::FanBuffer::Reader* fan_in_;         // this rank's place in the peer's shared buffer
+  const shm::SegmentHeader& peer_header_;  // stays mapped after the peer's process ends
+  Doorbell& peer_bell_;
+  std::vector<std::byte>& staging_;
+  size_t cma_threshold_;
+  uint64_t sent_ = 0;       // slots this rank published to the peer
+  uint64_t tail_seen_ = 0;  // the receiver's tail as last read
+  uint64_t received_ = 0;   // slots this rank consumed from the peer
+  uint64_t rndv_sent_ = 0;  // rendezvous messages this rank sent to the peer
+  // Device memory: the operation's context (null: host), the event that ends a queued device
+  // copy, the peer's allocations mapped here, and device memory for reducing host messages.
+  const DeviceContext* device_ = nullptr;
+  pid_t own_pid_;
+  std::optional<gpu::Event> copy_done_;  // made at the first device copy (needs a device)
+  std::optional<gpu::Event> sync_done_;
+  shm::LruCache<shm::MappingKey, gpu::IpcMapping> mappings_;
+  gpu::DeviceBuffer bounce_;
+};
+
+}  // namespace chorus::transport
