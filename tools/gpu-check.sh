@@ -60,7 +60,7 @@ done
 if ! command -v pkg-config >/dev/null; then
   missing+=("pkg-config")
 elif ! pkg-config --exists hwloc; then
-  missing+=("hwloc (libhwloc-dev; comm/topo needs it)")
+  missing+=("hwloc (libhwloc-dev; topo/ needs it)")
 fi
 bench_on=ON
 benchmark_found=0

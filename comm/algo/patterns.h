@@ -102,7 +102,7 @@ struct RankPlace {
 // (host, package, NUMA node, CPU, rank), so the ring leaves each host, socket and NUMA node once
 // (the fewest slow links a ring can cross); then put in canonical form: it starts at rank 0 and
 // goes towards the smaller of rank 0's two neighbours. Rank order when nothing is known. This is
-// topo::ring_order's depth-first order on the machine tree (comm/topo/ring_order.h), computed
+// topo::ring_order's depth-first order on the machine tree (chorus/topo/ring_order.h), computed
 // from what every rank can tell about itself without hwloc.
 inline std::vector<int> ring_by_locality(std::span<const RankPlace> places) {
   const size_t n = places.size();

@@ -41,6 +41,9 @@ inline size_t first_within_margin(const std::vector<double>& seconds, double mar
 std::unique_ptr<SgemmBackend> make_builtin_backend();
 std::unique_ptr<SgemmBackend> make_dnnl_backend();      // dlopen libdnnl
 std::unique_ptr<SgemmBackend> make_openblas_backend();  // dlopen libopenblas
+// omp_set_num_threads of the OpenMP runtime a library already loaded (oneDNN's), or nullptr;
+// loads nothing itself (gemm_libraries.cc).
+auto loaded_omp_set_num_threads() -> void (*)(int);
 
 // The blocked AVX-512 kernel (gemm_blocked.cc), parallel over the team; available() is false
 // on CPUs (or compilers) without AVX-512.

@@ -20,11 +20,11 @@
 #include <string>
 #include <tuple>
 
+#include "chorus/dynamic_library.h"
 #include "chorus/error.h"
 #include "runtime/thread_pool.h"
 #include "cpu/simd.h"
 #include "gemm/backend.h"
-#include "gemm/library.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <oneapi/dnnl/dnnl.h>
@@ -83,7 +83,8 @@ using ShapeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int6
 class DnnlMatmul {
  public:
   DnnlMatmul() {
-    if (!lib_.open({"libdnnl.so.2"})) {
+    lib_ = DynamicLibrary({"libdnnl.so.2"});
+    if (!lib_) {
       note_ = "libdnnl.so.2 not found (apt-get install libdnnl2)";
       return;
     }
@@ -207,7 +208,7 @@ class DnnlMatmul {
     return ok;
   }
 
-  Library lib_;
+  DynamicLibrary lib_;
   Api api_;
   dnnl_engine_t engine_ = nullptr;
   bool available_ = false;

@@ -12,9 +12,9 @@
 // OpenMP runtime oneDNN itself loaded.
 #include <string>
 
+#include "chorus/dynamic_library.h"
 #include "chorus/error.h"
 #include "gemm/backend.h"
-#include "gemm/library.h"
 
 namespace chorus::tensor::gemm_impl {
 namespace {
@@ -30,7 +30,8 @@ using OmpSetNumThreads = void (*)(int);
 class DnnlBackend final : public SgemmBackend {
  public:
   DnnlBackend() {
-    if (!lib_.open({"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"})) {
+    lib_ = DynamicLibrary({"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"});
+    if (!lib_) {
       note_ = "libdnnl not found (apt-get install libdnnl2 or libdnnl-dev)";
       return;
     }
@@ -55,7 +56,7 @@ class DnnlBackend final : public SgemmBackend {
   }
 
  private:
-  Library lib_;
+  DynamicLibrary lib_;
   DnnlSgemm sgemm_ = nullptr;
   OmpSetNumThreads omp_set_num_threads_ = nullptr;
   std::string note_;
@@ -72,7 +73,8 @@ constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 class OpenBlasBackend final : public SgemmBackend {
  public:
   OpenBlasBackend() {
-    if (!lib_.open({"libopenblas.so.0", "libopenblas.so"})) {
+    lib_ = DynamicLibrary({"libopenblas.so.0", "libopenblas.so"});
+    if (!lib_) {
       note_ = "libopenblas not found (apt-get install libopenblas0)";
       return;
     }
@@ -95,12 +97,21 @@ class OpenBlasBackend final : public SgemmBackend {
   }
 
  private:
-  Library lib_;
+  DynamicLibrary lib_;
   CblasSgemm sgemm_ = nullptr;
   std::string note_;
 };
 
 }  // namespace
+
+auto loaded_omp_set_num_threads() -> void (*)(int) {
+  for (const char* so : {"libgomp.so.1", "libiomp5.so", "libomp.so.5", "libomp.so"}) {
+    // Closing it again leaves it loaded: the library that pulled it in holds it.
+    const DynamicLibrary omp = DynamicLibrary::find_loaded({so});
+    if (auto fn = omp.symbol<OmpSetNumThreads>("omp_set_num_threads")) return fn;
+  }
+  return nullptr;
+}
 
 std::unique_ptr<SgemmBackend> make_dnnl_backend() { return std::make_unique<DnnlBackend>(); }
 std::unique_ptr<SgemmBackend> make_openblas_backend() {

@@ -4,8 +4,9 @@
 #include <cstdlib>
 
 #include "chorus/error.h"
+#include "chorus/gpu/runtime.h"
 #include "chorus/topo/discover.h"
-#include "chorus/topo/exchange.h"
+#include "chorus/topo/serialize.h"
 #include "fixtures.h"
 #include "gpu_runtime.h"
 
@@ -48,6 +49,16 @@ TEST(RuntimeGpus, BusIdsAreNormalised) {
   EXPECT_EQ(normalize_bus_id("0000:3B:00.1"), "0000:3b:00.1");
   EXPECT_EQ(normalize_bus_id("0000:07:00"), "0000:07:00.0");
   EXPECT_EQ(normalize_bus_id("not-a-bus-id"), "not-a-bus-id");
+}
+
+// The bus ids come from chorus's GPU runtime layer: one per device it shows, none (and no error)
+// where it shows none: a build without GPU support, a machine without a driver or a device.
+TEST(RuntimeGpus, OnePerRuntimeDeviceAndNoneWithoutOne) {
+  const gpu::Devices devices = gpu::probe_devices();
+  const RuntimeGpus runtime = query_runtime_gpus();
+  ASSERT_EQ(runtime.pci_bus_ids.size(), static_cast<size_t>(devices.count)) << devices.reason;
+  EXPECT_EQ(runtime.runtime.empty(), devices.count == 0) << runtime.runtime;
+  for (const std::string& id : runtime.pci_bus_ids) EXPECT_EQ(normalize_bus_id(id), id);
 }
 
 TEST(Fixtures, DgxLikeHost) {

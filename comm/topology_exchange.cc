@@ -1,5 +1,5 @@
+// The topology exchange over a communicator or the bootstrap store (chorus/topo/exchange.h).
 #include <algorithm>
-#include <map>
 
 #include "chorus/error.h"
 #include "chorus/topo/exchange.h"
@@ -41,19 +41,6 @@ std::vector<Topology> exchange_topologies(Store& store, int rank, int world_size
     out.push_back(r == rank ? local
                             : deserialize(store.get(keys[static_cast<size_t>(r)], timeout)));
   return out;
-}
-
-JobHosts group_by_host(std::span<const Topology> per_rank) {
-  JobHosts job;
-  std::map<std::string, int> index;
-  for (const Topology& t : per_rank) {
-    auto [it, fresh] = index.try_emplace(t.hostname, static_cast<int>(job.hosts.size()));
-    if (fresh) job.hosts.push_back(t);
-    job.host_of_rank.push_back(it->second);
-    job.local_rank.push_back(static_cast<int>(
-        std::count(job.host_of_rank.begin(), job.host_of_rank.end(), it->second) - 1));
-  }
-  return job;
 }
 
 }  // namespace chorus::topo

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "chorus/error.h"
-#include "chorus/topo/exchange.h"
+#include "chorus/topo/serialize.h"
 
 namespace chorus::topo {
 namespace {

@@ -1,7 +1,8 @@
 // chorus — which GPUs the CUDA or HIP runtime shows this process, by PCI bus id.
 //
-// The runtimes are optional: their libraries are opened with dlopen at run time, so chorus_topo
-// neither links nor needs them. Without one, the list is empty.
+// Asked through chorus's GPU runtime layer (chorus/gpu/runtime.h): the runtime chorus was built
+// with, and none in a build without GPU support. Without a runtime, or without a device (a
+// machine with no GPU or no driver), the list is empty and discovery numbers GPUs in PCI order.
 #pragma once
 
 #include <string>
