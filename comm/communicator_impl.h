@@ -54,7 +54,7 @@ struct Communicator::Impl {
   struct Setup {
     int rank = 0;
     int world_size = 1;
-    int local_ranks = 1;  // ranks of the whole job on this host (for the wait policy)
+    int local_ranks = 1;           // ranks of the whole job on this host (for the wait policy)
     std::shared_ptr<Store> store;  // unscoped: keys get "chorus/<comm id>/" here
     bool owns_bootstrap = false;   // made by from_env: says goodbye to the store (say_goodbye)
     std::string job_id;            // empty: agreed through the store
@@ -101,7 +101,7 @@ struct Communicator::Impl {
   int rank;
   int size;
   int local_ranks;
-  std::shared_ptr<Store> root_store;   // unscoped (split makes children on it)
+  std::shared_ptr<Store> root_store;  // unscoped (split makes children on it)
   // Scoped to this communicator ("chorus/<comm id>/"), watching peers during set-up.
   std::shared_ptr<SetupStore> store;
   std::string job_id;
@@ -116,7 +116,7 @@ struct Communicator::Impl {
   // every rank (agree_on_choices() checks).
   bool deterministic = false;
   std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
-  size_t chunk_bytes;       // pipelining unit of single-copy operations (rank 0's choice)
+  size_t chunk_bytes;  // pipelining unit of single-copy operations (rank 0's choice)
   // The same for operations on the FIFO path (algo::Path::kFifo); rank 0's, agreed at set-up.
   size_t fifo_chunk_bytes = transport::Transport::kDefaultChunkBytes;
   // The size from which the "/fifo" variants differ from the plain ones: rank 0's single-copy
@@ -136,7 +136,7 @@ struct Communicator::Impl {
   std::vector<int> ring, ring_pos;
   algo::Scratch scratch;
   std::chrono::milliseconds call_timeout{0};  // set_timeout(): overrides `timeout` when > 0
-  int64_t collectives = 0;  // issued so far: the sequence number of the next one
+  int64_t collectives = 0;                    // issued so far: the sequence number of the next one
   int splits = 0;
   std::unique_ptr<FlightRecorder> recorder;
 
@@ -148,9 +148,9 @@ struct Communicator::Impl {
     std::shared_ptr<Work::State> state;  // null when run inline by a blocking call
     transport::OpStamp stamp;
     std::chrono::milliseconds timeout;
-    uint64_t record;  // flight-recorder id
+    uint64_t record;                 // flight-recorder id
     std::optional<DeviceOp> device;  // stream-ordered: the stream side (device_ops.h)
-    bool fifo_sends = false;  // algo::sends_through_fifo()
+    bool fifo_sends = false;         // algo::sends_through_fifo()
   };
   // Both return the operation's error (nullptr on success); they never throw.
   std::exception_ptr fail(Op& op, std::exception_ptr error, const Error& e);
@@ -179,14 +179,14 @@ struct Communicator::Impl {
   std::deque<Op> queue_;
   // Blocking calls that find nothing queued or running skip mu_ (submit()): these three are
   // atomics for that path; queue_ and stopping_ stay under mu_.
-  std::atomic<size_t> queued_{0};       // queue_.size(), readable without the lock
-  std::atomic<bool> running_{false};    // an operation runs (claimed by exchange)
+  std::atomic<size_t> queued_{0};     // queue_.size(), readable without the lock
+  std::atomic<bool> running_{false};  // an operation runs (claimed by exchange)
   bool stopping_ = false;
   std::thread thread_;
-  std::exception_ptr broken_;  // guarded by mu_
+  std::exception_ptr broken_;             // guarded by mu_
   std::atomic<bool> broken_flag_{false};  // broken_ is set (checked without the lock)
-  std::atomic<int> waiters_{0};            // threads in synchronize()
-  std::atomic<bool> thread_idle_{false};   // the progress thread waits for work
+  std::atomic<int> waiters_{0};           // threads in synchronize()
+  std::atomic<bool> thread_idle_{false};  // the progress thread waits for work
   std::atomic<bool> aborted_{false};
   // Stream-ordered operations: made at the first one, which fixes the communicator's device.
   std::unique_ptr<DeviceOps> device_ops_;

@@ -129,8 +129,8 @@ StagingSlot& DeviceOps::acquire(size_t bytes, std::chrono::milliseconds timeout)
     for (const std::unique_ptr<StagingSlot>& s : slots_) {
       allocated += s->block.bytes();
       if (s->state != StagingSlot::State::kFree) held += s->block.bytes();
-      busy |= s->state == StagingSlot::State::kInFlight ||
-              s->state == StagingSlot::State::kFinished;
+      busy |=
+          s->state == StagingSlot::State::kInFlight || s->state == StagingSlot::State::kFinished;
     }
     if (busy && held + want > limit_) return nullptr;
     if (!busy && allocated + want > limit_) {
@@ -159,12 +159,12 @@ StagingSlot& DeviceOps::acquire(size_t bytes, std::chrono::milliseconds timeout)
         [] { return false; }, deadline);
     lock.lock();
     if (p == Polled::kTimedOut)
-      throw Timeout(detail::concat("no staging memory for ", bytes, " bytes within ",
-                                   timeout.count(),
-                                   " ms: earlier device operations still hold "
-                                   "CHORUS_GPU_STAGING_BYTES=",
-                                   limit_, " bytes"),
-                    rank_);
+      throw Timeout(
+          detail::concat("no staging memory for ", bytes, " bytes within ", timeout.count(),
+                         " ms: earlier device operations still hold "
+                         "CHORUS_GPU_STAGING_BYTES=",
+                         limit_, " bytes"),
+          rank_);
   }
   slot->state = StagingSlot::State::kInFlight;
   return *slot;

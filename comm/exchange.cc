@@ -43,8 +43,8 @@ Exchange::RequestId Exchange::post(transport::Request r) {
   r.stamp = stamp_;
   if (static_cast<Collective>(stamp_.coll) == Collective::kSend && r.bytes > 0) {
     // Point-to-point messages pair up by order between two ranks, whatever else either does.
-    r.stamp.seq = r.kind == transport::Request::Kind::kSend ? p2p_sent_[r.peer]++
-                                                            : p2p_received_[r.peer]++;
+    r.stamp.seq =
+        r.kind == transport::Request::Kind::kSend ? p2p_sent_[r.peer]++ : p2p_received_[r.peer]++;
     r.stamp.count = r.bytes;
   }
   requests_.push_back(r);
@@ -88,9 +88,8 @@ Exchange::RequestId Exchange::post_recv(int peer, void* dst, size_t bytes, bool 
   return post(r);
 }
 
-Exchange::RequestId Exchange::post_recv_reduce(int peer, void* dst, const void* local,
-                                               size_t count, DataType dtype, ReduceOp op,
-                                               bool stream) {
+Exchange::RequestId Exchange::post_recv_reduce(int peer, void* dst, const void* local, size_t count,
+                                               DataType dtype, ReduceOp op, bool stream) {
   transport::Request r;
   r.kind = transport::Request::Kind::kRecvReduce;
   r.peer = peer;
@@ -104,9 +103,9 @@ Exchange::RequestId Exchange::post_recv_reduce(int peer, void* dst, const void* 
 }
 
 Exchange::RequestId Exchange::post_forward(RequestId from, int peer) {
-  CHORUS_CHECK(from + 1 == requests_.size() &&
-                   requests_[from].kind != transport::Request::Kind::kSend,
-               "post_forward must follow the receive it forwards");
+  CHORUS_CHECK(
+      from + 1 == requests_.size() && requests_[from].kind != transport::Request::Kind::kSend,
+      "post_forward must follow the receive it forwards");
   transport::Request& recv = requests_[from];
   transport::Request r;
   r.kind = transport::Request::Kind::kSend;
@@ -248,10 +247,11 @@ void Exchange::throw_mismatch(const transport::StampMismatch& m) const {
   if (!p2p && m.theirs.seq < m.mine.seq)
     for (uint64_t k = history_count_ > history_.size() ? history_count_ - history_.size() : 0;
          k < history_count_; ++k)
-      if (history_[k % history_.size()].seq == m.theirs.seq) earlier = &history_[k % history_.size()];
+      if (history_[k % history_.size()].seq == m.theirs.seq)
+        earlier = &history_[k % history_.size()];
   if (earlier != nullptr)
-    text += detail::concat(" where this rank called ", describe(*earlier),
-                           " (this rank is now in ", describe(m.mine), ")");
+    text += detail::concat(" where this rank called ", describe(*earlier), " (this rank is now in ",
+                           describe(m.mine), ")");
   else
     text += detail::concat(" while this rank called ", describe(m.mine));
   throw Mismatch(text + "; every rank must issue the same collectives in the same order", rank_,
@@ -370,9 +370,7 @@ void Exchange::wait(RequestId id) {
   wait_until([&] { return requests_[id].done; });
 }
 
-void Exchange::poke() try {
-  progress();
-} catch (const transport::StampMismatch& m) {
+void Exchange::poke() try { progress(); } catch (const transport::StampMismatch& m) {
   throw_mismatch(m);
 }
 

@@ -10,10 +10,10 @@
 // peers still pending.
 #pragma once
 
-#include <chrono>
-#include <cstddef>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -30,9 +30,15 @@ class Exchange {
   using RequestId = size_t;
 
   Exchange(transport::Transport& transport, int rank, int world_size, const WaitPolicy& policy)
-      : transport_(transport), waiter_(transport.waiter()), rank_(rank),
-        links_(world_size, nullptr), send_q_(world_size),
-        recv_q_(world_size), policy_(policy), p2p_sent_(world_size), p2p_received_(world_size) {}
+      : transport_(transport),
+        waiter_(transport.waiter()),
+        rank_(rank),
+        links_(world_size, nullptr),
+        send_q_(world_size),
+        recv_q_(world_size),
+        policy_(policy),
+        p2p_sent_(world_size),
+        p2p_received_(world_size) {}
 
   // Starts a new operation: forgets finished requests, sets the deadline, the names used in
   // error messages and the stamp every message of the operation carries. `fifo_only`: its sends
@@ -129,26 +135,27 @@ class Exchange {
   bool progress();
   // Peer checks, abort, published waiting state; returns whether its extra progress pass moved.
   bool on_sleep();
-  template <class Done> void wait_until(Done&& done);
+  template <class Done>
+  void wait_until(Done&& done);
   [[noreturn]] void throw_timeout() const;
   [[noreturn]] void throw_mismatch(const transport::StampMismatch& m) const;
 
   transport::Transport& transport_;
   transport::Waiter& waiter_;  // transport_.waiter()
   int rank_;
-  std::vector<transport::Link*> links_;               // transport_.link(p), looked up once
-  std::deque<transport::Request> requests_;           // stable addresses
+  std::vector<transport::Link*> links_;                  // transport_.link(p), looked up once
+  std::deque<transport::Request> requests_;              // stable addresses
   std::vector<std::deque<transport::Request*>> send_q_;  // per peer, oldest first
   std::vector<std::deque<transport::Request*>> recv_q_;
-  std::vector<int> active_;                            // peers with anything queued
+  std::vector<int> active_;  // peers with anything queued
   size_t pending_ = 0;
   WaitPolicy policy_;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};
   transport::OpStamp stamp_;
-  bool fifo_only_ = false;  // begin(): sends of this operation never go single copy
+  bool fifo_only_ = false;   // begin(): sends of this operation never go single copy
   bool fanned_out_ = false;  // post_fan_out() was called in this operation
-  long yield_ns_ = 0;       // begin(): policy_.yield_ns if the operation is large enough
+  long yield_ns_ = 0;        // begin(): policy_.yield_ns if the operation is large enough
   // This rank's recent collectives (a ring: history_[k % size] is the k-th begun).
   std::array<transport::OpStamp, 64> history_{};
   uint64_t history_count_ = 0;

@@ -65,9 +65,12 @@ int64_t FlightRecorder::TickScale::us(uint64_t t) const {
 }
 
 FlightRecorder::FlightRecorder(Identity id, size_t capacity)
-    : id_(std::move(id)), base_us_(now_us()), base_ticks_(ticks()),
+    : id_(std::move(id)),
+      base_us_(now_us()),
+      base_ticks_(ticks()),
       capacity_(entry_count(capacity)),
-      entries_(new Entry[capacity_]), errors_(capacity_, {kUnrecorded, std::string()}) {
+      entries_(new Entry[capacity_]),
+      errors_(capacity_, {kUnrecorded, std::string()}) {
   enlist(this);
 }
 
@@ -181,8 +184,10 @@ bool FlightRecorder::snapshot(const Entry& e, Record& out, uint64_t& id) {
       }
       return true;
     }
-    if (tries < 64) transport::cpu_relax();
-    else std::this_thread::yield();
+    if (tries < 64)
+      transport::cpu_relax();
+    else
+      std::this_thread::yield();
   }
 }
 

@@ -33,7 +33,7 @@ class FlightRecorder {
     size_t count = 0;
     DataType dtype = DataType::kF32;
     ReduceOp op = ReduceOp::kSum;
-    int root = -1;  // rooted collectives; the peer for send/recv
+    int root = -1;               // rooted collectives; the peer for send/recv
     std::string_view algorithm;  // a static name ("ring", ...)
     State state = State::kQueued;
     // Clock ticks (ticks()); json() and summary() turn them into CLOCK_REALTIME microseconds.
@@ -128,13 +128,13 @@ class FlightRecorder {
   TickScale tick_scale() const;
 
   Identity id_;
-  int64_t base_us_;      // CLOCK_REALTIME microseconds at construction ...
-  uint64_t base_ticks_;  // ... and ticks() then
+  int64_t base_us_;        // CLOCK_REALTIME microseconds at construction ...
+  uint64_t base_ticks_;    // ... and ticks() then
   const size_t capacity_;  // a power of two: an id's entry is id & (capacity_ - 1)
   std::unique_ptr<Entry[]> entries_;
   std::atomic<uint64_t> next_{0};        // ids given so far (written by the issuing thread only)
   std::atomic<uint64_t> unrecorded_{0};  // operations issued while every entry was in flight
-  std::atomic<int64_t> last_seq_{-1};     // seq of the newest operation issued, recorded or not
+  std::atomic<int64_t> last_seq_{-1};    // seq of the newest operation issued, recorded or not
   std::mutex errors_mu_;
   // Per entry: (id, text) of its last failed operation, shown while the entry still holds that id.
   std::vector<std::pair<uint64_t, std::string>> errors_;

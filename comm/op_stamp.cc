@@ -1,7 +1,7 @@
 // How an OpStamp reads in error messages: "all_reduce #12 (count 1000, float, sum)".
+#include "algo/algorithm.h"
 #include "chorus/communicator.h"
 #include "chorus/error.h"
-#include "algo/algorithm.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {

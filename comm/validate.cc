@@ -28,16 +28,18 @@ size_t checked_bytes(const CollArgs& a, int rank, size_t count, size_t blocks, c
   const size_t es = dtype_size(a.dtype);
   const size_t limit = static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max());
   if (count != 0 && (blocks > limit / count || count * blocks > limit / es))
-    fail(a, rank, detail::concat(what, " = ", count, " elements of ", to_string(a.dtype),
-                                 (blocks > 1 ? detail::concat(" x ", blocks, " ranks") : std::string()),
-                                 " overflows the addressable byte range"));
+    fail(a, rank,
+         detail::concat(what, " = ", count, " elements of ", to_string(a.dtype),
+                        (blocks > 1 ? detail::concat(" x ", blocks, " ranks") : std::string()),
+                        " overflows the addressable byte range"));
   return count * blocks * es;
 }
 
 void require_buffer(const CollArgs& a, int rank, const void* p, size_t bytes, const char* name) {
   if (p == nullptr && bytes > 0)
-    fail(a, rank, detail::concat(name, " is null but ", bytes, " bytes are to be ",
-                                 std::string_view(name).starts_with("recv") ? "written" : "read"));
+    fail(a, rank,
+         detail::concat(name, " is null but ", bytes, " bytes are to be ",
+                        std::string_view(name).starts_with("recv") ? "written" : "read"));
 }
 
 bool overlap(const void* a, size_t an, const void* b, size_t bn) {
@@ -51,7 +53,8 @@ void require_in_place_or_disjoint(const CollArgs& a, int rank, size_t send_bytes
                                   const void* in_place_send, const char* rule) {
   if (a.send == in_place_send) return;
   if (overlap(a.send, send_bytes, a.recv, recv_bytes))
-    fail(a, rank, detail::concat("send and recv overlap but are not the in-place pair (", rule, ")"));
+    fail(a, rank,
+         detail::concat("send and recv overlap but are not the in-place pair (", rule, ")"));
 }
 
 void require_rank(const CollArgs& a, int rank, int world, int value, const char* name) {
@@ -165,8 +168,10 @@ void validate_point_to_point(const CollArgs& a, int rank, int world) {
     case Collective::kRecv: {
       require_rank(a, rank, world, a.peer, "peer");  // this rank too: communicator.cc
       const size_t b = checked_bytes(a, rank, a.count, 1, "count");
-      if (a.coll == Collective::kSend) require_buffer(a, rank, a.send, b, "send");
-      else require_buffer(a, rank, a.recv, b, "recv");
+      if (a.coll == Collective::kSend)
+        require_buffer(a, rank, a.send, b, "send");
+      else
+        require_buffer(a, rank, a.recv, b, "recv");
       break;
     }
     case Collective::kSendRecv: {
@@ -226,9 +231,12 @@ Uses buffers_used(const CollArgs& a, int rank, int world) {
   const size_t b = a.bytes();
   const bool root = rank == a.root;
   switch (a.coll) {
-    case Collective::kAllReduce: return {{{"send", a.send, b}, {"recv", a.recv, b}}};
-    case Collective::kReduceScatter: return {{{"send", a.send, n * b}, {"recv", a.recv, b}}};
-    case Collective::kAllGather: return {{{"send", a.send, b}, {"recv", a.recv, n * b}}};
+    case Collective::kAllReduce:
+      return {{{"send", a.send, b}, {"recv", a.recv, b}}};
+    case Collective::kReduceScatter:
+      return {{{"send", a.send, n * b}, {"recv", a.recv, b}}};
+    case Collective::kAllGather:
+      return {{{"send", a.send, b}, {"recv", a.recv, n * b}}};
     case Collective::kBroadcast:
       return {{{"send", root ? a.send : nullptr, b}, {"recv", a.recv, b}}};
     case Collective::kReduce:
@@ -237,10 +245,14 @@ Uses buffers_used(const CollArgs& a, int rank, int world) {
       return {{{"send", a.send, b}, {"recv", root ? a.recv : nullptr, n * b}}};
     case Collective::kScatter:
       return {{{"send", root ? a.send : nullptr, n * b}, {"recv", a.recv, b}}};
-    case Collective::kAllToAll: return {{{"send", a.send, n * b}, {"recv", a.recv, n * b}}};
-    case Collective::kBarrier: return {};
-    case Collective::kSend: return {{{"send", a.send, b}, {"", nullptr, 0}}};
-    case Collective::kRecv: return {{{"recv", a.recv, b}, {"", nullptr, 0}}};
+    case Collective::kAllToAll:
+      return {{{"send", a.send, n * b}, {"recv", a.recv, n * b}}};
+    case Collective::kBarrier:
+      return {};
+    case Collective::kSend:
+      return {{{"send", a.send, b}, {"", nullptr, 0}}};
+    case Collective::kRecv:
+      return {{{"recv", a.recv, b}, {"", nullptr, 0}}};
     case Collective::kSendRecv:
       return {{{"send", a.send, b}, {"recv", a.recv, a.recv_count * a.elem()}}};
   }
@@ -276,14 +288,15 @@ MemoryPlacement validate_memory(const CollArgs& a, int rank, int world) {
       continue;
     }
     if (on_device(info) != placement.device)
-      fail(a, rank, detail::concat(first->name, " is ", describe(first_info), " but ", u.name,
-                                   " is ", describe(info),
-                                   "; the buffers of one call must all be host memory or all "
-                                   "device memory"));
+      fail(a, rank,
+           detail::concat(first->name, " is ", describe(first_info), " but ", u.name, " is ",
+                          describe(info),
+                          "; the buffers of one call must all be host memory or all "
+                          "device memory"));
     if (placement.device && info.device != placement.device_id)
-      fail(a, rank, detail::concat(first->name, " is ", describe(first_info), " but ", u.name,
-                                   " is ", describe(info),
-                                   "; the buffers of one call must be on one device"));
+      fail(a, rank,
+           detail::concat(first->name, " is ", describe(first_info), " but ", u.name, " is ",
+                          describe(info), "; the buffers of one call must be on one device"));
   }
   return placement;
 }

@@ -108,9 +108,12 @@ size_t parse_size(const char* text) {
   char* end = nullptr;
   const unsigned long long v = std::strtoull(text, &end, 10);
   size_t mult = 1;
-  if (*end == 'K' || *end == 'k') mult = size_t{1} << 10, ++end;
-  else if (*end == 'M' || *end == 'm') mult = size_t{1} << 20, ++end;
-  else if (*end == 'G' || *end == 'g') mult = size_t{1} << 30, ++end;
+  if (*end == 'K' || *end == 'k')
+    mult = size_t{1} << 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    mult = size_t{1} << 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    mult = size_t{1} << 30, ++end;
   if (end == text || *end != '\0' || v == 0) {
     std::fprintf(stderr, "chorus-copy-roofline: bad size '%s'\n", text);
     usage(2);
@@ -251,19 +254,28 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage(2);
       return argv[++i];
     };
-    if (a == "-h" || a == "--help") usage(0);
-    else if (a == "--procs") procs = std::atoi(value());
-    else if (a == "--bytes") bytes = parse_size(value());
-    else if (a == "--iters") iters = std::atoi(value());
-    else if (a == "--warmup") warmup = std::atoi(value()), warmup_given = true;
+    if (a == "-h" || a == "--help")
+      usage(0);
+    else if (a == "--procs")
+      procs = std::atoi(value());
+    else if (a == "--bytes")
+      bytes = parse_size(value());
+    else if (a == "--iters")
+      iters = std::atoi(value());
+    else if (a == "--warmup")
+      warmup = std::atoi(value()), warmup_given = true;
     else if (a == "--store") {
       const std::string_view s = value();
       if (s != "stream" && s != "cached") usage(2);
       stream = s == "stream";
-    } else if (a == "--ring") ring = true;
-    else if (a == "--all-reduce") all_reduce = true;
-    else if (a == "--shared") shared = true;
-    else usage(2);
+    } else if (a == "--ring")
+      ring = true;
+    else if (a == "--all-reduce")
+      all_reduce = true;
+    else if (a == "--shared")
+      shared = true;
+    else
+      usage(2);
   }
   if (procs < 1 || procs > 256 || iters < 1 || (ring && all_reduce) || (all_reduce && procs < 2) ||
       warmup < 0 || (warmup_given && !all_reduce) || (shared && !all_reduce))
@@ -278,7 +290,8 @@ int main(int argc, char** argv) {
   // --ring: the ring, chunks written into it ([0]) and chunks each reader consumed ([1 + p]).
   const uint64_t ring_chunks = bytes / kRingChunk * static_cast<uint64_t>(iters);
   auto* ring_data = ring ? static_cast<std::byte*>(map_shared(kRingChunk * kRingDepth)) : nullptr;
-  auto* counters = ring ? static_cast<Counter*>(map_shared(sizeof(Counter) * (procs + 1))) : nullptr;
+  auto* counters =
+      ring ? static_cast<Counter*>(map_shared(sizeof(Counter) * (procs + 1))) : nullptr;
   // --all-reduce --shared: process p's FIFO to p + 1.
   Fifo* fifos = nullptr;
   if (shared) {
@@ -323,7 +336,8 @@ int main(int argc, char** argv) {
         if (i >= kRingDepth)
           wait_until([&] {
             for (int p = 0; p < procs; ++p)
-              if (counters[1 + p].value.load(std::memory_order_acquire) + kRingDepth <= i) return false;
+              if (counters[1 + p].value.load(std::memory_order_acquire) + kRingDepth <= i)
+                return false;
             return true;
           });
         std::memcpy(ring_data + i % kRingDepth * kRingChunk,
@@ -338,38 +352,39 @@ int main(int argc, char** argv) {
     if (control->done.fetch_add(1) + 1 == procs) control->finished.store(now);
   };
   const int processes = procs + (ring ? 1 : 0);
-  for (int p = 0; p < procs; ++p) spawn([&] {
-    auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
-    if (dst == nullptr) _exit(1);
-    std::memset(dst, 0, bytes);  // fault the pages in before the clock starts
-    if (all_reduce) {
-      Fifo* out = fifos == nullptr ? nullptr : &fifos[p];
-      Fifo* from = fifos == nullptr ? nullptr : &fifos[(p + procs - 1) % procs];
-      _exit(
-          all_reduce_work(dst, bytes, procs, p, warmup, iters, stream, out, from, await_go, finish)
-              ? 0
-              : 3);
-    }
-    await_go();
-    if (ring) {
-      for (uint64_t i = 0; i < ring_chunks; ++i) {
-        wait_until([&] { return counters[0].value.load(std::memory_order_acquire) > i; });
-        copy_bytes(stream, dst + i % (bytes / kRingChunk) * kRingChunk,
-                   ring_data + i % kRingDepth * kRingChunk, kRingChunk);
-        counters[1 + p].value.store(i + 1, std::memory_order_release);
+  for (int p = 0; p < procs; ++p)
+    spawn([&] {
+      auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+      if (dst == nullptr) _exit(1);
+      std::memset(dst, 0, bytes);  // fault the pages in before the clock starts
+      if (all_reduce) {
+        Fifo* out = fifos == nullptr ? nullptr : &fifos[p];
+        Fifo* from = fifos == nullptr ? nullptr : &fifos[(p + procs - 1) % procs];
+        _exit(all_reduce_work(dst, bytes, procs, p, warmup, iters, stream, out, from, await_go,
+                              finish)
+                  ? 0
+                  : 3);
       }
-    } else {
-      const size_t pieces = bytes / kPiece;
-      const size_t first = pieces * static_cast<size_t>(p) / static_cast<size_t>(procs);
-      for (int it = 0; it < iters; ++it)
-        for (size_t k = 0; k < pieces; ++k) {
-          const size_t off = (first + k) % pieces * kPiece;
-          copy_bytes(stream, dst + off, source + off, kPiece);
+      await_go();
+      if (ring) {
+        for (uint64_t i = 0; i < ring_chunks; ++i) {
+          wait_until([&] { return counters[0].value.load(std::memory_order_acquire) > i; });
+          copy_bytes(stream, dst + i % (bytes / kRingChunk) * kRingChunk,
+                     ring_data + i % kRingDepth * kRingChunk, kRingChunk);
+          counters[1 + p].value.store(i + 1, std::memory_order_release);
         }
-    }
-    finish();
-    _exit(std::memcmp(dst, source, bytes) == 0 ? 0 : 3);
-  });
+      } else {
+        const size_t pieces = bytes / kPiece;
+        const size_t first = pieces * static_cast<size_t>(p) / static_cast<size_t>(procs);
+        for (int it = 0; it < iters; ++it)
+          for (size_t k = 0; k < pieces; ++k) {
+            const size_t off = (first + k) % pieces * kPiece;
+            copy_bytes(stream, dst + off, source + off, kPiece);
+          }
+      }
+      finish();
+      _exit(std::memcmp(dst, source, bytes) == 0 ? 0 : 3);
+    });
   while (control->ready.load() < processes) {
     if (::waitpid(-1, nullptr, WNOHANG) > 0) {  // one ended before the start: it failed
       std::fprintf(stderr, "chorus-copy-roofline: a process failed to set up (out of memory?)\n");
@@ -400,11 +415,12 @@ int main(int argc, char** argv) {
         sec * 1e3, static_cast<double>(bytes) / sec / 1e9);
     return 0;
   }
-  std::printf("procs %d, %zu MiB each, %s stores%s: %.2f ms per round, %.2f GB/s of copies, "
-              "bytes / time %.2f GB/s\n",
-              procs, bytes >> 20, stream ? "streaming" : "cached",
-              ring ? ", through a 2 MiB ring from one writer" : "", sec * 1e3,
-              static_cast<double>(procs) * static_cast<double>(bytes) / sec / 1e9,
-              static_cast<double>(bytes) / sec / 1e9);
+  std::printf(
+      "procs %d, %zu MiB each, %s stores%s: %.2f ms per round, %.2f GB/s of copies, "
+      "bytes / time %.2f GB/s\n",
+      procs, bytes >> 20, stream ? "streaming" : "cached",
+      ring ? ", through a 2 MiB ring from one writer" : "", sec * 1e3,
+      static_cast<double>(procs) * static_cast<double>(bytes) / sec / 1e9,
+      static_cast<double>(bytes) / sec / 1e9);
   return 0;
 }

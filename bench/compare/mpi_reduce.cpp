@@ -24,15 +24,31 @@ int main(int argc, char** argv) {
   int opt;
   while ((opt = getopt(argc, argv, "s:r:t:m:o:g:l:")) != -1) {
     switch (opt) {
-      case 's': sizes_arg = optarg; break;
-      case 'r': p.blocks = atoi(optarg); break;
-      case 't': p.block_s = atof(optarg); break;
-      case 'm': p.max_iters = atol(optarg); break;
-      case 'o': csv = optarg; break;
-      case 'g': tag = optarg; break;
-      case 'l': lib = optarg; break;
+      case 's':
+        sizes_arg = optarg;
+        break;
+      case 'r':
+        p.blocks = atoi(optarg);
+        break;
+      case 't':
+        p.block_s = atof(optarg);
+        break;
+      case 'm':
+        p.max_iters = atol(optarg);
+        break;
+      case 'o':
+        csv = optarg;
+        break;
+      case 'g':
+        tag = optarg;
+        break;
+      case 'l':
+        lib = optarg;
+        break;
       default:
-        if (rank == 0) fprintf(stderr, "usage: mpi_reduce [-s SIZES] [-r N] [-t SEC] [-m N] [-o FILE] [-g TAG]\n");
+        if (rank == 0)
+          fprintf(stderr,
+                  "usage: mpi_reduce [-s SIZES] [-r N] [-t SEC] [-m N] [-o FILE] [-g TAG]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }

@@ -178,11 +178,12 @@ void register_all() {
     }
     benchmark::RegisterBenchmark(("copy/memcpy" + size).c_str(), bench_copy<libc_memcpy>, bytes);
     benchmark::RegisterBenchmark(("copy/kernels_copy" + size).c_str(), bench_copy<copy>, bytes);
-    benchmark::RegisterBenchmark(("copy/copy_stream" + size).c_str(), bench_copy<copy_stream>, bytes);
+    benchmark::RegisterBenchmark(("copy/copy_stream" + size).c_str(), bench_copy<copy_stream>,
+                                 bytes);
     benchmark::RegisterBenchmark(("fifo/into_slots" + size).c_str(), bench_fifo, FifoSide::kIn,
                                  bytes);
-    benchmark::RegisterBenchmark(("fifo/out_of_slots" + size).c_str(), bench_fifo,
-                                 FifoSide::kOut, bytes);
+    benchmark::RegisterBenchmark(("fifo/out_of_slots" + size).c_str(), bench_fifo, FifoSide::kOut,
+                                 bytes);
     benchmark::RegisterBenchmark(("fifo/through" + size).c_str(), bench_fifo, FifoSide::kThrough,
                                  bytes);
   }

@@ -66,19 +66,32 @@ Args parse(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (k == "--mode") a.mode = next();
-      else if (k == "--layers") a.cfg.layers = std::stoll(next());
-      else if (k == "--width") a.cfg.width = std::stoll(next());
-      else if (k == "--heads") a.cfg.heads = std::stoll(next());
-      else if (k == "--context") a.cfg.context = std::stoll(next());
-      else if (k == "--vocab") a.cfg.vocab = std::stoll(next());
-      else if (k == "--batch") a.batch = std::stoll(next());
-      else if (k == "--steps") a.steps = std::stoi(next());
-      else if (k == "--warmup") a.warmup = std::stoi(next());
-      else if (k == "--threads") a.threads = std::stoi(next());
-      else if (k == "--bucket-mb") a.bucket_mb = std::stod(next());
-      else if (k == "--json") a.json = next();
-      else usage_error("unknown argument " + k);
+      if (k == "--mode")
+        a.mode = next();
+      else if (k == "--layers")
+        a.cfg.layers = std::stoll(next());
+      else if (k == "--width")
+        a.cfg.width = std::stoll(next());
+      else if (k == "--heads")
+        a.cfg.heads = std::stoll(next());
+      else if (k == "--context")
+        a.cfg.context = std::stoll(next());
+      else if (k == "--vocab")
+        a.cfg.vocab = std::stoll(next());
+      else if (k == "--batch")
+        a.batch = std::stoll(next());
+      else if (k == "--steps")
+        a.steps = std::stoi(next());
+      else if (k == "--warmup")
+        a.warmup = std::stoi(next());
+      else if (k == "--threads")
+        a.threads = std::stoi(next());
+      else if (k == "--bucket-mb")
+        a.bucket_mb = std::stod(next());
+      else if (k == "--json")
+        a.json = next();
+      else
+        usage_error("unknown argument " + k);
     } catch (const std::logic_error&) {
       usage_error(k + ": not a number");
     }
@@ -101,9 +114,10 @@ double median(std::vector<double> v) {
 tensor::ByteCorpus corpus() {
   std::string text;
   for (int i = 0; i < 400; ++i)
-    text += "This program is free software: you can redistribute it and/or modify it under the "
-            "terms of the GNU General Public License as published by the Free Software "
-            "Foundation, either version 3 of the License, or any later version. ";
+    text +=
+        "This program is free software: you can redistribute it and/or modify it under the "
+        "terms of the GNU General Public License as published by the Free Software "
+        "Foundation, either version 3 of the License, or any later version. ";
   return tensor::ByteCorpus(std::vector<uint8_t>(text.begin(), text.end()));
 }
 
@@ -171,12 +185,12 @@ int run(const Args& a) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<Work> works;
       for (Tensor& t : bufs)
-        works.push_back(world.all_reduce_async(t.data_ptr(), t.data_ptr(),
-                                               static_cast<size_t>(t.numel()), t.dtype(),
-                                               ReduceOp::kAvg));
+        works.push_back(world.all_reduce_async(
+            t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), t.dtype(), ReduceOp::kAvg));
       for (Work& w : works) w.wait();
       if (r >= 5)
-        alone.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        alone.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::vector<double> worst(alone.size());
     world.all_reduce(alone.data(), worst.data(), alone.size(), DataType::kF64, ReduceOp::kMax);

@@ -61,27 +61,42 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--layers") a.cfg.layers = std::stoll(next());
-    else if (k == "--width") a.cfg.width = std::stoll(next());
-    else if (k == "--heads") a.cfg.heads = std::stoll(next());
-    else if (k == "--context") a.cfg.context = std::stoll(next());
-    else if (k == "--vocab") a.cfg.vocab = std::stoll(next());
-    else if (k == "--batch") a.batch = std::stoll(next());
-    else if (k == "--steps") a.steps = std::stoll(next());
-    else if (k == "--warmup") a.warmup = std::stoll(next());
-    else if (k == "--checkpoint") a.checkpoint = true;
-    else if (k == "--gemm") a.gemm = true;
-    else if (k == "--clip") a.clip = std::stod(next());
+    if (k == "--layers")
+      a.cfg.layers = std::stoll(next());
+    else if (k == "--width")
+      a.cfg.width = std::stoll(next());
+    else if (k == "--heads")
+      a.cfg.heads = std::stoll(next());
+    else if (k == "--context")
+      a.cfg.context = std::stoll(next());
+    else if (k == "--vocab")
+      a.cfg.vocab = std::stoll(next());
+    else if (k == "--batch")
+      a.batch = std::stoll(next());
+    else if (k == "--steps")
+      a.steps = std::stoll(next());
+    else if (k == "--warmup")
+      a.warmup = std::stoll(next());
+    else if (k == "--checkpoint")
+      a.checkpoint = true;
+    else if (k == "--gemm")
+      a.gemm = true;
+    else if (k == "--clip")
+      a.clip = std::stod(next());
     else if (k == "--dtype") {
       auto d = parse_dtype(next());
-      if (!d) { std::fprintf(stderr, "bad --dtype\n"); std::exit(2); }
+      if (!d) {
+        std::fprintf(stderr, "bad --dtype\n");
+        std::exit(2);
+      }
       a.dtype = *d;
     } else if (k == "--threads") {
       a.threads.clear();
       std::stringstream ss(next());
       for (std::string t; std::getline(ss, t, ',');) a.threads.push_back(std::stoi(t));
     } else {
-      std::fprintf(stderr, "unknown argument %s (see the header of gpt_train_bench.cc)\n", k.c_str());
+      std::fprintf(stderr, "unknown argument %s (see the header of gpt_train_bench.cc)\n",
+                   k.c_str());
       std::exit(2);
     }
   }
@@ -93,7 +108,8 @@ double step_flops(const nn::GPTConfig& c, int64_t B) {
   const double N = double(B) * double(c.context), C = double(c.width);
   const double per_layer = N * (C * 3 * C + C * C + C * 4 * C + 4 * C * C);
   const double lm_head = N * C * double(c.vocab);
-  const double attention = double(B) * double(c.context) * double(c.context) * C;  // QK^T + AV, causal half
+  const double attention =
+      double(B) * double(c.context) * double(c.context) * C;  // QK^T + AV, causal half
   return 2.0 * 3.0 * (double(c.layers) * (per_layer + attention) + lm_head);
 }
 
@@ -142,8 +158,8 @@ void gemm_rates(const Args& a) {
     for (const auto& n : names) std::printf(" %9s", n.c_str());
     std::printf("\n");
     for (const GemmShape& sh : step_shapes(a.cfg, a.batch)) {
-      std::vector<float> A(static_cast<size_t>(sh.m * sh.k), 0.5f), Bm(static_cast<size_t>(sh.k * sh.n), 0.25f),
-          Cm(static_cast<size_t>(sh.m * sh.n));
+      std::vector<float> A(static_cast<size_t>(sh.m * sh.k), 0.5f),
+          Bm(static_cast<size_t>(sh.k * sh.n), 0.25f), Cm(static_cast<size_t>(sh.m * sh.n));
       const double flops = 2.0 * double(sh.m) * double(sh.n) * double(sh.k);
       const int inner = std::max(1, static_cast<int>(2e8 / flops));
       std::vector<std::vector<double>> t(names.size());
@@ -154,10 +170,12 @@ void gemm_rates(const Args& a) {
           for (int r = 0; r < inner; ++r)
             gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1.f, A.data(), sh.ta ? sh.m : sh.k, Bm.data(),
                  sh.tb ? sh.k : sh.n, 0.f, Cm.data(), sh.n);
-          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          const double dt =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           if (round > 0) t[b].push_back(dt / inner);
         }
-      std::printf("  %-20s %5lld %5lld %5lld", sh.what, (long long)sh.m, (long long)sh.n, (long long)sh.k);
+      std::printf("  %-20s %5lld %5lld %5lld", sh.what, (long long)sh.m, (long long)sh.n,
+                  (long long)sh.k);
       for (size_t b = 0; b < names.size(); ++b) std::printf(" %9.1f", flops / median(t[b]) * 1e-9);
       std::printf("\n");
     }
@@ -176,10 +194,11 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> text(1 << 16);
   for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
   const ByteCorpus corpus(text);
-  std::printf("# GPT layers=%lld width=%lld heads=%lld context=%lld batch=%lld vocab=%lld dtype=%s%s\n",
-              (long long)a.cfg.layers, (long long)a.cfg.width, (long long)a.cfg.heads,
-              (long long)a.cfg.context, (long long)a.batch, (long long)a.cfg.vocab,
-              std::string(to_string(a.dtype)).c_str(), a.checkpoint ? " checkpointed" : "");
+  std::printf(
+      "# GPT layers=%lld width=%lld heads=%lld context=%lld batch=%lld vocab=%lld dtype=%s%s\n",
+      (long long)a.cfg.layers, (long long)a.cfg.width, (long long)a.cfg.heads,
+      (long long)a.cfg.context, (long long)a.batch, (long long)a.cfg.vocab,
+      std::string(to_string(a.dtype)).c_str(), a.checkpoint ? " checkpointed" : "");
   for (int threads : a.threads) {
     set_num_threads(threads);
     nn::GPT model(a.cfg);
@@ -210,7 +229,8 @@ int main(int argc, char** argv) {
         if (a.clip > 0) optim::clip_grad_norm(model.parameters(), a.clip);
         opt.step();
       }
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (s >= a.warmup) times.push_back(dt);
     }
     const double cpu_per_wall =
@@ -218,12 +238,13 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     const double per_step = median(times);
     const double tokens = double(a.batch * a.cfg.context);
-    std::printf("threads %d  gemm %-8s  step %7.1f ms [%.1f-%.1f]  %8.0f tokens/s  %6.1f GFLOP/s"
-                "  cpu/wall %.2f\n",
-                threads, gemm_backend().c_str(), per_step * 1e3,
-                *std::min_element(times.begin(), times.end()) * 1e3,
-                *std::max_element(times.begin(), times.end()) * 1e3, tokens / per_step,
-                step_flops(a.cfg, a.batch) / per_step * 1e-9, cpu_per_wall);
+    std::printf(
+        "threads %d  gemm %-8s  step %7.1f ms [%.1f-%.1f]  %8.0f tokens/s  %6.1f GFLOP/s"
+        "  cpu/wall %.2f\n",
+        threads, gemm_backend().c_str(), per_step * 1e3,
+        *std::min_element(times.begin(), times.end()) * 1e3,
+        *std::max_element(times.begin(), times.end()) * 1e3, tokens / per_step,
+        step_flops(a.cfg, a.batch) / per_step * 1e-9, cpu_per_wall);
     // The autocast GEMM's choice per shape class (CHORUS_DEBUG=INFO shows the rates behind it).
     if (a.dtype == DataType::kBF16) std::printf("    bf16 gemm %s\n", bf16_gemm_mode().c_str());
     for (const auto& be : gemm_backends())

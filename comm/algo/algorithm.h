@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
+#include "algo/patterns.h"
 #include "chorus/communicator.h"
 #include "chorus/types.h"
-#include "algo/patterns.h"
 #include "exchange.h"
 
 namespace chorus::algo {
@@ -142,7 +142,7 @@ struct Context {
   int size;
   Exchange& ex;
   Scratch& scratch;
-  size_t chunk_bytes;  // pipelining unit (CHORUS_CHUNK_BYTES), a multiple of 64
+  size_t chunk_bytes;            // pipelining unit (CHORUS_CHUNK_BYTES), a multiple of 64
   std::span<const int> host_of;  // host index of every rank; equal indices share memory
   // The ring (Communicator::ring_order()): ring[p] is the rank at ring position p, and
   // ring_pos[r] the position of rank r. Rings and trees are laid over positions, so neighbours

@@ -40,8 +40,8 @@ void all_reduce_ring(Context& c, const CollArgs& a) {
     c.ex.post_send(next, a.send + o0 * es, c0 * es);
     for (int s = 0; s < n - 1; ++s) {
       auto [ro, rc] = seg(r - s - 1);
-      c.ex.post_forward(c.ex.post_recv_reduce(prev, a.recv + ro * es, a.send + ro * es, rc,
-                                              a.dtype, a.op, stream),
+      c.ex.post_forward(c.ex.post_recv_reduce(prev, a.recv + ro * es, a.send + ro * es, rc, a.dtype,
+                                              a.op, stream),
                         next);
     }
     for (int s = 0; s < n - 1; ++s) {

@@ -17,7 +17,9 @@ namespace chorus::algo {
 void all_reduce_twoshot(Context& c, const CollArgs& a) {
   const int n = c.size, r = c.rank;
   const size_t es = a.elem();
-  const auto seg = [&](int i) { return segment(a.count, static_cast<size_t>(n), static_cast<size_t>(i)); };
+  const auto seg = [&](int i) {
+    return segment(a.count, static_cast<size_t>(n), static_cast<size_t>(i));
+  };
   const auto [own_off, own_cnt] = seg(r);
   std::byte* own = a.recv + own_off * es;
   // In place, phase 2 overwrites the segments peers read in phase 1: the step returns once they

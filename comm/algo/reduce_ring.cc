@@ -1,6 +1,6 @@
 // Pipelined chain reduce: the reverse of the chain broadcast. Ranks at positions
-// n-1, n-2, ..., 0 (position = ring position - the root's, mod n) pass partials towards the root one
-// chunk at a time; each adds its own input to what it receives and forwards the sum
+// n-1, n-2, ..., 0 (position = ring position - the root's, mod n) pass partials towards the root
+// one chunk at a time; each adds its own input to what it receives and forwards the sum
 // (Exchange::post_forward: over shared memory it goes into the next rank's FIFO as it is
 // computed). Ranks in the middle keep partials in two alternating scratch chunks (one may still
 // be in flight to the next rank).
@@ -31,8 +31,8 @@ void reduce_ring(Context& c, const CollArgs& a) {
     if (from >= 0) {
       std::byte* dst = to < 0 ? a.recv + lo * es : partial[k % 2];
       if (to >= 0 && busy[k % 2]) c.ex.wait(in_flight[k % 2]);
-      const Exchange::RequestId id = c.ex.post_recv_reduce(from, dst, a.send + lo * es, len,
-                                                           a.dtype, a.op, to < 0 && stream);
+      const Exchange::RequestId id =
+          c.ex.post_recv_reduce(from, dst, a.send + lo * es, len, a.dtype, a.op, to < 0 && stream);
       if (to >= 0) {
         in_flight[k % 2] = c.ex.post_forward(id, to);
         busy[k % 2] = true;

@@ -16,7 +16,9 @@ void reduce_twoshot(Context& c, const CollArgs& a) {
   const int n = c.size, r = c.rank;
   const bool root = r == a.root;
   const size_t es = a.elem();
-  const auto seg = [&](int i) { return segment(a.count, static_cast<size_t>(n), static_cast<size_t>(i)); };
+  const auto seg = [&](int i) {
+    return segment(a.count, static_cast<size_t>(n), static_cast<size_t>(i));
+  };
   const auto [own_off, own_cnt] = seg(r);
   std::byte* own = root ? a.recv + own_off * es : c.scratch.get(0, own_cnt * es);
   // In place, the root's gather overwrites the segments its peers read in step 1: the step

@@ -19,8 +19,8 @@ std::string anywhere(Algorithm, const Capabilities&) { return {}; }
 // and an all-gather; the selector offers it only across hosts, algo/selector.h.)
 std::string one_shared_buffer(Algorithm a, const Capabilities& c) {
   if (!runs_on_hosts(a, c.hosts))
-    return detail::concat(to_string(a), " needs every rank on one host; these ranks span ",
-                          c.hosts, " hosts");
+    return detail::concat(to_string(a), " needs every rank on one host; these ranks span ", c.hosts,
+                          " hosts");
   if (!c.fans_out)
     return detail::concat(to_string(a),
                           " needs a buffer shared by every rank, which this communicator's "
@@ -85,14 +85,16 @@ std::string_view to_string(Algorithm a) {
       return "direct";
     case Algorithm::kHier:
       return "hier";
-    case Algorithm::kTwoShot: return "twoshot";
-    case Algorithm::kFanout: return "fanout";
+    case Algorithm::kTwoShot:
+      return "twoshot";
+    case Algorithm::kFanout:
+      return "fanout";
   }
   return "?";
 }
 
 namespace {
-constexpr Algorithm kEveryAlgorithm[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect,
+constexpr Algorithm kEveryAlgorithm[] = {Algorithm::kRing, Algorithm::kTree,    Algorithm::kDirect,
                                          Algorithm::kHier, Algorithm::kTwoShot, Algorithm::kFanout};
 }  // namespace
 
@@ -126,12 +128,18 @@ bool has_paths(Algorithm a) { return a != Algorithm::kFanout; }
 std::string_view to_string(Variant v) {
   if (v.path == Path::kSingleCopy) return to_string(v.algo);
   switch (v.algo) {
-    case Algorithm::kRing: return "ring/fifo";
-    case Algorithm::kTree: return "tree/fifo";
-    case Algorithm::kDirect: return "direct/fifo";
-    case Algorithm::kHier: return "hier/fifo";
-    case Algorithm::kTwoShot: return "twoshot/fifo";
-    case Algorithm::kFanout: return "fanout/fifo";
+    case Algorithm::kRing:
+      return "ring/fifo";
+    case Algorithm::kTree:
+      return "tree/fifo";
+    case Algorithm::kDirect:
+      return "direct/fifo";
+    case Algorithm::kHier:
+      return "hier/fifo";
+    case Algorithm::kTwoShot:
+      return "twoshot/fifo";
+    case Algorithm::kFanout:
+      return "fanout/fifo";
   }
   return "?";
 }

@@ -1,8 +1,8 @@
 // chorus — the tuner: which algorithm is fastest for a collective of a given size, from times
 // measured on this machine.
 //
-// A tune table holds, per (world size, collective, algorithm variant), the median time of a call at a
-// series of sizes, measured by `chorus-tune` (tools/chorus_tune) on the machine it runs on. The
+// A tune table holds, per (world size, collective, algorithm variant), the median time of a call at
+// a series of sizes, measured by `chorus-tune` (tools/chorus_tune) on the machine it runs on. The
 // model predicts a time for any size by interpolating between the two nearest measured sizes
 // (linear in bytes, which is the alpha + bytes x beta model fitted piecewise) and by the last
 // segment's slope beyond them; the selector picks the algorithm with the smallest prediction.

@@ -11,7 +11,9 @@ const IntKnob kMixedSleepUs{"CHORUS_UCX_MIXED_SLEEP_US", 100,
 
 CompositeTransport::CompositeTransport(std::vector<bool> local, std::unique_ptr<ShmTransport> shm,
                                        std::unique_ptr<UcxTransport> ucx)
-    : local_(std::move(local)), shm_(std::move(shm)), ucx_(std::move(ucx)),
+    : local_(std::move(local)),
+      shm_(std::move(shm)),
+      ucx_(std::move(ucx)),
       mixed_sleep_ns_(static_cast<long>(kMixedSleepUs.get()) * 1000) {}
 
 CompositeSleep composite_sleep(std::span<const int> awaited, const std::vector<bool>& local) {

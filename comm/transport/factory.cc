@@ -160,7 +160,8 @@ std::vector<int> gather_hosts(int rank, int world_size, Store& store,
     where += detail::concat(p == 0 ? "" : ", ", "rank ", p, " on host ", w.host_of[p]);
   throw Error(ErrorKind::kInvalidArgument,
               detail::concat("the ranks span ", w.hosts, " hosts (", where, n > 8 ? ", ..." : "",
-                             ") but ", why, "; or give every rank the same CHORUS_HOST_ID if they "
+                             ") but ", why,
+                             "; or give every rank the same CHORUS_HOST_ID if they "
                              "do share memory"),
               rank);
 }
@@ -202,14 +203,17 @@ Wiring connect(int rank, int world_size, Store& store, const std::string& segmen
                                                  ShmOptions::from_env());
     return w;
   }
-  if (choice == "shm") refuse_hosts(rank, w, "CHORUS_TRANSPORT=shm connects ranks of one host only");
+  if (choice == "shm")
+    refuse_hosts(rank, w, "CHORUS_TRANSPORT=shm connects ranks of one host only");
 #if CHORUS_HAVE_UCX
   std::vector<int> near, far;  // ranks of this host (with this one), and the others
   std::vector<bool> local(world_size);
   for (int p = 0; p < world_size; ++p) {
     local[p] = !force_ucx && w.host_of[p] == w.host_of[rank];
-    if (local[p]) near.push_back(p);
-    else if (p != rank) far.push_back(p);
+    if (local[p])
+      near.push_back(p);
+    else if (p != rank)
+      far.push_back(p);
   }
   auto ucx = std::make_unique<UcxTransport>(rank, world_size, far, store, timeout);
   if (near.size() <= 1) {
@@ -217,16 +221,17 @@ Wiring connect(int rank, int world_size, Store& store, const std::string& segmen
   } else {
     auto shm = std::make_unique<ShmTransport>(rank, world_size, store, segment_prefix, timeout,
                                               ShmOptions::from_env(), near);
-    w.transport = std::make_unique<CompositeTransport>(std::move(local), std::move(shm),
-                                                       std::move(ucx));
+    w.transport =
+        std::make_unique<CompositeTransport>(std::move(local), std::move(shm), std::move(ucx));
   }
   CHORUS_INFO(kLogInit, "rank ", rank, ": ", near.size() - 1, " peers over shm, ", far.size(),
               " over ucx (", w.hosts, " hosts)");
   return w;
 #else
   if (force_ucx) refuse_hosts(rank, w, "CHORUS_TRANSPORT=ucx needs a build with CHORUS_WITH_UCX");
-  refuse_hosts(rank, w, "this build connects ranks of one host only (shared memory); build with "
-                        "CHORUS_WITH_UCX for multi-host jobs");
+  refuse_hosts(rank, w,
+               "this build connects ranks of one host only (shared memory); build with "
+               "CHORUS_WITH_UCX for multi-host jobs");
 #endif
 }
 

@@ -8,8 +8,14 @@
 
 namespace chorus {
 namespace {
-std::mutex& registry_mutex() { static std::mutex m; return m; }
-std::vector<KnobInfo>& registry() { static std::vector<KnobInfo> r; return r; }
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<KnobInfo>& registry() {
+  static std::vector<KnobInfo> r;
+  return r;
+}
 void register_knob(KnobInfo info) {
   std::lock_guard lock(registry_mutex());
   for (const auto& k : registry())
@@ -37,10 +43,14 @@ std::optional<int64_t> parse_size(const std::string& text) {
   if (errno != 0 || end == text.c_str() || v < 0) return std::nullopt;
   int64_t mult = 1;
   std::string rest(end);
-  if (rest == "K" || rest == "k" || rest == "KiB") mult = int64_t{1} << 10;
-  else if (rest == "M" || rest == "m" || rest == "MiB") mult = int64_t{1} << 20;
-  else if (rest == "G" || rest == "g" || rest == "GiB") mult = int64_t{1} << 30;
-  else if (!rest.empty()) return std::nullopt;
+  if (rest == "K" || rest == "k" || rest == "KiB")
+    mult = int64_t{1} << 10;
+  else if (rest == "M" || rest == "m" || rest == "MiB")
+    mult = int64_t{1} << 20;
+  else if (rest == "G" || rest == "g" || rest == "GiB")
+    mult = int64_t{1} << 30;
+  else if (!rest.empty())
+    return std::nullopt;
   if (v > INT64_MAX / mult) return std::nullopt;
   return static_cast<int64_t>(v) * mult;
 }

@@ -6,28 +6,44 @@ namespace chorus {
 
 std::string_view to_string(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kInvalidArgument: return "invalid argument";
-    case ErrorKind::kTimeout: return "timeout";
-    case ErrorKind::kPeerFailure: return "peer failure";
-    case ErrorKind::kTransport: return "transport error";
-    case ErrorKind::kSystem: return "system error";
-    case ErrorKind::kInternal: return "internal error";
-    case ErrorKind::kMismatch: return "mismatch";
+    case ErrorKind::kInvalidArgument:
+      return "invalid argument";
+    case ErrorKind::kTimeout:
+      return "timeout";
+    case ErrorKind::kPeerFailure:
+      return "peer failure";
+    case ErrorKind::kTransport:
+      return "transport error";
+    case ErrorKind::kSystem:
+      return "system error";
+    case ErrorKind::kInternal:
+      return "internal error";
+    case ErrorKind::kMismatch:
+      return "mismatch";
   }
   return "error";
 }
 
 namespace {
-std::string format_what(ErrorKind kind, const std::string& message, int rank,
-                        const std::string& op, int64_t seq) {
+std::string format_what(ErrorKind kind, const std::string& message, int rank, const std::string& op,
+                        int64_t seq) {
   std::string s = "chorus ";
   s += to_string(kind);
   if (rank >= 0 || !op.empty()) {
     s += " [";
     bool first = true;
-    if (rank >= 0) { s += "rank " + std::to_string(rank); first = false; }
-    if (!op.empty()) { s += first ? "" : ", "; s += op; first = false; }
-    if (seq >= 0) { s += " #" + std::to_string(seq); }
+    if (rank >= 0) {
+      s += "rank " + std::to_string(rank);
+      first = false;
+    }
+    if (!op.empty()) {
+      s += first ? "" : ", ";
+      s += op;
+      first = false;
+    }
+    if (seq >= 0) {
+      s += " #" + std::to_string(seq);
+    }
     s += "]";
   }
   s += ": ";
@@ -38,7 +54,11 @@ std::string format_what(ErrorKind kind, const std::string& message, int rank,
 
 Error::Error(ErrorKind kind, std::string message, int rank, std::string op, int64_t seq, int peer)
     : std::runtime_error(format_what(kind, message, rank, op, seq)),
-      kind_(kind), rank_(rank), op_(std::move(op)), seq_(seq), peer_(peer),
+      kind_(kind),
+      rank_(rank),
+      op_(std::move(op)),
+      seq_(seq),
+      peer_(peer),
       message_(std::move(message)) {}
 
 void throw_system_error(std::string_view what, int err) {

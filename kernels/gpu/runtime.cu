@@ -189,8 +189,8 @@ DeviceBuffer::~DeviceBuffer() {
 
 PinnedHostBuffer::PinnedHostBuffer(size_t bytes, bool mapped) : bytes_(bytes) {
   if (bytes == 0) return;
-  // Portable: every device may use it. HIP maps host memory coherently only when asked, which a
-  // kernel polling a flag needs.
+    // Portable: every device may use it. HIP maps host memory coherently only when asked, which a
+    // kernel polling a flag needs.
 #if defined(CHORUS_GPU_HIP)
   const unsigned flags =
       hipHostMallocPortable | (mapped ? hipHostMallocMapped | hipHostMallocCoherent : 0u);
@@ -409,9 +409,8 @@ GetAddressRange driver_get_address_range() {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault,
-                                         &status);
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000,
+                                                             cudaEnableDefault, &status);
 #else
     const cudaError_t err =
         cudaGetDriverEntryPoint("cuMemGetAddressRange", &p, cudaEnableDefault, &status);
@@ -437,11 +436,11 @@ AllocationRange allocation_range(const void* device_ptr) {
   size_t bytes = 0;
   const CUresult r = fn(&base, &bytes, reinterpret_cast<CUdeviceptr>(device_ptr));
   if (r != CUDA_SUCCESS)
-    throw GpuError(r == CUDA_ERROR_INVALID_VALUE ? ErrorKind::kInvalidArgument : ErrorKind::kSystem,
-                   chorus::detail::concat("cuMemGetAddressRange: driver error ",
-                                          static_cast<int>(r),
-                                          " (is the pointer device memory from cudaMalloc?)"),
-                   static_cast<int>(r));
+    throw GpuError(
+        r == CUDA_ERROR_INVALID_VALUE ? ErrorKind::kInvalidArgument : ErrorKind::kSystem,
+        chorus::detail::concat("cuMemGetAddressRange: driver error ", static_cast<int>(r),
+                               " (is the pointer device memory from cudaMalloc?)"),
+        static_cast<int>(r));
   return {reinterpret_cast<const void*>(base), bytes};
 }
 

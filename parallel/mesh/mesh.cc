@@ -6,9 +6,9 @@
 
 #include "chorus/error.h"
 #include "chorus/log.h"
+#include "chorus/parallel/mesh_placement.h"
 #include "chorus/topo/discover.h"
 #include "chorus/topo/exchange.h"
-#include "chorus/parallel/mesh_placement.h"
 
 namespace chorus::parallel {
 

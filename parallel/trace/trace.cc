@@ -115,14 +115,17 @@ void Tracer::instrument(tensor::nn::GPT& model) {
           self->events.push_back(
               {"forward h." + std::to_string(i), "compute", "", self->forward_start[i], now_us()});
           if (!tensor::grad_enabled() || !out.requires_grad()) return;
-          out = with_pre_backward(out, [self, i] {
-            // The first mark of a backward queues the flush at its end.
-            if (tensor::backward_id() != self->marks_backward) {
-              self->marks_backward = tensor::backward_id();
-              tensor::queue_backward_callback([self] { self->flush_marks(); });
-            }
-            self->marks.emplace_back(now_us(), i);
-          }, "trace_mark");
+          out = with_pre_backward(
+              out,
+              [self, i] {
+                // The first mark of a backward queues the flush at its end.
+                if (tensor::backward_id() != self->marks_backward) {
+                  self->marks_backward = tensor::backward_id();
+                  tensor::queue_backward_callback([self] { self->flush_marks(); });
+                }
+                self->marks.emplace_back(now_us(), i);
+              },
+              "trace_mark");
         }));
   }
 }

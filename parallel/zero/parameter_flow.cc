@@ -110,7 +110,8 @@ void ZeroOptimizer::Impl::install_unit_hooks() {
         m, m->add_forward_hook([this, gi](const tensor::nn::Module&, Tensor& out) {
           if (in_backward_phase) return;
           if (tensor::grad_enabled() && out.requires_grad())
-            out = with_pre_backward(out, [this, gi] { prepare_backward(gi); }, "zero3_pre_backward");
+            out = with_pre_backward(
+                out, [this, gi] { prepare_backward(gi); }, "zero3_pre_backward");
           release(gi);
         }));
   }

@@ -23,19 +23,19 @@ Tensor checkpoint(const CheckpointFn& fn, const Tensor& x, const std::vector<Ten
   inputs.insert(inputs.end(), params.begin(), params.end());
   return record("checkpoint", out, inputs,
                 [fn, x_saved, x_needs_grad, autocast](const Tensor& dy, GradSink& g) {
-    // Recompute with the forward's autocast mode, on a fresh leaf standing in for x.
-    EnableGradGuard enable;
-    AutocastGuard same_precision(autocast);
-    Tensor xin = x_saved.detach();
-    if (x_needs_grad) xin.set_requires_grad(true);
-    Tensor y = fn(xin);
-    {
-      HookSuppressGuard quiet;  // the outer backward fires the parameters' hooks
-      y.backward(dy);           // parameter gradients accumulate into their grad()
-    }
-    if (Tensor dx = g.grad(0); dx.defined() && xin.grad().defined())
-      strided_copy(dx, xin.grad(), /*accumulate=*/true);
-  });
+                  // Recompute with the forward's autocast mode, on a fresh leaf standing in for x.
+                  EnableGradGuard enable;
+                  AutocastGuard same_precision(autocast);
+                  Tensor xin = x_saved.detach();
+                  if (x_needs_grad) xin.set_requires_grad(true);
+                  Tensor y = fn(xin);
+                  {
+                    HookSuppressGuard quiet;  // the outer backward fires the parameters' hooks
+                    y.backward(dy);           // parameter gradients accumulate into their grad()
+                  }
+                  if (Tensor dx = g.grad(0); dx.defined() && xin.grad().defined())
+                    strided_copy(dx, xin.grad(), /*accumulate=*/true);
+                });
 }
 
 }  // namespace chorus::tensor

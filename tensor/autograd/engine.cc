@@ -99,7 +99,8 @@ Tensor GradSink::grad_for_write(size_t i, bool* fresh) {
     g = Tensor::empty(e.leaf->shape, e.leaf->dtype, e.leaf->storage->device());
     *fresh = true;
   } else {
-    CHORUS_CHECK(g.is_contiguous() && g.shape() == e.leaf->shape, "a leaf's grad must be a "
+    CHORUS_CHECK(g.is_contiguous() && g.shape() == e.leaf->shape,
+                 "a leaf's grad must be a "
                  "contiguous tensor of its shape");
   }
   return g;
@@ -134,9 +135,8 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
     shapes.push_back(t.defined() ? t.shape() : Shape{});
     dtypes.push_back(t.defined() ? t.dtype() : DataType::kF32);
   }
-  auto node = std::make_shared<Node>(name, std::move(backward), std::move(edges),
-                                     std::move(shapes), std::move(dtypes), out.shape(),
-                                     out.dtype());
+  auto node = std::make_shared<Node>(name, std::move(backward), std::move(edges), std::move(shapes),
+                                     std::move(dtypes), out.shape(), out.dtype());
   auto& meta = out.impl()->autograd;
   meta.requires_grad = true;
   meta.grad_fn = std::move(node);
@@ -173,7 +173,8 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
 
   if (root.is_leaf()) {
     TensorImpl& leaf = *root.impl();
-    if (!leaf.autograd.grad.defined()) leaf.autograd.grad = Tensor::zeros(root.shape(), root.dtype());
+    if (!leaf.autograd.grad.defined())
+      leaf.autograd.grad = Tensor::zeros(root.shape(), root.dtype());
     strided_copy(leaf.autograd.grad, seed, /*accumulate=*/true);
     run_hooks(leaf);
     scope.finish();

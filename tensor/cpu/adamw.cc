@@ -8,8 +8,8 @@ namespace chorus::tensor::cpu {
 namespace {
 
 template <class T>
-CHORUS_INLINE void adamw_loop(T* p, const T* g, T* m, T* v, int64_t n, T lr, T b1, T b2, T c1,
-                              T c2, T eps, T wd) {
+CHORUS_INLINE void adamw_loop(T* p, const T* g, T* m, T* v, int64_t n, T lr, T b1, T b2, T c1, T c2,
+                              T eps, T wd) {
   for (int64_t i = 0; i < n; ++i) {
     const T mi = b1 * m[i] + (T(1) - b1) * g[i];
     const T vi = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
@@ -46,7 +46,7 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, float lr, floa
 
 template void adamw_update<float>(float*, const float*, float*, float*, int64_t, float, float,
                                   float, float, float, float, float);
-template void adamw_update<double>(double*, const double*, double*, double*, int64_t, float,
-                                   float, float, float, float, float, float);
+template void adamw_update<double>(double*, const double*, double*, double*, int64_t, float, float,
+                                   float, float, float, float, float);
 
 }  // namespace chorus::tensor::cpu

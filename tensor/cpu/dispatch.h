@@ -32,39 +32,54 @@ inline T store_as(Acc v) {
 template <class F>
 decltype(auto) dispatch_float(DataType t, const char* op, F&& f) {
   switch (t) {
-    case DataType::kF32: return f(float{});
-    case DataType::kF64: return f(double{});
-    default: break;
+    case DataType::kF32:
+      return f(float{});
+    case DataType::kF64:
+      return f(double{});
+    default:
+      break;
   }
-  throw InvalidArgument(detail::concat(op, ": dtype ", to_string(t),
-                                       " not supported (f32 or f64; cast first)"));
+  throw InvalidArgument(
+      detail::concat(op, ": dtype ", to_string(t), " not supported (f32 or f64; cast first)"));
 }
 
 // Calls f(T{}) for an index dtype (i32 or i64).
 template <class F>
 decltype(auto) dispatch_index(DataType t, const char* op, F&& f) {
   switch (t) {
-    case DataType::kI32: return f(int32_t{});
-    case DataType::kI64: return f(int64_t{});
-    default: break;
+    case DataType::kI32:
+      return f(int32_t{});
+    case DataType::kI64:
+      return f(int64_t{});
+    default:
+      break;
   }
-  throw InvalidArgument(detail::concat(op, ": index dtype ", to_string(t),
-                                       " not supported (i32 or i64)"));
+  throw InvalidArgument(
+      detail::concat(op, ": index dtype ", to_string(t), " not supported (i32 or i64)"));
 }
 
 // Calls f(T{}) for any element type.
 template <class F>
 decltype(auto) dispatch_any(DataType t, const char* op, F&& f) {
   switch (t) {
-    case DataType::kF32: return f(float{});
-    case DataType::kF64: return f(double{});
-    case DataType::kF16: return f(Half{});
-    case DataType::kBF16: return f(BFloat16{});
-    case DataType::kI8: return f(int8_t{});
-    case DataType::kU8: return f(uint8_t{});
-    case DataType::kI32: return f(int32_t{});
-    case DataType::kI64: return f(int64_t{});
-    default: break;
+    case DataType::kF32:
+      return f(float{});
+    case DataType::kF64:
+      return f(double{});
+    case DataType::kF16:
+      return f(Half{});
+    case DataType::kBF16:
+      return f(BFloat16{});
+    case DataType::kI8:
+      return f(int8_t{});
+    case DataType::kU8:
+      return f(uint8_t{});
+    case DataType::kI32:
+      return f(int32_t{});
+    case DataType::kI64:
+      return f(int64_t{});
+    default:
+      break;
   }
   throw InvalidArgument(detail::concat(op, ": invalid dtype"));
 }

@@ -39,7 +39,9 @@ CHORUS_INLINE void gelu_bwd_loop(T* dinp, const T* inp, const T* dout, int64_t n
 }
 
 // f32 clones (the hot path) ...
-CHORUS_TARGET_CLONES void gelu_fwd_f32(float* o, const float* x, int64_t n) { gelu_fwd_loop(o, x, n); }
+CHORUS_TARGET_CLONES void gelu_fwd_f32(float* o, const float* x, int64_t n) {
+  gelu_fwd_loop(o, x, n);
+}
 CHORUS_TARGET_CLONES void gelu_bwd_f32(float* d, const float* x, const float* g, int64_t n) {
   gelu_bwd_loop(d, x, g, n);
 }
@@ -55,8 +57,8 @@ CHORUS_TARGET_CLONES void add_bias_f32(float* out, const float* bias, int64_t r0
     for (int64_t j = 0; j < m; ++j) out[r * m + j] += bias[j];
 }
 // Columns [j0, j1) of the row sums.
-CHORUS_TARGET_CLONES void sum_rows_f32(float* db, const float* g, int64_t n, int64_t m,
-                                       int64_t j0, int64_t j1, bool assign) {
+CHORUS_TARGET_CLONES void sum_rows_f32(float* db, const float* g, int64_t n, int64_t m, int64_t j0,
+                                       int64_t j1, bool assign) {
   if (assign)
     for (int64_t j = j0; j < j1; ++j) db[j] = 0.f;
   for (int64_t r = 0; r < n; ++r)
@@ -102,12 +104,14 @@ inline void sum_rows_any(float* d, const float* g, int64_t n, int64_t m, int64_t
                          bool assign) {
   sum_rows_f32(d, g, n, m, j0, j1, assign);
 }
-inline void sum_rows_any(double* d, const double* g, int64_t n, int64_t m, int64_t j0,
-                         int64_t j1, bool assign) {
+inline void sum_rows_any(double* d, const double* g, int64_t n, int64_t m, int64_t j0, int64_t j1,
+                         bool assign) {
   sum_rows_f64(d, g, n, m, j0, j1, assign);
 }
 void gelu_fwd_f64(double* o, const double* x, int64_t n) { gelu_fwd_loop(o, x, n); }
-void gelu_bwd_f64(double* d, const double* x, const double* g, int64_t n) { gelu_bwd_loop(d, x, g, n); }
+void gelu_bwd_f64(double* d, const double* x, const double* g, int64_t n) {
+  gelu_bwd_loop(d, x, g, n);
+}
 void add_f64(double* o, const double* a, const double* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
 }
@@ -117,8 +121,12 @@ void axpy_f64(double* y, double alpha, const double* x, int64_t n) {
 
 inline void gelu_fwd_any(float* o, const float* x, int64_t n) { gelu_fwd_f32(o, x, n); }
 inline void gelu_fwd_any(double* o, const double* x, int64_t n) { gelu_fwd_f64(o, x, n); }
-inline void gelu_bwd_any(float* d, const float* x, const float* g, int64_t n) { gelu_bwd_f32(d, x, g, n); }
-inline void gelu_bwd_any(double* d, const double* x, const double* g, int64_t n) { gelu_bwd_f64(d, x, g, n); }
+inline void gelu_bwd_any(float* d, const float* x, const float* g, int64_t n) {
+  gelu_bwd_f32(d, x, g, n);
+}
+inline void gelu_bwd_any(double* d, const double* x, const double* g, int64_t n) {
+  gelu_bwd_f64(d, x, g, n);
+}
 inline void add_any(float* o, const float* a, const float* b, int64_t n) { add_f32(o, a, b, n); }
 inline void add_any(double* o, const double* a, const double* b, int64_t n) { add_f64(o, a, b, n); }
 inline void axpy_any(float* y, float s, const float* x, int64_t n) { axpy_f32(y, s, x, n); }
@@ -182,9 +190,8 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
 }
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  parallel_for(n, 8, [&](int64_t s, int64_t e, int) {
-    gelu_bwd_any(dinp + s, inp + s, dout + s, e - s);
-  });
+  parallel_for(
+      n, 8, [&](int64_t s, int64_t e, int) { gelu_bwd_any(dinp + s, inp + s, dout + s, e - s); });
 }
 void to_bf16(uint16_t* out, const float* in, int64_t n) {
   parallel_for(n, 1, [&](int64_t s, int64_t e, int) { to_bf16_f32(out + s, in + s, e - s); });
@@ -217,22 +224,26 @@ void sum_rows(T* dbias, const T* dout, int64_t n, int64_t m, bool assign) {
   });
 }
 template <class T>
-double sum(const T* x, int64_t n) { return sum_impl(x, n, false); }
+double sum(const T* x, int64_t n) {
+  return sum_impl(x, n, false);
+}
 template <class T>
-double sum_squares(const T* x, int64_t n) { return sum_impl(x, n, true); }
+double sum_squares(const T* x, int64_t n) {
+  return sum_impl(x, n, true);
+}
 
-#define CHORUS_INSTANTIATE(T)                                                        \
-  template void add_forward<T>(T*, const T*, const T*, int64_t);                     \
-  template void sub_forward<T>(T*, const T*, const T*, int64_t);                     \
-  template void mul_forward<T>(T*, const T*, const T*, int64_t);                     \
-  template void scale_forward<T>(T*, const T*, T, int64_t);                          \
-  template void axpy<T>(T*, T, const T*, int64_t);                                   \
-  template void mul_backward<T>(T*, T*, const T*, const T*, const T*, int64_t);      \
-  template void gelu_forward<T>(T*, const T*, int64_t);                              \
-  template void gelu_backward<T>(T*, const T*, const T*, int64_t);                   \
-  template void add_bias_rows<T>(T*, const T*, int64_t, int64_t);                   \
-  template void sum_rows<T>(T*, const T*, int64_t, int64_t, bool);                   \
-  template double sum<T>(const T*, int64_t);                                         \
+#define CHORUS_INSTANTIATE(T)                                                   \
+  template void add_forward<T>(T*, const T*, const T*, int64_t);                \
+  template void sub_forward<T>(T*, const T*, const T*, int64_t);                \
+  template void mul_forward<T>(T*, const T*, const T*, int64_t);                \
+  template void scale_forward<T>(T*, const T*, T, int64_t);                     \
+  template void axpy<T>(T*, T, const T*, int64_t);                              \
+  template void mul_backward<T>(T*, T*, const T*, const T*, const T*, int64_t); \
+  template void gelu_forward<T>(T*, const T*, int64_t);                         \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t);              \
+  template void add_bias_rows<T>(T*, const T*, int64_t, int64_t);               \
+  template void sum_rows<T>(T*, const T*, int64_t, int64_t, bool);              \
+  template double sum<T>(const T*, int64_t);                                    \
   template double sum_squares<T>(const T*, int64_t);
 CHORUS_INSTANTIATE(float)
 CHORUS_INSTANTIATE(double)

@@ -88,8 +88,7 @@ inline void bwd_any(int64_t r0, int64_t r1, float* dx, float* dw, float* db, con
   bwd_f32(r0, r1, dx, dw, db, g, x, w, m, s, C);
 }
 inline void bwd_any(int64_t r0, int64_t r1, double* dx, double* dw, double* db, const double* g,
-                    const double* x, const double* w, const double* m, const double* s,
-                    int64_t C) {
+                    const double* x, const double* w, const double* m, const double* s, int64_t C) {
   bwd_rows(r0, r1, dx, dw, db, g, x, w, m, s, C);
 }
 
@@ -104,8 +103,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C) {
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int64_t N, int64_t C) {
   const int teams = std::max(1, pool_threads());
   // Per-thread dw/db partials: [thread][0 = dw, 1 = db][C].
   std::vector<T> partial(static_cast<size_t>(teams) * 2 * C, T(0));

@@ -125,15 +125,15 @@ void cross_entropy_backward(T* dlogits, const T* logits, const T* rmax, const T*
   });
 }
 
-#define CHORUS_INSTANTIATE_T(T)                                                               \
-  template void softmax_forward<T>(T*, const T*, int64_t, int64_t);                          \
-  template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t);               \
+#define CHORUS_INSTANTIATE_T(T)                                                \
+  template void softmax_forward<T>(T*, const T*, int64_t, int64_t);            \
+  template void softmax_backward<T>(T*, const T*, const T*, int64_t, int64_t); \
   template void row_max<T>(T*, const T*, int64_t, int64_t);
-#define CHORUS_INSTANTIATE_TI(T, I)                                                           \
-  template void exp_sums_and_target<T, I>(T*, const T*, const T*, const I*, int64_t, int64_t, \
-                                          int64_t);                                           \
-  template void cross_entropy_backward<T, I>(T*, const T*, const T*, const T*, const I*,      \
-                                             int64_t, int64_t, int64_t, T);
+#define CHORUS_INSTANTIATE_TI(T, I)                                                               \
+  template void exp_sums_and_target<T, I>(T*, const T*, const T*, const I*, int64_t, int64_t,     \
+                                          int64_t);                                               \
+  template void cross_entropy_backward<T, I>(T*, const T*, const T*, const T*, const I*, int64_t, \
+                                             int64_t, int64_t, T);
 CHORUS_INSTANTIATE_T(float)
 CHORUS_INSTANTIATE_T(double)
 CHORUS_INSTANTIATE_TI(float, int32_t)

@@ -20,9 +20,9 @@ class SgemmBackend {
   // True when sgemm() spreads its rows over the tensor thread team itself; otherwise sgemm()
   // runs on the calling thread only, and gemm() calls it once per row block from the team.
   virtual bool splits_rows_itself() const { return false; }
-  virtual void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                     float* c, int64_t ldc) = 0;
+  virtual void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc) = 0;
 };
 
 // The selection rule of every measured choice here (f32 backend, bf16 method per class): given
@@ -48,9 +48,8 @@ auto loaded_omp_set_num_threads() -> void (*)(int);
 // The blocked AVX-512 kernel (gemm_blocked.cc), parallel over the team; available() is false
 // on CPUs (or compilers) without AVX-512.
 bool blocked_sgemm_available();
-void blocked_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                   int64_t ldc);
+void blocked_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // The native bf16 GEMM of autocast (gemm_blocked_bf16.cc), on CPUs with AVX512-BF16:
 // c (m x n, row stride ldc) = round_bf16(alpha op(a) op(b)), or c += that when `accumulate`;
 // a and b hold bf16 bit patterns. Parallel over the team.
@@ -81,11 +80,9 @@ bool bf16_operands_as_bf16();
 // Fixes the plan without measuring (pin_gemm_choices): the knob's classes, native elsewhere.
 void pin_bf16_gemm_choice();
 // The generic kernels (gemm_builtin.cc): packed, register-blocked, row blocks over the team.
-void builtin_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                   int64_t ldc);
-void builtin_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
-                   const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
-                   double* c, int64_t ldc);
+void builtin_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void builtin_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                   int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
 }  // namespace chorus::tensor::gemm_impl

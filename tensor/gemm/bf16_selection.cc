@@ -35,9 +35,9 @@
 #include "chorus/half.h"
 #include "chorus/log.h"
 #include "chorus/tensor/gemm.h"
-#include "runtime/thread_pool.h"
-#include "gemm/backend.h"
 #include "cpu/elementwise.h"
+#include "gemm/backend.h"
+#include "runtime/thread_pool.h"
 
 namespace chorus::tensor {
 namespace gemm_impl {
@@ -72,18 +72,24 @@ std::string class_name(int c) {
 
 bool method_available(Bf16Method m) {
   switch (m) {
-    case Bf16Method::kNative: return blocked_bf16_available();
-    case Bf16Method::kDnnl: return dnnl_bf16_available();
-    case Bf16Method::kF32: return true;
+    case Bf16Method::kNative:
+      return blocked_bf16_available();
+    case Bf16Method::kDnnl:
+      return dnnl_bf16_available();
+    case Bf16Method::kF32:
+      return true;
   }
   return false;
 }
 
 std::string method_note(Bf16Method m) {
   switch (m) {
-    case Bf16Method::kNative: return blocked_bf16_available() ? "" : "this CPU lacks AVX512-BF16";
-    case Bf16Method::kDnnl: return dnnl_bf16_note();
-    case Bf16Method::kF32: return "";
+    case Bf16Method::kNative:
+      return blocked_bf16_available() ? "" : "this CPU lacks AVX512-BF16";
+    case Bf16Method::kDnnl:
+      return dnnl_bf16_note();
+    case Bf16Method::kF32:
+      return "";
   }
   return "";
 }
@@ -127,8 +133,8 @@ std::array<int, kBf16Classes> parse_mode(const std::string& mode, const char* wh
   std::string item;
   while (std::getline(ss, item, ',')) {
     const size_t eq = item.find('=');
-    CHORUS_ARG_CHECK(eq != std::string::npos, what, "=", mode, ": expected class=method in '",
-                     item, "'");
+    CHORUS_ARG_CHECK(eq != std::string::npos, what, "=", mode, ": expected class=method in '", item,
+                     "'");
     const std::string cls = item.substr(0, eq);
     int found = -1;
     for (int c = 0; c < kBf16Classes; ++c)
@@ -171,8 +177,8 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
   auto call = [&](int which) {
     switch (which) {
       case 0:
-        blocked_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, false,
-                          out.data(), n);
+        blocked_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, false, out.data(),
+                          n);
         break;
       case 1:
         dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, out.data(), n);
@@ -203,8 +209,8 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
       if (iters[w] == 0) continue;
       const auto t0 = Clock::now();
       for (int i = 0; i < iters[w]; ++i) call(w);
-      best[w] = std::min(best[w],
-                         std::chrono::duration<double>(Clock::now() - t0).count() / iters[w]);
+      best[w] =
+          std::min(best[w], std::chrono::duration<double>(Clock::now() - t0).count() / iters[w]);
     }
   return best;
 }
@@ -237,19 +243,18 @@ Plan measure(const std::array<int, kBf16Classes>& forced) {
     }
     any_open = true;
     const std::array<double, 4> t = time_class(c, candidates);
-    const int win = static_cast<int>(first_within_margin(
-        {candidates[0] ? t[0] : -1, candidates[1] ? t[1] : -1, t[2]}, kMargin));
+    const int win = static_cast<int>(
+        first_within_margin({candidates[0] ? t[0] : -1, candidates[1] ? t[1] : -1, t[2]}, kMargin));
     mixed.method[c] = static_cast<Bf16Method>(win);
     t_mixed += t[win];
     t_all_f32 += t[3];
     int64_t m, n, k;
     class_shape(c, &m, &n, &k);
     const double gf = 2.0 * m * n * k * 1e-9;
-    CHORUS_INFO(kLogTune, "tensor bf16 gemm ", class_name(c), " (", m, "x", n, "x", k,
-                "): native ", candidates[0] ? gf / t[0] : 0.0, ", dnnl ",
-                candidates[1] ? gf / t[1] : 0.0, ", f32 ", gf / t[2], " (", gf / t[3],
-                " on f32 operands) GFLOP/s on ", pool_threads(), " threads -> ",
-                kMethodNames[win]);
+    CHORUS_INFO(kLogTune, "tensor bf16 gemm ", class_name(c), " (", m, "x", n, "x", k, "): native ",
+                candidates[0] ? gf / t[0] : 0.0, ", dnnl ", candidates[1] ? gf / t[1] : 0.0,
+                ", f32 ", gf / t[2], " (", gf / t[3], " on f32 operands) GFLOP/s on ",
+                pool_threads(), " threads -> ", kMethodNames[win]);
   }
   mixed = finish(mixed);
   // With nothing forced, f32 everywhere on f32-stored operands (no widening) when that is
@@ -287,8 +292,8 @@ const Plan& plan() {
 
 int bf16_shape_class(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   const int pattern = (ta ? 2 : 0) + (tb ? 1 : 0);
-  const bool large = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
-                     kLargeMacs;
+  const bool large =
+      static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= kLargeMacs;
   return pattern * 2 + (large ? 1 : 0);
 }
 
@@ -302,8 +307,7 @@ void pin_bf16_gemm_choice() {
   if (g_chosen.load(std::memory_order_acquire)) return;
   // The knob's forced classes; every other class native (f32 where the kernel is missing).
   auto forced = parse_mode(kBf16Knob.get(), kBf16Knob.name());
-  const Bf16Method fallback =
-      blocked_bf16_available() ? Bf16Method::kNative : Bf16Method::kF32;
+  const Bf16Method fallback = blocked_bf16_available() ? Bf16Method::kNative : Bf16Method::kF32;
   Plan p;
   for (int c = 0; c < kBf16Classes; ++c)
     p.method[c] = forced[c] >= 0 ? static_cast<Bf16Method>(forced[c]) : fallback;
@@ -322,13 +326,12 @@ void set_bf16_gemm_mode(const std::string& mode) {
   bool all = true;
   for (int f : forced) all &= f >= 0;
   store(all ? finish([&] {
-    Plan p;
-    for (int c = 0; c < kBf16Classes; ++c) p.method[c] = static_cast<Bf16Method>(forced[c]);
-    return p;
-  }())
+          Plan p;
+          for (int c = 0; c < kBf16Classes; ++c) p.method[c] = static_cast<Bf16Method>(forced[c]);
+          return p;
+        }())
             : measure(forced),
         "set");
 }
-
 
 }  // namespace chorus::tensor

@@ -11,9 +11,9 @@
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/log.h"
-#include "runtime/thread_pool.h"
-#include "gemm/backend.h"
 #include "cpu/simd.h"
+#include "gemm/backend.h"
+#include "runtime/thread_pool.h"
 
 namespace chorus::tensor {
 namespace {
@@ -92,8 +92,8 @@ void select_by_measurement(Registry& r) {
   for (size_t j = 0; j < available.size(); ++j) {
     r.gflops[index[j]] = rates[j];
     seconds.push_back(1.0 / rates[j]);
-    CHORUS_INFO(kLogTune, "tensor gemm: ", available[j]->name(), " (", available[j]->note(),
-                ") ", rates[j], " GFLOP/s on ", pool_threads(), " threads");
+    CHORUS_INFO(kLogTune, "tensor gemm: ", available[j]->name(), " (", available[j]->note(), ") ",
+                rates[j], " GFLOP/s on ", pool_threads(), " threads");
   }
   gemm_impl::SgemmBackend* winner = available[gemm_impl::first_within_margin(seconds)];
   r.chosen.store(winner, std::memory_order_release);
@@ -157,8 +157,8 @@ void gemm_16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
   // Stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N).
   auto af = widen(a, ta ? k : m, ta ? m : k, lda);
   auto bf = widen(b, tb ? n : k, tb ? k : n, ldb);
-  run_sgemm(chosen(), ta, tb, m, n, k, alpha, af.get(), ta ? m : k, bf.get(), tb ? k : n, beta,
-            c, ldc);
+  run_sgemm(chosen(), ta, tb, m, n, k, alpha, af.get(), ta ? m : k, bf.get(), tb ? k : n, beta, c,
+            ldc);
 }
 
 }  // namespace
@@ -190,8 +190,8 @@ std::vector<GemmBackendInfo> gemm_backends() {
   Registry& r = registry();
   std::vector<GemmBackendInfo> out;
   for (size_t i = 0; i < r.backends.size(); ++i)
-    out.push_back({r.backends[i]->name(), r.backends[i]->available(), r.gflops[i],
-                   r.backends[i]->note()});
+    out.push_back(
+        {r.backends[i]->name(), r.backends[i]->available(), r.gflops[i], r.backends[i]->note()});
   return out;
 }
 
@@ -213,7 +213,8 @@ void pin_gemm_choices() {
     Registry& r = registry();  // applies a forced CHORUS_TENSOR_GEMM
     if (r.chosen.load() == nullptr)
       for (auto& be : r.backends)
-        if (std::string(be->name()) == "builtin") r.chosen.store(be.get(), std::memory_order_release);
+        if (std::string(be->name()) == "builtin")
+          r.chosen.store(be.get(), std::memory_order_release);
   }
   gemm_impl::pin_bf16_gemm_choice();
 }

@@ -23,9 +23,9 @@
 #include <cstring>
 #include <memory>
 
+#include "cpu/simd.h"
 #include "gemm/backend.h"
 #include "gemm/scratch.h"
-#include "cpu/simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

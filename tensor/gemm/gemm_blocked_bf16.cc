@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/simd.h"
 #include "gemm/backend.h"
 #include "gemm/scratch.h"
-#include "cpu/simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
 #include <immintrin.h>

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "chorus/error.h"
-#include "gemm/backend.h"
 #include "cpu/simd.h"
+#include "gemm/backend.h"
 
 #define CHORUS_ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -56,10 +56,14 @@ CHORUS_ALWAYS_INLINE void micro_kernel(int64_t mr, int64_t nr, int64_t k, T alph
     std::memcpy(&b0, bstrip + p * 2 * L, sizeof(V));
     std::memcpy(&b1, bstrip + p * 2 * L + L, sizeof(V));
     const T x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p];
-    acc[0][0] += x0 * b0; acc[0][1] += x0 * b1;
-    acc[1][0] += x1 * b0; acc[1][1] += x1 * b1;
-    acc[2][0] += x2 * b0; acc[2][1] += x2 * b1;
-    acc[3][0] += x3 * b0; acc[3][1] += x3 * b1;
+    acc[0][0] += x0 * b0;
+    acc[0][1] += x0 * b1;
+    acc[1][0] += x1 * b0;
+    acc[1][1] += x1 * b1;
+    acc[2][0] += x2 * b0;
+    acc[2][1] += x2 * b1;
+    acc[3][0] += x3 * b0;
+    acc[3][1] += x3 * b1;
   }
   for (int64_t r = 0; r < mr; ++r) {
     T tmp[2 * L];
@@ -84,8 +88,8 @@ CHORUS_ALWAYS_INLINE void block_kernel(int64_t i0, int64_t i1, int64_t n, int64_
   for (int64_t s = 0; s < strips; ++s) {
     const int64_t j0 = s * NR, nr = std::min(NR, n - j0);
     for (int64_t i = i0; i < i1; i += kMR)
-      micro_kernel<T>(std::min(kMR, i1 - i), nr, k, alpha, a + i * lda, lda, bp + s * k * NR,
-                      beta, c + i * ldc + j0, ldc);
+      micro_kernel<T>(std::min(kMR, i1 - i), nr, k, alpha, a + i * lda, lda, bp + s * k * NR, beta,
+                      c + i * ldc + j0, ldc);
   }
 }
 
@@ -158,9 +162,8 @@ void builtin_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
   gemm_driver<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void builtin_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
-                   const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
-                   double* c, int64_t ldc) {
+void builtin_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                   int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   gemm_driver<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -174,8 +177,7 @@ class BuiltinBackend final : public SgemmBackend {
   bool available() const override { return true; }
   bool splits_rows_itself() const override { return true; }
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-             int64_t ldc) override {
+             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     if (blocked_)
       blocked_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     else

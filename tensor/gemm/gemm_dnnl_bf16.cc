@@ -22,9 +22,9 @@
 
 #include "chorus/dynamic_library.h"
 #include "chorus/error.h"
-#include "runtime/thread_pool.h"
 #include "cpu/simd.h"
 #include "gemm/backend.h"
+#include "runtime/thread_pool.h"
 
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <oneapi/dnnl/dnnl.h>
@@ -78,7 +78,8 @@ struct Matmul {
 
 constexpr size_t kMaxCachedShapes = 256;  // per thread
 
-using ShapeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float>;
+using ShapeKey =
+    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float>;
 
 class DnnlMatmul {
  public:
@@ -101,8 +102,8 @@ class DnnlMatmul {
       note_ = "dnnl_engine_create failed";
       return;
     }
-    version_ = std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-               std::to_string(v->patch);
+    version_ =
+        std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
     // A probe: the CPU may lack what oneDNN's bf16 matmul needs (AVX-512 at least).
     Matmul probe;
     if (!create(probe, false, true, 32, 32, 32, 32, 32, 32, 1.f)) {
@@ -124,8 +125,7 @@ class DnnlMatmul {
     thread_local dnnl_stream_t stream = nullptr;
     if (stream == nullptr) {
       if (api_.omp_set_num_threads) api_.omp_set_num_threads(1);
-      CHORUS_CHECK(api_.stream_create(&stream, engine_, dnnl_stream_default_flags) ==
-                       dnnl_success,
+      CHORUS_CHECK(api_.stream_create(&stream, engine_, dnnl_stream_default_flags) == dnnl_success,
                    "dnnl_stream_create failed");
     }
     // A step has a handful of shapes; a workload whose shapes keep changing starts over
@@ -157,12 +157,11 @@ class DnnlMatmul {
     api_.matmul_desc_init = lib_.symbol<decltype(api_.matmul_desc_init)>("dnnl_matmul_desc_init");
     api_.attr_create = lib_.symbol<decltype(api_.attr_create)>("dnnl_primitive_attr_create");
     api_.attr_destroy = lib_.symbol<decltype(api_.attr_destroy)>("dnnl_primitive_attr_destroy");
-    api_.attr_set_output_scales = lib_.symbol<decltype(api_.attr_set_output_scales)>(
-        "dnnl_primitive_attr_set_output_scales");
+    api_.attr_set_output_scales =
+        lib_.symbol<decltype(api_.attr_set_output_scales)>("dnnl_primitive_attr_set_output_scales");
     api_.pd_create = lib_.symbol<decltype(api_.pd_create)>("dnnl_primitive_desc_create");
     api_.pd_destroy = lib_.symbol<decltype(api_.pd_destroy)>("dnnl_primitive_desc_destroy");
-    api_.primitive_create =
-        lib_.symbol<decltype(api_.primitive_create)>("dnnl_primitive_create");
+    api_.primitive_create = lib_.symbol<decltype(api_.primitive_create)>("dnnl_primitive_create");
     api_.primitive_destroy =
         lib_.symbol<decltype(api_.primitive_destroy)>("dnnl_primitive_destroy");
     api_.execute = lib_.symbol<decltype(api_.execute)>("dnnl_primitive_execute");
@@ -173,8 +172,8 @@ class DnnlMatmul {
     return api_.version && api_.engine_create && api_.stream_create && api_.md_init &&
            api_.matmul_desc_init && api_.attr_create && api_.attr_destroy &&
            api_.attr_set_output_scales && api_.pd_create && api_.pd_destroy &&
-           api_.primitive_create && api_.primitive_destroy && api_.execute &&
-           api_.memory_create && api_.memory_set && api_.memory_destroy;
+           api_.primitive_create && api_.primitive_destroy && api_.execute && api_.memory_create &&
+           api_.memory_set && api_.memory_destroy;
   }
 
   // Builds the primitive and memory objects of one shape; false when oneDNN declines.

@@ -43,15 +43,14 @@ class DnnlBackend final : public SgemmBackend {
   std::string note() const override { return note_; }
   bool available() const override { return sgemm_ != nullptr; }
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-             int64_t ldc) override {
+             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     thread_local bool single_threaded = false;
     if (!single_threaded && omp_set_num_threads_) {
       omp_set_num_threads_(1);
       single_threaded = true;
     }
-    const int status = sgemm_(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                              beta, c, ldc);
+    const int status =
+        sgemm_(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     CHORUS_CHECK(status == 0, "dnnl_sgemm failed with status ", status);
   }
 
@@ -86,8 +85,7 @@ class OpenBlasBackend final : public SgemmBackend {
   std::string note() const override { return note_; }
   bool available() const override { return sgemm_ != nullptr; }
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-             int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-             int64_t ldc) override {
+             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     CHORUS_ARG_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX &&
                          ldb <= INT32_MAX && ldc <= INT32_MAX,
                      "cblas_sgemm: dimensions exceed 32-bit int");

@@ -31,9 +31,10 @@ std::pair<Tensor, Tensor> BatchSampler::batch(int64_t step) const {
   const auto& bytes = corpus_.bytes();
   for (int64_t r = 0; r < batch_; ++r) {
     // 64 random bits from (seed, step, row); the modulo bias is < starts / 2^64.
-    const auto bits = philox4x32({static_cast<uint32_t>(r), static_cast<uint32_t>(r >> 32),
-                                  static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32)},
-                                 {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
+    const auto bits =
+        philox4x32({static_cast<uint32_t>(r), static_cast<uint32_t>(r >> 32),
+                    static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32)},
+                   {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
     const uint64_t start = ((uint64_t{bits[0]} << 32) | bits[1]) % starts;
     int32_t* xr = x.data<int32_t>() + r * context_;
     int32_t* yr = y.data<int32_t>() + r * context_;

@@ -43,7 +43,8 @@ void save_tensors(const std::string& path, const nn::NamedTensors& tensors) {
       put<uint32_t>(f, static_cast<uint32_t>(dense.dim()));
       for (int64_t d : dense.shape()) put<int64_t>(f, d);
       put<uint64_t>(f, dense.nbytes());
-      f.write(static_cast<const char*>(dense.data_ptr()), static_cast<std::streamsize>(dense.nbytes()));
+      f.write(static_cast<const char*>(dense.data_ptr()),
+              static_cast<std::streamsize>(dense.nbytes()));
     }
     f.flush();
     if (!f) throw_system_error("write " + tmp, errno);

@@ -20,7 +20,8 @@ GPT::GPT(GPTConfig cfg) : cfg_(cfg) {
 Tensor GPT::embed(const Tensor& idx) const {
   CHORUS_ARG_CHECK(idx.dim() == 2, "GPT: idx must be (B, T), got ", to_string(idx.shape()));
   const int64_t B = idx.size(0), T = idx.size(1);
-  CHORUS_ARG_CHECK(T <= cfg_.context, "GPT: sequence of ", T, " exceeds the context ", cfg_.context);
+  CHORUS_ARG_CHECK(T <= cfg_.context, "GPT: sequence of ", T, " exceeds the context ",
+                   cfg_.context);
   // Positions (B, T): every row 0..T-1.
   std::vector<int64_t> pos(static_cast<size_t>(B * T));
   for (int64_t i = 0; i < B * T; ++i) pos[i] = i % T;

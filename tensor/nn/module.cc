@@ -11,7 +11,8 @@
 namespace chorus::tensor::nn {
 
 Tensor Module::register_parameter(std::string name, Tensor value) {
-  for (const auto& [n, t] : params_) CHORUS_ARG_CHECK(n != name, "parameter '", name, "' registered twice");
+  for (const auto& [n, t] : params_)
+    CHORUS_ARG_CHECK(n != name, "parameter '", name, "' registered twice");
   value.set_requires_grad(true);
   params_.emplace_back(std::move(name), value);
   return value;

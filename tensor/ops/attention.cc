@@ -39,7 +39,7 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   dispatch_float(q.dtype(), "causal_attention", [&](auto tag) {
     using T = decltype(tag);
     cpu::attention_forward(mut_operand<T>(out), att.data<T>(), operand<T>(q), operand<T>(k),
-                               operand<T>(v), B, NH, Tn, HS);
+                           operand<T>(v), B, NH, Tn, HS);
   });
   // backward: dq, dk, dv += (see kernels/attention.cc); the kernel needs all three buffers, so
   // any that are not wanted go to a scratch tensor.
@@ -53,9 +53,9 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
                       if (!d[i].defined()) d[i] = Tensor::zeros({B, NH, Tn, HS}, dy.dtype());
                     }
                     cpu::attention_backward(mut_operand<T>(d[0]), mut_operand<T>(d[1]),
-                                                mut_operand<T>(d[2]), false, operand<T>(dy),
-                                                att.data<T>(), operand<T>(q), operand<T>(k),
-                                                operand<T>(v), B, NH, Tn, HS);
+                                            mut_operand<T>(d[2]), false, operand<T>(dy),
+                                            att.data<T>(), operand<T>(q), operand<T>(k),
+                                            operand<T>(v), B, NH, Tn, HS);
                   });
                 });
 }
@@ -74,8 +74,8 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t heads) {
   dispatch_float(qkv.dtype(), "causal_attention_qkv", [&](auto tag) {
     using T = decltype(tag);
     const T* base = qkv.data<T>();
-    cpu::attention_forward<T>({out.data<T>(), out_s}, att.data<T>(), {base, in_s},
-                                  {base + C, in_s}, {base + 2 * C, in_s}, B, heads, Tn, HS);
+    cpu::attention_forward<T>({out.data<T>(), out_s}, att.data<T>(), {base, in_s}, {base + C, in_s},
+                              {base + 2 * C, in_s}, B, heads, Tn, HS);
   });
   // backward: dqkv (B, T, 3C) gets dq | dk | dv in place (assigned when the buffer is fresh).
   return record("causal_attention_qkv", out, {qkv_in},
@@ -87,10 +87,10 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t heads) {
                     using T = decltype(tag);
                     const T* base = qkv.data<T>();
                     T* dbase = dqkv.data<T>();
-                    cpu::attention_backward<T>(
-                        {dbase, in_s}, {dbase + C, in_s}, {dbase + 2 * C, in_s}, fresh,
-                        {dy.data<T>(), out_s}, att.data<T>(), {base, in_s}, {base + C, in_s},
-                        {base + 2 * C, in_s}, B, heads, Tn, HS);
+                    cpu::attention_backward<T>({dbase, in_s}, {dbase + C, in_s},
+                                               {dbase + 2 * C, in_s}, fresh, {dy.data<T>(), out_s},
+                                               att.data<T>(), {base, in_s}, {base + C, in_s},
+                                               {base + 2 * C, in_s}, B, heads, Tn, HS);
                   });
                 });
 }

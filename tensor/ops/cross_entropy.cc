@@ -21,8 +21,8 @@ Tensor cross_entropy_vocab_parallel(const Tensor& logits_in, const Tensor& targe
   CHORUS_ARG_CHECK(logits_in.dim() == 2, "cross_entropy: logits must be (N, V), got ",
                    to_string(logits_in.shape()));
   const int64_t N = logits_in.size(0), V = logits_in.size(1);
-  CHORUS_ARG_CHECK(targets_in.numel() == N, "cross_entropy: ", targets_in.numel(),
-                   " targets for ", N, " rows");
+  CHORUS_ARG_CHECK(targets_in.numel() == N, "cross_entropy: ", targets_in.numel(), " targets for ",
+                   N, " rows");
   const Tensor logits = dense(logits_in), targets = dense(targets_in);
   const DataType dt = logits.dtype();
   Tensor rmax = Tensor::empty({N}, dt), sums = Tensor::empty({N, 2}, dt);
@@ -33,8 +33,8 @@ Tensor cross_entropy_vocab_parallel(const Tensor& logits_in, const Tensor& targe
     if (reductions.max_all_reduce) reductions.max_all_reduce(rmax);
     dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
       using I = decltype(itag);
-      cpu::exp_sums_and_target(sums.data<T>(), logits.data<T>(), rmax.data<T>(),
-                                   targets.data<I>(), vocab_start, N, V);
+      cpu::exp_sums_and_target(sums.data<T>(), logits.data<T>(), rmax.data<T>(), targets.data<I>(),
+                               vocab_start, N, V);
     });
     if (reductions.sum_all_reduce) reductions.sum_all_reduce(sums);
     const T* s = sums.data<T>();
@@ -46,19 +46,19 @@ Tensor cross_entropy_vocab_parallel(const Tensor& logits_in, const Tensor& targe
   });
   return record("cross_entropy", loss, {logits_in},
                 [logits, targets, rmax, sums, vocab_start, N, V](const Tensor& dy, GradSink& g) {
-    Tensor dx = g.grad(0);
-    if (!dx.defined()) return;
-    dispatch_float(dx.dtype(), "cross_entropy backward", [&](auto tag) {
-      using T = decltype(tag);
-      const T scale = static_cast<T>(double(*dy.data<T>()) / static_cast<double>(N));
-      dispatch_index(targets.dtype(), "cross_entropy backward", [&](auto itag) {
-        using I = decltype(itag);
-        cpu::cross_entropy_backward(dx.data<T>(), logits.data<T>(), rmax.data<T>(),
-                                        sums.data<T>(), targets.data<I>(), vocab_start, N, V,
-                                        scale);
-      });
-    });
-  });
+                  Tensor dx = g.grad(0);
+                  if (!dx.defined()) return;
+                  dispatch_float(dx.dtype(), "cross_entropy backward", [&](auto tag) {
+                    using T = decltype(tag);
+                    const T scale = static_cast<T>(double(*dy.data<T>()) / static_cast<double>(N));
+                    dispatch_index(targets.dtype(), "cross_entropy backward", [&](auto itag) {
+                      using I = decltype(itag);
+                      cpu::cross_entropy_backward(dx.data<T>(), logits.data<T>(), rmax.data<T>(),
+                                                  sums.data<T>(), targets.data<I>(), vocab_start, N,
+                                                  V, scale);
+                    });
+                  });
+                });
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {

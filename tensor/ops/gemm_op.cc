@@ -2,9 +2,9 @@
 
 #include <memory>
 
-#include "gemm/backend.h"
 #include "cpu/elementwise.h"
 #include "cpu/simd.h"
+#include "gemm/backend.h"
 
 namespace chorus::tensor {
 
@@ -22,8 +22,7 @@ Tensor to_lowp(const Tensor& x, DataType dtype) {
   if (dtype == DataType::kBF16 && gemm_impl::bf16_operands_as_bf16()) {
     Tensor out = Tensor::empty(x.shape(), dtype);
     if (fast)
-      cpu::to_bf16(reinterpret_cast<uint16_t*>(out.data<BFloat16>()), x.data<float>(),
-                       x.numel());
+      cpu::to_bf16(reinterpret_cast<uint16_t*>(out.data<BFloat16>()), x.data<float>(), x.numel());
     else
       strided_copy(out, x);
     return out;
@@ -41,7 +40,7 @@ namespace {
 Tensor widened(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), DataType::kF32);
   cpu::from_bf16(out.data<float>(), reinterpret_cast<const uint16_t*>(x.data<BFloat16>()),
-                     x.numel());
+                 x.numel());
   return out;
 }
 
@@ -68,8 +67,7 @@ void mm_lowp(DataType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
           return;
         }
         Tensor prod = Tensor::empty({m, n});
-        gemm_impl::dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, prod.data<float>(),
-                                  n);
+        gemm_impl::dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, prod.data<float>(), n);
         round_product(dtype, c, prod.data<float>(), m * n, true);
         return;
       }

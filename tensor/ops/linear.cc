@@ -10,8 +10,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   CHORUS_ARG_CHECK(w_in.dim() == 2, "linear: weight must be (M, K), got ", to_string(w_in.shape()));
   CHORUS_ARG_CHECK(x_in.dim() >= 1 && x_in.size(-1) == w_in.size(1), "linear: input ",
                    to_string(x_in.shape()), " vs weight ", to_string(w_in.shape()));
-  CHORUS_ARG_CHECK(x_in.dtype() == w_in.dtype(), "linear: dtypes ", to_string(x_in.dtype()),
-                   " vs ", to_string(w_in.dtype()));
+  CHORUS_ARG_CHECK(x_in.dtype() == w_in.dtype(), "linear: dtypes ", to_string(x_in.dtype()), " vs ",
+                   to_string(w_in.dtype()));
   const int64_t K = w_in.size(1), M = w_in.size(0), N = x_in.numel() / std::max<int64_t>(K, 1);
   if (b_in.defined())
     CHORUS_ARG_CHECK(b_in.shape() == Shape{M} && b_in.dtype() == x_in.dtype(),
@@ -28,20 +28,21 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     float* o = out.data<float>();
     mm_lowp(lowp, false, true, N, M, K, x16, K, w16, K, o, false);
     if (b.defined()) cpu::add_bias_rows(o, b.data<float>(), N, M);
-    return record("linear", out, {x_in, w_in, b_in},
-                  [x16, w16, N, M, K, lowp](const Tensor& dy, GradSink& g) {
-      const Tensor dy16 = to_lowp(dy, lowp);
-      bool fresh = false;
-      // dx (N, K) += dy (N, M) @ W (M, K)
-      if (Tensor dx = g.grad_for_write(0, &fresh); dx.defined())
-        mm_lowp(lowp, false, false, N, K, M, dy16, M, w16, K, dx.data<float>(), !fresh);
-      // dW (M, K) += dy^T (M, N) @ x (N, K)
-      if (Tensor dw = g.grad_for_write(1, &fresh); dw.defined())
-        mm_lowp(lowp, true, false, M, K, N, dy16, M, x16, K, dw.data<float>(), !fresh);
-      // dbias (M) += column sums of dy, in f32
-      if (Tensor db = g.grad_for_write(2, &fresh); db.defined())
-        cpu::sum_rows(db.data<float>(), dy.data<float>(), N, M, fresh);
-    });
+    return record(
+        "linear", out, {x_in, w_in, b_in},
+        [x16, w16, N, M, K, lowp](const Tensor& dy, GradSink& g) {
+          const Tensor dy16 = to_lowp(dy, lowp);
+          bool fresh = false;
+          // dx (N, K) += dy (N, M) @ W (M, K)
+          if (Tensor dx = g.grad_for_write(0, &fresh); dx.defined())
+            mm_lowp(lowp, false, false, N, K, M, dy16, M, w16, K, dx.data<float>(), !fresh);
+          // dW (M, K) += dy^T (M, N) @ x (N, K)
+          if (Tensor dw = g.grad_for_write(1, &fresh); dw.defined())
+            mm_lowp(lowp, true, false, M, K, N, dy16, M, x16, K, dw.data<float>(), !fresh);
+          // dbias (M) += column sums of dy, in f32
+          if (Tensor db = g.grad_for_write(2, &fresh); db.defined())
+            cpu::sum_rows(db.data<float>(), dy.data<float>(), N, M, fresh);
+        });
   }
 
   const Tensor x = dense(x_in), w = dense(w_in);

@@ -4,7 +4,8 @@
 
 namespace chorus::tensor {
 
-// ---- mul: a (any), b (same) -> out (same) ---------------------------------------------------------
+// ---- mul: a (any), b (same) -> out (same)
+// ---------------------------------------------------------
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   check_same(a_in, b_in, "mul");
   const Tensor a = dense(a_in), b = dense(b_in);
@@ -19,13 +20,14 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
       using T = decltype(tag);
       Tensor da = g.grad(0), db = g.grad(1);
       cpu::mul_backward(da.defined() ? da.data<T>() : nullptr,
-                            db.defined() ? db.data<T>() : nullptr, a.data<T>(), b.data<T>(),
-                            dy.data<T>(), dy.numel());
+                        db.defined() ? db.data<T>() : nullptr, a.data<T>(), b.data<T>(),
+                        dy.data<T>(), dy.numel());
     });
   });
 }
 
-// ---- scale: a (any) -> factor * a ----------------------------------------------------------------
+// ---- scale: a (any) -> factor * a
+// ----------------------------------------------------------------
 Tensor scale(const Tensor& a_in, double factor) {
   check_defined(a_in, "scale", "input");
   const Tensor a = dense(a_in);

@@ -58,8 +58,8 @@ Tensor transpose_op(const Tensor& x, int64_t d0, int64_t d1) {
 Tensor narrow_op(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   check_defined(x, "narrow", "input");
   dim = wrap_dim(dim, x.dim(), "narrow");
-  CHORUS_ARG_CHECK(start >= 0 && length >= 0 && start + length <= x.size(dim), "narrow: [",
-                   start, ", ", start + length, ") of a dim of size ", x.size(dim));
+  CHORUS_ARG_CHECK(start >= 0 && length >= 0 && start + length <= x.size(dim), "narrow: [", start,
+                   ", ", start + length, ") of a dim of size ", x.size(dim));
   Shape shape = x.shape();
   shape[dim] = length;
   Tensor out = raw_view(x, shape, x.strides(), x.offset() + start * x.stride(dim));
@@ -76,8 +76,8 @@ Tensor narrow_op(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
 Tensor select_op(const Tensor& x, int64_t dim, int64_t index) {
   check_defined(x, "select", "input");
   dim = wrap_dim(dim, x.dim(), "select");
-  CHORUS_ARG_CHECK(index >= 0 && index < x.size(dim), "select: index ", index,
-                   " of a dim of size ", x.size(dim));
+  CHORUS_ARG_CHECK(index >= 0 && index < x.size(dim), "select: index ", index, " of a dim of size ",
+                   x.size(dim));
   Shape shape = x.shape(), strides = x.strides();
   const int64_t offset = x.offset() + index * strides[dim];
   shape.erase(shape.begin() + dim);

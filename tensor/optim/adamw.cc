@@ -27,10 +27,10 @@ void AdamW::step() {
     dispatch_float(p.dtype(), "adamw", [&](auto tag) {
       using T = decltype(tag);
       cpu::adamw_update(p.data<T>(), g.data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.numel(),
-                            static_cast<float>(lr_), static_cast<float>(options_.beta1),
-                            static_cast<float>(options_.beta2), static_cast<float>(c1),
-                            static_cast<float>(c2), static_cast<float>(options_.eps),
-                            decay ? static_cast<float>(options_.weight_decay) : 0.0f);
+                        static_cast<float>(lr_), static_cast<float>(options_.beta1),
+                        static_cast<float>(options_.beta2), static_cast<float>(c1),
+                        static_cast<float>(c2), static_cast<float>(options_.eps),
+                        decay ? static_cast<float>(options_.weight_decay) : 0.0f);
     });
     write_back(i);
   });

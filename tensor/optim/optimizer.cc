@@ -11,8 +11,8 @@ Optimizer::Optimizer(nn::NamedTensors params, double lr) : params_(std::move(par
   masters_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].second;
-    CHORUS_ARG_CHECK(is_floating(p.dtype()), "optimizer: parameter '", params_[i].first,
-                     "' is ", to_string(p.dtype()));
+    CHORUS_ARG_CHECK(is_floating(p.dtype()), "optimizer: parameter '", params_[i].first, "' is ",
+                     to_string(p.dtype()));
     CHORUS_ARG_CHECK(p.is_contiguous(), "optimizer: parameter '", params_[i].first,
                      "' is not contiguous");
     if (p.dtype() == DataType::kBF16 || p.dtype() == DataType::kF16)

@@ -54,7 +54,8 @@ void SGD::load_state_dict(const nn::NamedTensors& state) {
   Optimizer::load_state_dict(state);
   for (size_t i = 0; i < params_.size(); ++i)
     for (const auto& [name, t] : state) {
-      if (i < momentum_.size() && name == params_[i].first + ".momentum_buffer") momentum_[i].copy_(t);
+      if (i < momentum_.size() && name == params_[i].first + ".momentum_buffer")
+        momentum_[i].copy_(t);
       if (name == params_[i].first + ".master" && masters_[i].defined()) masters_[i].copy_(t);
     }
 }

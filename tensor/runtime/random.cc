@@ -63,8 +63,7 @@ float normal_at(RngKey key, uint64_t index) {
   const int lane = static_cast<int>(index & 1) * 2;
   const double u1 = (static_cast<double>(r[lane] >> 8) + 1.0) * (1.0 / 16777216.0);  // (0, 1]
   const double u2 = static_cast<double>(r[lane + 1] >> 8) * (1.0 / 16777216.0);
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                            std::cos(2.0 * std::numbers::pi * u2));
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
 namespace {
@@ -84,12 +83,13 @@ void fill_with(Tensor& t, Draw draw, uint64_t first_index) {
 }  // namespace
 
 void fill_uniform_(Tensor& t, RngKey key, double low, double high, uint64_t first_index) {
-  fill_with(t, [&](uint64_t i) { return low + (high - low) * double(uniform_at(key, i)); },
-            first_index);
+  fill_with(
+      t, [&](uint64_t i) { return low + (high - low) * double(uniform_at(key, i)); }, first_index);
 }
 
 void fill_normal_(Tensor& t, RngKey key, double mean, double std, uint64_t first_index) {
-  fill_with(t, [&](uint64_t i) { return mean + std * double(normal_at(key, i)); }, first_index);
+  fill_with(
+      t, [&](uint64_t i) { return mean + std * double(normal_at(key, i)); }, first_index);
 }
 
 }  // namespace chorus::tensor

@@ -67,9 +67,8 @@ Tensor Tensor::empty(Shape shape, DataType dtype, Device device) {
   const size_t bytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
   auto storage = std::make_shared<Storage>(bytes, device);
   Shape strides = contiguous_strides(shape);
-  return Tensor(
-      std::make_shared<TensorImpl>(std::move(storage), std::move(shape), std::move(strides), 0,
-                                   dtype));
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), std::move(shape),
+                                             std::move(strides), 0, dtype));
 }
 
 Tensor Tensor::zeros(Shape shape, DataType dtype, Device device) {
@@ -87,8 +86,8 @@ Tensor Tensor::full(Shape shape, double value, DataType dtype, Device device) {
 namespace {
 template <class V>
 Tensor from_values(std::span<const V> values, Shape shape, DataType dtype) {
-  CHORUS_ARG_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape), "from_vector: ",
-                   values.size(), " values for shape ", to_string(shape));
+  CHORUS_ARG_CHECK(static_cast<int64_t>(values.size()) == numel_of(shape),
+                   "from_vector: ", values.size(), " values for shape ", to_string(shape));
   Tensor t = Tensor::empty(std::move(shape), dtype);
   dispatch_any(dtype, "from_vector", [&](auto tag) {
     using T = decltype(tag);
@@ -172,7 +171,9 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 Tensor Tensor::select(int64_t d, int64_t index) const { return select_op(*this, d, index); }
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : contiguous_op(*this); }
 Tensor Tensor::clone() const { return contiguous_op(*this); }
-Tensor Tensor::to(DataType dtype) const { return dtype == this->dtype() ? *this : cast_op(*this, dtype); }
+Tensor Tensor::to(DataType dtype) const {
+  return dtype == this->dtype() ? *this : cast_op(*this, dtype);
+}
 
 // ---- in-place (outside autograd) -----------------------------------------------------------
 
@@ -246,20 +247,19 @@ const Tensor& Tensor::grad() const { return impl_of(*this).autograd.grad; }
 Tensor& Tensor::mutable_grad() { return impl_->autograd.grad; }
 void Tensor::set_grad(Tensor grad) {
   if (grad.defined())
-    CHORUS_ARG_CHECK(grad.shape() == shape(), "set_grad: shape ", to_string(grad.shape()),
-                     " vs ", to_string(shape()));
+    CHORUS_ARG_CHECK(grad.shape() == shape(), "set_grad: shape ", to_string(grad.shape()), " vs ",
+                     to_string(shape()));
   impl_->autograd.grad = std::move(grad);
   impl_->autograd.grad_bound = false;
 }
 
 void Tensor::bind_grad(Tensor grad) {
-  CHORUS_ARG_CHECK(grad.defined() && grad.shape() == shape() && grad.dtype() == dtype() &&
-                       grad.is_contiguous(),
-                   "bind_grad: the gradient must be a contiguous ", to_string(shape()), " ",
-                   to_string(dtype()), " tensor, got ",
-                   grad.defined() ? detail::concat(to_string(grad.shape()), " ",
-                                                   to_string(grad.dtype()))
-                                  : std::string("an undefined one"));
+  CHORUS_ARG_CHECK(
+      grad.defined() && grad.shape() == shape() && grad.dtype() == dtype() && grad.is_contiguous(),
+      "bind_grad: the gradient must be a contiguous ", to_string(shape()), " ", to_string(dtype()),
+      " tensor, got ",
+      grad.defined() ? detail::concat(to_string(grad.shape()), " ", to_string(grad.dtype()))
+                     : std::string("an undefined one"));
   impl_->autograd.grad = std::move(grad);
   impl_->autograd.grad_bound = true;
 }
@@ -284,8 +284,7 @@ void Tensor::backward(const Tensor& grad) const { Engine::backward(*this, grad);
 
 int Tensor::register_grad_ready_hook(GradReadyHook hook) {
   static std::atomic<int> next_handle{1};
-  CHORUS_ARG_CHECK(is_leaf() && requires_grad(),
-                   "grad-ready hooks go on leaves that require grad");
+  CHORUS_ARG_CHECK(is_leaf() && requires_grad(), "grad-ready hooks go on leaves that require grad");
   const int handle = next_handle.fetch_add(1, std::memory_order_relaxed);
   impl_->autograd.hooks.emplace_back(handle, std::move(hook));
   return handle;

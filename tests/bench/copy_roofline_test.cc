@@ -24,8 +24,8 @@ const std::regex kLine(
 // Each store kind, straight from the source and through the ring: the processes' copies are
 // checked against the source by the tool itself (a failed one exits non-zero).
 TEST(CopyRoofline, PrintsConsistentFiguresForEachStoreKind) {
-  for (const std::string flags : {"--store stream", "--store cached", "--store stream --ring",
-                                  "--store cached --ring"}) {
+  for (const std::string flags :
+       {"--store stream", "--store cached", "--store stream --ring", "--store cached --ring"}) {
     const Result r = run("--procs 3 --bytes 3M --iters 2 " + flags);
     ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.out;
     std::smatch m;

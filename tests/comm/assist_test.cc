@@ -27,8 +27,9 @@ namespace {
 constexpr std::chrono::milliseconds kTimeout{30000};
 
 transport::OpStamp stamp_for(uint64_t seq, size_t count) {
-  return {seq, count, static_cast<uint8_t>(Collective::kSend),
-          static_cast<uint8_t>(DataType::kF32), 0, 1, 0};
+  return {
+      seq, count, static_cast<uint8_t>(Collective::kSend), static_cast<uint8_t>(DataType::kF32), 0,
+      1,   0};
 }
 
 enum class Late { kNobody, kReceiver, kSender };
@@ -155,30 +156,33 @@ TEST(AssistedRendezvous, BroadcastAndSendDeliverEveryByte) {
 // ranks, checked element by element; the pull (CHORUS_SHM_CMA=0: no puts) and the FIFO path
 // (direct/fifo) must give the same.
 void all_gather_pushed(int n, const RunOptions& options) {
-  run_ranks(n, [&](Communicator& comm) {
-    for (const char* algo : {"direct", "direct/fifo"}) {
-      comm.set_algorithm(algo);
-      for (size_t count : {size_t{1} << 18, size_t{262147}, size_t{1} << 20})
-        for (bool in_place : {false, true}) {
-          SCOPED_TRACE(::testing::Message() << algo << " count " << count
-                                            << (in_place ? " in place" : ""));
-          const size_t r = static_cast<size_t>(comm.rank());
-          std::vector<float> out(count * static_cast<size_t>(n), -1.0f);
-          std::vector<float> mine = values(count, comm.rank() + 1);
-          if (in_place) {
-            std::copy(mine.begin(), mine.end(), out.begin() + r * count);
-            comm.all_gather(out.data() + r * count, out.data(), count, DataType::kF32);
-          } else {
-            comm.all_gather(mine.data(), out.data(), count, DataType::kF32);
-          }
-          for (int p = 0; p < n; ++p) {
-            const std::vector<float> want = values(count, p + 1);
-            ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin() + p * count))
-                << "rank " << comm.rank() << ": block of rank " << p;
-          }
+  run_ranks(
+      n,
+      [&](Communicator& comm) {
+        for (const char* algo : {"direct", "direct/fifo"}) {
+          comm.set_algorithm(algo);
+          for (size_t count : {size_t{1} << 18, size_t{262147}, size_t{1} << 20})
+            for (bool in_place : {false, true}) {
+              SCOPED_TRACE(::testing::Message()
+                           << algo << " count " << count << (in_place ? " in place" : ""));
+              const size_t r = static_cast<size_t>(comm.rank());
+              std::vector<float> out(count * static_cast<size_t>(n), -1.0f);
+              std::vector<float> mine = values(count, comm.rank() + 1);
+              if (in_place) {
+                std::copy(mine.begin(), mine.end(), out.begin() + r * count);
+                comm.all_gather(out.data() + r * count, out.data(), count, DataType::kF32);
+              } else {
+                comm.all_gather(mine.data(), out.data(), count, DataType::kF32);
+              }
+              for (int p = 0; p < n; ++p) {
+                const std::vector<float> want = values(count, p + 1);
+                ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin() + p * count))
+                    << "rank " << comm.rank() << ": block of rank " << p;
+              }
+            }
         }
-    }
-  }, options);
+      },
+      options);
 }
 
 TEST(Puts, TheDirectAllGatherPushesEveryBlockIntoPlace) {
@@ -206,10 +210,13 @@ TEST(Puts, EveryRankAgreesWhetherItMayPut) {
   for (const char* cma : {"1", "0"}) {
     RunOptions options;
     options.env["CHORUS_SHM_CMA"] = cma;
-    run_wired(3, [&](int, transport::Wiring& w, Exchange& ex) {
-      EXPECT_EQ(w.transport->puts_to_all(), std::string(cma) == "1");
-      EXPECT_EQ(ex.puts(), std::string(cma) == "1");
-    }, options);
+    run_wired(
+        3,
+        [&](int, transport::Wiring& w, Exchange& ex) {
+          EXPECT_EQ(w.transport->puts_to_all(), std::string(cma) == "1");
+          EXPECT_EQ(ex.puts(), std::string(cma) == "1");
+        },
+        options);
   }
 }
 

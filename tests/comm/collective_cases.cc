@@ -19,17 +19,18 @@ int64_t payload(DataType dtype, int source, size_t index, int salt) {
 void check(const Case& k, int rank, const char* what, DataType dtype, const void* buf, size_t count,
            const std::function<double(size_t)>& expect) {
   Mismatch m = compare(dtype, buf, count, expect);
-  EXPECT_EQ(m.count, 0u) << k.describe() << " rank " << rank << " " << what << ": first wrong element "
-                         << m.first << " = " << m.got << ", expected " << m.want;
+  EXPECT_EQ(m.count, 0u) << k.describe() << " rank " << rank << " " << what
+                         << ": first wrong element " << m.first << " = " << m.got << ", expected "
+                         << m.want;
 }
 
 }  // namespace
 
 std::string Case::describe() const {
   std::ostringstream os;
-  os << to_string(coll) << "[algo=" << algo << " dtype=" << to_string(dtype) << " op=" << to_string(op)
-     << " count=" << count << (in_place ? " in-place" : " out-of-place") << " root=" << root
-     << (async ? " async" : "") << "]";
+  os << to_string(coll) << "[algo=" << algo << " dtype=" << to_string(dtype)
+     << " op=" << to_string(op) << " count=" << count << (in_place ? " in-place" : " out-of-place")
+     << " root=" << root << (async ? " async" : "") << "]";
   return os.str();
 }
 
@@ -48,8 +49,10 @@ void run_and_check(Communicator& comm, const Case& k) {
   const size_t es = dtype_size(k.dtype), c = k.count;
   comm.set_algorithm(k.algo);
   auto go = [&](auto&& blocking, auto&& async) {
-    if (k.async) async().wait();
-    else blocking();
+    if (k.async)
+      async().wait();
+    else
+      blocking();
   };
   switch (k.coll) {
     case Collective::kAllReduce: {
@@ -60,7 +63,8 @@ void run_and_check(Communicator& comm, const Case& k) {
          [&] { return comm.all_reduce_async(in.data(), recv, c, k.dtype, k.op); });
       check(k, r, "recv", k.dtype, recv, c,
             [&](size_t i) { return expected_reduction(k.dtype, k.op, n, i, k.salt); });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     case Collective::kReduceScatter: {
@@ -71,7 +75,8 @@ void run_and_check(Communicator& comm, const Case& k) {
          [&] { return comm.reduce_scatter_async(in.data(), recv, c, k.dtype, k.op); });
       check(k, r, "recv", k.dtype, recv, c,
             [&](size_t i) { return expected_reduction(k.dtype, k.op, n, r * c + i, k.salt); });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     case Collective::kAllGather: {
@@ -80,9 +85,11 @@ void run_and_check(Communicator& comm, const Case& k) {
       for (size_t i = 0; i < c; ++i) store(k.dtype, send, i, payload(k.dtype, r, i, k.salt));
       go([&] { comm.all_gather(send, out.data(), c, k.dtype); },
          [&] { return comm.all_gather_async(send, out.data(), c, k.dtype); });
-      check(k, r, "recv", k.dtype, out.data(), n * c,
-            [&](size_t i) { return static_cast<double>(payload(k.dtype, static_cast<int>(i / c), i % c, k.salt)); });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+      check(k, r, "recv", k.dtype, out.data(), n * c, [&](size_t i) {
+        return static_cast<double>(payload(k.dtype, static_cast<int>(i / c), i % c, k.salt));
+      });
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     case Collective::kBroadcast: {
@@ -96,7 +103,8 @@ void run_and_check(Communicator& comm, const Case& k) {
          [&] { return comm.broadcast_async(in.data(), recv, c, k.dtype, k.root); });
       check(k, r, "recv", k.dtype, recv, c,
             [&](size_t i) { return static_cast<double>(payload(k.dtype, k.root, i, k.salt)); });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     case Collective::kReduce: {
@@ -110,9 +118,11 @@ void run_and_check(Communicator& comm, const Case& k) {
         check(k, r, "recv", k.dtype, recv, c,
               [&](size_t i) { return expected_reduction(k.dtype, k.op, n, i, k.salt); });
       else
-        check(k, r, "send (must be unchanged)", k.dtype, in.data(), c,
-              [&](size_t i) { return static_cast<double>(input_value(k.dtype, k.op, r, i, k.salt)); });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+        check(k, r, "send (must be unchanged)", k.dtype, in.data(), c, [&](size_t i) {
+          return static_cast<double>(input_value(k.dtype, k.op, r, i, k.salt));
+        });
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     case Collective::kGather: {
@@ -123,9 +133,11 @@ void run_and_check(Communicator& comm, const Case& k) {
       go([&] { comm.gather(send, recv, c, k.dtype, k.root); },
          [&] { return comm.gather_async(send, recv, c, k.dtype, k.root); });
       if (r == k.root)
-        check(k, r, "recv", k.dtype, out.data(), n * c,
-              [&](size_t i) { return static_cast<double>(payload(k.dtype, static_cast<int>(i / c), i % c, k.salt)); });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+        check(k, r, "recv", k.dtype, out.data(), n * c, [&](size_t i) {
+          return static_cast<double>(payload(k.dtype, static_cast<int>(i / c), i % c, k.salt));
+        });
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     case Collective::kScatter: {
@@ -139,20 +151,23 @@ void run_and_check(Communicator& comm, const Case& k) {
          [&] { return comm.scatter_async(send, recv, c, k.dtype, k.root); });
       check(k, r, "recv", k.dtype, recv, c,
             [&](size_t i) { return static_cast<double>(payload(k.dtype, r, i, k.salt)); });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     case Collective::kAllToAll: {
       GuardedBuffer in(n * c * es), out(n * c * es);
       for (size_t i = 0; i < n * c; ++i)
-        store(k.dtype, in.data(), i, payload(k.dtype, r * n + static_cast<int>(i / c), i % c, k.salt));
+        store(k.dtype, in.data(), i,
+              payload(k.dtype, r * n + static_cast<int>(i / c), i % c, k.salt));
       go([&] { comm.all_to_all(in.data(), out.data(), c, k.dtype); },
          [&] { return comm.all_to_all_async(in.data(), out.data(), c, k.dtype); });
       check(k, r, "recv", k.dtype, out.data(), n * c, [&](size_t i) {
         const int from = static_cast<int>(i / c);
         return static_cast<double>(payload(k.dtype, from * n + r, i % c, k.salt));
       });
-      EXPECT_TRUE(in.guards_intact() && out.guards_intact()) << k.describe() << " wrote out of bounds";
+      EXPECT_TRUE(in.guards_intact() && out.guards_intact())
+          << k.describe() << " wrote out of bounds";
       break;
     }
     default:

@@ -1,8 +1,8 @@
 // Every collective x algorithm x dtype x op x count x placement x root, on world sizes
 // {1, 2, 3, 4, 5, 8} (the transport's other paths on {1, ..., 4}), in real processes over the real
-// bootstrap and shm transport, checked exactly against the reference (reference.h). The large count (2^20 + 3) runs every dtype with one op
-// and every op with float, to keep the suite inside CI's budget; the small counts run the full
-// product.
+// bootstrap and shm transport, checked exactly against the reference (reference.h). The large count
+// (2^20 + 3) runs every dtype with one op and every op with float, to keep the suite inside CI's
+// budget; the small counts run the full product.
 #include <gtest/gtest.h>
 #include <sched.h>
 
@@ -34,7 +34,8 @@ enum class Coverage {
 
 // All cases for one collective on an n-rank communicator.
 // `suffix` is appended to every algorithm name ("/fifo": the FIFO path of each).
-std::vector<Case> matrix(Collective coll, int n, Coverage coverage, const std::string& suffix = "") {
+std::vector<Case> matrix(Collective coll, int n, Coverage coverage,
+                         const std::string& suffix = "") {
   std::vector<Case> cases;
   const std::vector<ReduceOp> ops =
       reduces(coll) ? std::vector<ReduceOp>(std::begin(kAllReduceOps), std::end(kAllReduceOps))
@@ -43,9 +44,10 @@ std::vector<Case> matrix(Collective coll, int n, Coverage coverage, const std::s
       coverage == Coverage::kFull
           ? std::vector<DataType>(std::begin(kAllDataTypes), std::end(kAllDataTypes))
           : std::vector<DataType>{DataType::kF32, DataType::kBF16, DataType::kU8};
-  const std::vector<size_t> counts = coverage == Coverage::kFull
-                                         ? std::vector<size_t>(std::begin(kSmallCounts), std::end(kSmallCounts))
-                                         : std::vector<size_t>{1, 7, 1000, 20011};
+  const std::vector<size_t> counts =
+      coverage == Coverage::kFull
+          ? std::vector<size_t>(std::begin(kSmallCounts), std::end(kSmallCounts))
+          : std::vector<size_t>{1, 7, 1000, 20011};
   std::vector<int> roots{0};
   if (rooted(coll))
     for (int r = 1; r < n; ++r) roots.push_back(r);
@@ -79,7 +81,8 @@ std::vector<Case> matrix(Collective coll, int n, Coverage coverage, const std::s
         for (DataType dtype : kAllDataTypes)
           cases.push_back({coll, "auto", dtype, ops[0], kLargeCount, in_place, root, ++salt});
         for (size_t i = 1; i < ops.size(); ++i)
-          cases.push_back({coll, "auto", DataType::kF32, ops[i], kLargeCount, in_place, root, ++salt});
+          cases.push_back(
+              {coll, "auto", DataType::kF32, ops[i], kLargeCount, in_place, root, ++salt});
       }
       if (n == 1) break;
     }
@@ -93,12 +96,15 @@ class Collectives : public ::testing::TestWithParam<int> {
                   const RunOptions& options = {}, const std::string& suffix = "") {
     const int n = GetParam();
     const std::vector<Case> cases = matrix(coll, n, coverage, suffix);
-    run_ranks(n, [&](Communicator& comm) {
-      for (const Case& k : cases) {
-        run_and_check(comm, k);
-        if (::testing::Test::HasFailure()) return;  // one clear failure, not a cascade
-      }
-    }, options);
+    run_ranks(
+        n,
+        [&](Communicator& comm) {
+          for (const Case& k : cases) {
+            run_and_check(comm, k);
+            if (::testing::Test::HasFailure()) return;  // one clear failure, not a cascade
+          }
+        },
+        options);
   }
 };
 
@@ -115,9 +121,10 @@ class CollectivePaths : public Collectives {};
 
 // The same matrices through the transport's other paths, on world sizes 1-4 (a path's chunking
 // and slots do not change with more ranks; five and eight oversubscribed would double the time):
-// tiny FIFO slots and pipelining chunks (many slots and chunks per message, single-copy from 4 KiB up; forwards find the next FIFO
-// full and catch up from the result; results written with streaming stores at every size where
-// stream_results() allows them), and single-copy disabled (every byte through the FIFO).
+// tiny FIFO slots and pipelining chunks (many slots and chunks per message, single-copy from 4 KiB
+// up; forwards find the next FIFO full and catch up from the result; results written with streaming
+// stores at every size where stream_results() allows them), and single-copy disabled (every byte
+// through the FIFO).
 const RunOptions kSmallSlots{std::chrono::milliseconds(240000),
                              {{"CHORUS_SHM_SLOT_BYTES", "256"},
                               {"CHORUS_SHM_DEPTH", "3"},
@@ -129,13 +136,27 @@ const RunOptions kSmallSlots{std::chrono::milliseconds(240000),
                              ""};
 const RunOptions kNoSingleCopy{std::chrono::milliseconds(240000), {{"CHORUS_SHM_CMA", "0"}}, ""};
 
-TEST_P(CollectivePaths, AllReduceSmallSlots) { run_matrix(Collective::kAllReduce, Coverage::kTransport, kSmallSlots); }
-TEST_P(CollectivePaths, ReduceScatterSmallSlots) { run_matrix(Collective::kReduceScatter, Coverage::kTransport, kSmallSlots); }
-TEST_P(CollectivePaths, AllGatherSmallSlots) { run_matrix(Collective::kAllGather, Coverage::kTransport, kSmallSlots); }
-TEST_P(CollectivePaths, BroadcastSmallSlots) { run_matrix(Collective::kBroadcast, Coverage::kTransport, kSmallSlots); }
-TEST_P(CollectivePaths, ReduceSmallSlots) { run_matrix(Collective::kReduce, Coverage::kTransport, kSmallSlots); }
-TEST_P(CollectivePaths, AllReduceNoSingleCopy) { run_matrix(Collective::kAllReduce, Coverage::kTransport, kNoSingleCopy); }
-TEST_P(CollectivePaths, AllGatherNoSingleCopy) { run_matrix(Collective::kAllGather, Coverage::kTransport, kNoSingleCopy); }
+TEST_P(CollectivePaths, AllReduceSmallSlots) {
+  run_matrix(Collective::kAllReduce, Coverage::kTransport, kSmallSlots);
+}
+TEST_P(CollectivePaths, ReduceScatterSmallSlots) {
+  run_matrix(Collective::kReduceScatter, Coverage::kTransport, kSmallSlots);
+}
+TEST_P(CollectivePaths, AllGatherSmallSlots) {
+  run_matrix(Collective::kAllGather, Coverage::kTransport, kSmallSlots);
+}
+TEST_P(CollectivePaths, BroadcastSmallSlots) {
+  run_matrix(Collective::kBroadcast, Coverage::kTransport, kSmallSlots);
+}
+TEST_P(CollectivePaths, ReduceSmallSlots) {
+  run_matrix(Collective::kReduce, Coverage::kTransport, kSmallSlots);
+}
+TEST_P(CollectivePaths, AllReduceNoSingleCopy) {
+  run_matrix(Collective::kAllReduce, Coverage::kTransport, kNoSingleCopy);
+}
+TEST_P(CollectivePaths, AllGatherNoSingleCopy) {
+  run_matrix(Collective::kAllGather, Coverage::kTransport, kNoSingleCopy);
+}
 
 // Every algorithm on the FIFO path ("ring/fifo", ...) where single copy would otherwise start at
 // 4 KiB and messages span several slots: the sends copy through the FIFO whatever their size, and
@@ -147,20 +168,32 @@ const RunOptions kFifoPath{std::chrono::milliseconds(240000),
                             {"CHORUS_SHM_CMA_THRESHOLD", "4096"},
                             {"CHORUS_STREAM_FROM", "1"}},
                            ""};
-TEST_P(CollectivePaths, AllReduceFifoPath) { run_matrix(Collective::kAllReduce, Coverage::kTransport, kFifoPath, "/fifo"); }
-TEST_P(CollectivePaths, ReduceScatterFifoPath) { run_matrix(Collective::kReduceScatter, Coverage::kTransport, kFifoPath, "/fifo"); }
-TEST_P(CollectivePaths, AllGatherFifoPath) { run_matrix(Collective::kAllGather, Coverage::kTransport, kFifoPath, "/fifo"); }
-TEST_P(CollectivePaths, BroadcastFifoPath) { run_matrix(Collective::kBroadcast, Coverage::kTransport, kFifoPath, "/fifo"); }
-TEST_P(CollectivePaths, ReduceFifoPath) { run_matrix(Collective::kReduce, Coverage::kTransport, kFifoPath, "/fifo"); }
-TEST_P(CollectivePaths, GatherFifoPath) { run_matrix(Collective::kGather, Coverage::kTransport, kFifoPath, "/fifo"); }
+TEST_P(CollectivePaths, AllReduceFifoPath) {
+  run_matrix(Collective::kAllReduce, Coverage::kTransport, kFifoPath, "/fifo");
+}
+TEST_P(CollectivePaths, ReduceScatterFifoPath) {
+  run_matrix(Collective::kReduceScatter, Coverage::kTransport, kFifoPath, "/fifo");
+}
+TEST_P(CollectivePaths, AllGatherFifoPath) {
+  run_matrix(Collective::kAllGather, Coverage::kTransport, kFifoPath, "/fifo");
+}
+TEST_P(CollectivePaths, BroadcastFifoPath) {
+  run_matrix(Collective::kBroadcast, Coverage::kTransport, kFifoPath, "/fifo");
+}
+TEST_P(CollectivePaths, ReduceFifoPath) {
+  run_matrix(Collective::kReduce, Coverage::kTransport, kFifoPath, "/fifo");
+}
+TEST_P(CollectivePaths, GatherFifoPath) {
+  run_matrix(Collective::kGather, Coverage::kTransport, kFifoPath, "/fifo");
+}
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5, 8),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivePaths, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 
-
-// ---- ranks bound to CPUs: the ring follows the machine --------------------------------------------
+// ---- ranks bound to CPUs: the ring follows the machine
+// --------------------------------------------
 //
 // Each rank is bound to one CPU, round-robin over the CPUs this test may use (as chorus-run --bind
 // does with more ranks than cores), so ranks sharing a CPU are grouped and the ring is not rank
@@ -195,37 +228,53 @@ class BoundCollectives : public Collectives {};
 TEST_P(BoundCollectives, RingGroupsRanksByCpu) {
   const int n = GetParam();
   const bool several_cpus = usable_cpus().size() >= 2;
-  run_ranks(n, [&](Communicator& comm) {
-    // Every rank's own view of where it is bound, gathered, gives the ring all must agree on.
-    const algo::RankPlace mine = transport::local_place();
-    int32_t here[3] = {mine.package, mine.numa, mine.cpu};
-    std::vector<int32_t> all(3 * static_cast<size_t>(n));
-    comm.all_gather(here, all.data(), 3, DataType::kI32);
-    std::vector<algo::RankPlace> places(n);
-    for (int r = 0; r < n; ++r) places[r] = {0, all[3 * r], all[3 * r + 1], all[3 * r + 2]};
-    const std::vector<int> ring = comm.ring_order();
-    EXPECT_EQ(ring, algo::ring_by_locality(places));
-    if (several_cpus) {
-      EXPECT_GE(mine.cpu, 0) << "a bound rank knows its CPU";
-      EXPECT_NE(ring[1], 1) << "ranks 0 and 1 are on different CPUs, so not ring neighbours";
-    }
-  }, bound_ranks());
+  run_ranks(
+      n,
+      [&](Communicator& comm) {
+        // Every rank's own view of where it is bound, gathered, gives the ring all must agree on.
+        const algo::RankPlace mine = transport::local_place();
+        int32_t here[3] = {mine.package, mine.numa, mine.cpu};
+        std::vector<int32_t> all(3 * static_cast<size_t>(n));
+        comm.all_gather(here, all.data(), 3, DataType::kI32);
+        std::vector<algo::RankPlace> places(n);
+        for (int r = 0; r < n; ++r) places[r] = {0, all[3 * r], all[3 * r + 1], all[3 * r + 2]};
+        const std::vector<int> ring = comm.ring_order();
+        EXPECT_EQ(ring, algo::ring_by_locality(places));
+        if (several_cpus) {
+          EXPECT_GE(mine.cpu, 0) << "a bound rank knows its CPU";
+          EXPECT_NE(ring[1], 1) << "ranks 0 and 1 are on different CPUs, so not ring neighbours";
+        }
+      },
+      bound_ranks());
 }
 
 TEST_P(BoundCollectives, RankOrderWhenAsked) {
   RunOptions o = bound_ranks();
   o.env["CHORUS_RING"] = "rank";
-  run_ranks(GetParam(), [&](Communicator& comm) {
-    const std::vector<int> ring = comm.ring_order();
-    for (int p = 0; p < comm.size(); ++p) EXPECT_EQ(ring[p], p);
-  }, o);
+  run_ranks(
+      GetParam(),
+      [&](Communicator& comm) {
+        const std::vector<int> ring = comm.ring_order();
+        for (int p = 0; p < comm.size(); ++p) EXPECT_EQ(ring[p], p);
+      },
+      o);
 }
 
-TEST_P(BoundCollectives, AllReduce) { run_matrix(Collective::kAllReduce, Coverage::kTransport, bound_ranks()); }
-TEST_P(BoundCollectives, ReduceScatter) { run_matrix(Collective::kReduceScatter, Coverage::kTransport, bound_ranks()); }
-TEST_P(BoundCollectives, AllGather) { run_matrix(Collective::kAllGather, Coverage::kTransport, bound_ranks()); }
-TEST_P(BoundCollectives, Broadcast) { run_matrix(Collective::kBroadcast, Coverage::kTransport, bound_ranks()); }
-TEST_P(BoundCollectives, Reduce) { run_matrix(Collective::kReduce, Coverage::kTransport, bound_ranks()); }
+TEST_P(BoundCollectives, AllReduce) {
+  run_matrix(Collective::kAllReduce, Coverage::kTransport, bound_ranks());
+}
+TEST_P(BoundCollectives, ReduceScatter) {
+  run_matrix(Collective::kReduceScatter, Coverage::kTransport, bound_ranks());
+}
+TEST_P(BoundCollectives, AllGather) {
+  run_matrix(Collective::kAllGather, Coverage::kTransport, bound_ranks());
+}
+TEST_P(BoundCollectives, Broadcast) {
+  run_matrix(Collective::kBroadcast, Coverage::kTransport, bound_ranks());
+}
+TEST_P(BoundCollectives, Reduce) {
+  run_matrix(Collective::kReduce, Coverage::kTransport, bound_ranks());
+}
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, BoundCollectives, ::testing::Values(4, 5, 8),
                          [](const auto& info) { return "np" + std::to_string(info.param); });

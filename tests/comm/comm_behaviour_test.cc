@@ -1,8 +1,8 @@
 // Communicator behaviour beyond single-call correctness: async ordering, split, point-to-point,
 // barriers, argument errors, float accuracy against a double reference, shm hygiene.
 #include <dirent.h>
-#include <gtest/gtest.h>
 #include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,8 +47,8 @@ TEST(CommBehaviour, ThousandMixedAsyncOperationsCompleteInOrder) {
           break;
         case 1:  // broadcast from a rotating root
           bufs[k].assign(count, r == k % n ? k : -1);
-          works.push_back(comm.broadcast_async(bufs[k].data(), bufs[k].data(), count,
-                                               DataType::kI32, k % n));
+          works.push_back(
+              comm.broadcast_async(bufs[k].data(), bufs[k].data(), count, DataType::kI32, k % n));
           break;
         case 2:  // all_gather in place
           bufs[k].assign(count * n, -1);
@@ -73,11 +73,20 @@ TEST(CommBehaviour, ThousandMixedAsyncOperationsCompleteInOrder) {
       for (size_t i = 0; i < bufs[k].size(); ++i) {
         int32_t want = 0;
         switch (k % 5) {
-          case 0: want = n * k + n * (n - 1) / 2; break;
-          case 1: want = k; break;
-          case 2: want = static_cast<int32_t>(i / count) * 1000 + k; break;
-          case 3: want = n * n; break;
-          default: continue;
+          case 0:
+            want = n * k + n * (n - 1) / 2;
+            break;
+          case 1:
+            want = k;
+            break;
+          case 2:
+            want = static_cast<int32_t>(i / count) * 1000 + k;
+            break;
+          case 3:
+            want = n * n;
+            break;
+          default:
+            continue;
         }
         ASSERT_EQ(bufs[k][i], want) << "op " << k << " element " << i;
       }
@@ -89,82 +98,87 @@ TEST(CommBehaviour, ThousandMixedAsyncOperationsCompleteInOrder) {
 // once and polls for arrivals, falling back to queued requests when a FIFO is full or a peer is
 // late. With two slots per FIFO, roots run ahead of a rank that starts late (broadcast) and
 // senders ahead of a late root (reduce) until their FIFOs fill; then every direct collective
-// runs with one rank late by turns. Sizes cover inline (up to 16 bytes), one-slot and multi-slot messages.
+// runs with one rank late by turns. Sizes cover inline (up to 16 bytes), one-slot and multi-slot
+// messages.
 TEST(CommBehaviour, SmallDirectCallsFallBackWhenFifosFillOrPeersAreLate) {
   RunOptions options;
-  options.env = {{"CHORUS_ALGO", "direct"}, {"CHORUS_SHM_DEPTH", "2"},
-                 {"CHORUS_SHM_SLOT_BYTES", "1024"}};
-  run_ranks(3, [](Communicator& comm) {
-    const int n = comm.size(), r = comm.rank();
-    auto late = [&](int who, int ms) {
-      if (r == who) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    };
-    auto count_of = [](int k) { return size_t{1} + static_cast<size_t>(k * 37) % 700; };
-    constexpr int kRooted = 24;
-    std::vector<std::vector<int32_t>> bufs(kRooted);
-    late(2, 300);
-    for (int k = 0; k < kRooted; ++k) {
-      bufs[k].assign(count_of(k), r == 0 ? 10 * k : -1);
-      comm.broadcast(bufs[k].data(), bufs[k].data(), bufs[k].size(), DataType::kI32, 0);
-    }
-    for (int k = 0; k < kRooted; ++k)
-      for (int32_t v : bufs[k]) ASSERT_EQ(v, 10 * k) << "broadcast " << k;
-    late(2, 300);
-    for (int k = 0; k < kRooted; ++k) {
-      std::vector<int32_t> in(count_of(k), r + k);
-      bufs[k].assign(in.size(), -1);
-      comm.reduce(in.data(), bufs[k].data(), in.size(), DataType::kI32, ReduceOp::kSum, 2);
-    }
-    if (r == 2)
-      for (int k = 0; k < kRooted; ++k)
-        for (int32_t v : bufs[k]) ASSERT_EQ(v, n * k + n * (n - 1) / 2) << "reduce " << k;
-    for (int k = 0; k < 90; ++k) {
-      late(k % n, k % 4 == 0 ? 20 : 0);
-      const size_t count = count_of(k);
-      std::vector<int32_t> in(count * n), out(count * n, -1);
-      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + i + k);
-      const int root = k % n;
-      switch (k % 6) {
-        case 0:
-          comm.all_reduce(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
-          for (size_t i = 0; i < count; ++i)
-            ASSERT_EQ(out[i], static_cast<int32_t>(100000 * n * (n - 1) / 2 + n * (i + k)))
-                << "all_reduce " << k << " element " << i;
-          break;
-        case 1:
-          comm.all_gather(in.data(), out.data(), count, DataType::kI32);
-          for (size_t i = 0; i < count * n; ++i)
-            ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + i % count + k))
-                << "all_gather " << k << " element " << i;
-          break;
-        case 2:
-          comm.reduce_scatter(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
-          for (size_t i = 0; i < count; ++i)
-            ASSERT_EQ(out[i],
-                      static_cast<int32_t>(100000 * n * (n - 1) / 2 + n * (r * count + i + k)))
-                << "reduce_scatter " << k << " element " << i;
-          break;
-        case 3:  // rank q's first `count` elements to block q of the root's output
-          comm.gather(in.data(), out.data(), count, DataType::kI32, root);
-          if (r == root)
-            for (size_t i = 0; i < count * n; ++i)
-              ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + i % count + k))
-                  << "gather " << k << " element " << i;
-          break;
-        case 4:  // block q of the root's input to rank q
-          comm.scatter(in.data(), out.data(), count, DataType::kI32, root);
-          for (size_t i = 0; i < count; ++i)
-            ASSERT_EQ(out[i], static_cast<int32_t>(root * 100000 + r * count + i + k))
-                << "scatter " << k << " element " << i;
-          break;
-        default:  // block q of rank p's input to block p of rank q's output
-          comm.all_to_all(in.data(), out.data(), count, DataType::kI32);
-          for (size_t i = 0; i < count * n; ++i)
-            ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + r * count + i % count + k))
-                << "all_to_all " << k << " element " << i;
-      }
-    }
-  }, options);
+  options.env = {
+      {"CHORUS_ALGO", "direct"}, {"CHORUS_SHM_DEPTH", "2"}, {"CHORUS_SHM_SLOT_BYTES", "1024"}};
+  run_ranks(
+      3,
+      [](Communicator& comm) {
+        const int n = comm.size(), r = comm.rank();
+        auto late = [&](int who, int ms) {
+          if (r == who) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        };
+        auto count_of = [](int k) { return size_t{1} + static_cast<size_t>(k * 37) % 700; };
+        constexpr int kRooted = 24;
+        std::vector<std::vector<int32_t>> bufs(kRooted);
+        late(2, 300);
+        for (int k = 0; k < kRooted; ++k) {
+          bufs[k].assign(count_of(k), r == 0 ? 10 * k : -1);
+          comm.broadcast(bufs[k].data(), bufs[k].data(), bufs[k].size(), DataType::kI32, 0);
+        }
+        for (int k = 0; k < kRooted; ++k)
+          for (int32_t v : bufs[k]) ASSERT_EQ(v, 10 * k) << "broadcast " << k;
+        late(2, 300);
+        for (int k = 0; k < kRooted; ++k) {
+          std::vector<int32_t> in(count_of(k), r + k);
+          bufs[k].assign(in.size(), -1);
+          comm.reduce(in.data(), bufs[k].data(), in.size(), DataType::kI32, ReduceOp::kSum, 2);
+        }
+        if (r == 2)
+          for (int k = 0; k < kRooted; ++k)
+            for (int32_t v : bufs[k]) ASSERT_EQ(v, n * k + n * (n - 1) / 2) << "reduce " << k;
+        for (int k = 0; k < 90; ++k) {
+          late(k % n, k % 4 == 0 ? 20 : 0);
+          const size_t count = count_of(k);
+          std::vector<int32_t> in(count * n), out(count * n, -1);
+          for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + i + k);
+          const int root = k % n;
+          switch (k % 6) {
+            case 0:
+              comm.all_reduce(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
+              for (size_t i = 0; i < count; ++i)
+                ASSERT_EQ(out[i], static_cast<int32_t>(100000 * n * (n - 1) / 2 + n * (i + k)))
+                    << "all_reduce " << k << " element " << i;
+              break;
+            case 1:
+              comm.all_gather(in.data(), out.data(), count, DataType::kI32);
+              for (size_t i = 0; i < count * n; ++i)
+                ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + i % count + k))
+                    << "all_gather " << k << " element " << i;
+              break;
+            case 2:
+              comm.reduce_scatter(in.data(), out.data(), count, DataType::kI32, ReduceOp::kSum);
+              for (size_t i = 0; i < count; ++i)
+                ASSERT_EQ(out[i],
+                          static_cast<int32_t>(100000 * n * (n - 1) / 2 + n * (r * count + i + k)))
+                    << "reduce_scatter " << k << " element " << i;
+              break;
+            case 3:  // rank q's first `count` elements to block q of the root's output
+              comm.gather(in.data(), out.data(), count, DataType::kI32, root);
+              if (r == root)
+                for (size_t i = 0; i < count * n; ++i)
+                  ASSERT_EQ(out[i], static_cast<int32_t>(i / count * 100000 + i % count + k))
+                      << "gather " << k << " element " << i;
+              break;
+            case 4:  // block q of the root's input to rank q
+              comm.scatter(in.data(), out.data(), count, DataType::kI32, root);
+              for (size_t i = 0; i < count; ++i)
+                ASSERT_EQ(out[i], static_cast<int32_t>(root * 100000 + r * count + i + k))
+                    << "scatter " << k << " element " << i;
+              break;
+            default:  // block q of rank p's input to block p of rank q's output
+              comm.all_to_all(in.data(), out.data(), count, DataType::kI32);
+              for (size_t i = 0; i < count * n; ++i)
+                ASSERT_EQ(out[i],
+                          static_cast<int32_t>(i / count * 100000 + r * count + i % count + k))
+                    << "all_to_all " << k << " element " << i;
+          }
+        }
+      },
+      options);
 }
 
 // A blocking call runs on the caller's thread only when nothing issued before it is queued or
@@ -207,8 +221,10 @@ TEST(CommBehaviour, SplitGroupsRunAtOnceAndOrderByKey) {
     EXPECT_EQ(sub->rank(), expected_rank);
     // Sub-communicator and parent operations in flight at the same time.
     std::vector<int64_t> a(1 << 16, r), b(1 << 16, r);
-    Work w_sub = sub->all_reduce_async(a.data(), a.data(), a.size(), DataType::kI64, ReduceOp::kSum);
-    Work w_all = comm.all_reduce_async(b.data(), b.data(), b.size(), DataType::kI64, ReduceOp::kSum);
+    Work w_sub =
+        sub->all_reduce_async(a.data(), a.data(), a.size(), DataType::kI64, ReduceOp::kSum);
+    Work w_all =
+        comm.all_reduce_async(b.data(), b.data(), b.size(), DataType::kI64, ReduceOp::kSum);
     w_sub.wait();
     w_all.wait();
     const int64_t group_sum = r % 2 == 0 ? 0 + 2 + 4 : 1 + 3;
@@ -238,7 +254,8 @@ TEST(CommBehaviour, PointToPointRingAndLargeBlockingPairs) {
       comm.send_recv(out.data(), count, (r + 1) % n, in.data(), count, (r + n - 1) % n,
                      DataType::kF32);
       const int from = (r + n - 1) % n;
-      for (size_t i = 0; i < count; i += 97) ASSERT_EQ(in[i], static_cast<float>(from * 7 + i % 101));
+      for (size_t i = 0; i < count; i += 97)
+        ASSERT_EQ(in[i], static_cast<float>(from * 7 + i % 101));
     }
     // Blocking pairs: 0 sends then receives, 1 receives then sends (single-copy sizes too).
     std::vector<double> buf(1 << 19, r);
@@ -295,9 +312,10 @@ TEST(CommBehaviour, FloatSumsMatchDoubleReferenceAndAgreeAcrossRanks) {
         for (size_t i = 0; i < count; ++i) store_double(dtype, buf.data(), i, value(r, i));
         comm.all_reduce(buf.data(), buf.data(), count, dtype, ReduceOp::kSum);
         // Each rank's input as the reference sees it (rounded to the dtype first).
-        const double eps = dtype == DataType::kF64 ? 0x1p-52
-                         : dtype == DataType::kF32 ? 0x1p-23
-                         : dtype == DataType::kF16 ? 0x1p-10 : 0x1p-7;
+        const double eps = dtype == DataType::kF64   ? 0x1p-52
+                           : dtype == DataType::kF32 ? 0x1p-23
+                           : dtype == DataType::kF16 ? 0x1p-10
+                                                     : 0x1p-7;
         size_t bad = 0;
         for (size_t i = 0; i < count; i += 7) {
           double want = 0, magnitude = 0;
@@ -307,7 +325,8 @@ TEST(CommBehaviour, FloatSumsMatchDoubleReferenceAndAgreeAcrossRanks) {
             want += load(dtype, one.data(), 0);
             magnitude += std::fabs(load(dtype, one.data(), 0));
           }
-          if (std::fabs(load(dtype, buf.data(), i) - want) > 2 * n * eps * magnitude + 1e-300) ++bad;
+          if (std::fabs(load(dtype, buf.data(), i) - want) > 2 * n * eps * magnitude + 1e-300)
+            ++bad;
         }
         EXPECT_EQ(bad, 0u) << to_string(dtype) << " " << algo;
         // Bitwise agreement: gather everyone's result and compare with ours.
@@ -340,7 +359,8 @@ TEST(CommBehaviour, BadArgumentsRaiseInvalidArgumentNamingTheArgument) {
     expect_invalid([&] { comm.all_reduce(x, nullptr, 4, f32, sum); }, "recv is null");
     expect_invalid([&] { comm.broadcast(x, x, 4, f32, 2); }, "root 2 is out of range");
     expect_invalid([&] { comm.reduce(x, y, 4, f32, sum, -1); }, "root -1 is out of range");
-    expect_invalid([&] { comm.all_reduce(x, y, 4, static_cast<DataType>(42), sum); }, "unknown dtype");
+    expect_invalid([&] { comm.all_reduce(x, y, 4, static_cast<DataType>(42), sum); },
+                   "unknown dtype");
     expect_invalid([&] { comm.all_reduce(x, y, 4, f32, static_cast<ReduceOp>(9)); }, "unknown op");
     expect_invalid([&] { comm.send(x, 4, f32, 5); }, "peer 5 is out of range");
     expect_invalid([&] { comm.recv(x, 4, f32, comm.rank()); }, "no message sent to self");
@@ -374,42 +394,52 @@ TEST(CommBehaviour, SharedMemoryNamesAreGoneOnceConnected) {
 // The fixed size thresholds (CHORUS_TUNE=off; the tuner's own choices are tested in
 // tuner_test.cc), the algorithm a Work reports, and forcing.
 TEST(CommBehaviour, AlgorithmChoiceIsReportedAndForceable) {
-  run_ranks(4, [](Communicator& comm) {
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "direct");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64 << 20), "ring");
-    float v[16] = {};
-    Work w = comm.all_reduce_async(v, v, 16, DataType::kF32, ReduceOp::kSum);
-    w.wait();
-    EXPECT_EQ(w.algorithm(), "direct");
-    comm.set_algorithm("tree");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64 << 20), "tree");
-    // Collectives without a tree variant keep their default.
-    EXPECT_EQ(comm.algorithm_for(Collective::kGather, 1024), "direct");
-    comm.set_algorithm("auto");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 1 << 20), "ring");
-  }, RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_TUNE", "off"}}, ""});
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "direct");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64 << 20), "ring");
+        float v[16] = {};
+        Work w = comm.all_reduce_async(v, v, 16, DataType::kF32, ReduceOp::kSum);
+        w.wait();
+        EXPECT_EQ(w.algorithm(), "direct");
+        comm.set_algorithm("tree");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64 << 20), "tree");
+        // Collectives without a tree variant keep their default.
+        EXPECT_EQ(comm.algorithm_for(Collective::kGather, 1024), "direct");
+        comm.set_algorithm("auto");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 1 << 20), "ring");
+      },
+      RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_TUNE", "off"}}, ""});
   // Two ranks: the all-gather's ring and direct exchange are one step each, and the direct one
   // (which pushes from 128 KiB) is the default up to 32 MiB.
-  run_ranks(2, [](Communicator& comm) {
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 256 << 10), "direct");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 32 << 20), "direct");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 64 << 20), "ring");
-    EXPECT_EQ(comm.algorithm_for(Collective::kReduceScatter, 256 << 10), "ring");
-  }, RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_TUNE", "off"}}, ""});
-  run_ranks(2, [](Communicator& comm) {
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "ring");
-  }, RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_ALGO", "ring"}}, ""});
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 256 << 10), "direct");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 32 << 20), "direct");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllGather, 64 << 20), "ring");
+        EXPECT_EQ(comm.algorithm_for(Collective::kReduceScatter, 256 << 10), "ring");
+      },
+      RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_TUNE", "off"}}, ""});
+  run_ranks(
+      2,
+      [](Communicator& comm) { EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "ring"); },
+      RunOptions{std::chrono::milliseconds(60000), {{"CHORUS_ALGO", "ring"}}, ""});
 }
 
 TEST(CommBehaviour, EightRanksOnTwoCoresFinishPromptly) {
   // Oversubscribed: waits must back off, or this takes minutes instead of seconds.
   const auto start = std::chrono::steady_clock::now();
-  run_ranks(8, [](Communicator& comm) {
-    std::vector<float> v(1 << 16, 1.0f);
-    for (int i = 0; i < 200; ++i)
-      comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kMax);
-    EXPECT_EQ(v[0], 1.0f);
-  }, RunOptions{std::chrono::milliseconds(60000), {}, ""});
+  run_ranks(
+      8,
+      [](Communicator& comm) {
+        std::vector<float> v(1 << 16, 1.0f);
+        for (int i = 0; i < 200; ++i)
+          comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kMax);
+        EXPECT_EQ(v[0], 1.0f);
+      },
+      RunOptions{std::chrono::milliseconds(60000), {}, ""});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
@@ -424,15 +454,20 @@ namespace {
 TEST(Harness, ReportsFailuresExceptionsAndHangsOfOneRank) {
   EXPECT_NONFATAL_FAILURE(run_processes(3, [](int rank) { EXPECT_NE(rank, 1); }),
                           "rank 1 failed (exit code 1)");
-  EXPECT_NONFATAL_FAILURE(run_processes(2, [](int rank) {
-                            if (rank == 0) throw std::runtime_error("boom");
-                          }),
+  EXPECT_NONFATAL_FAILURE(run_processes(2,
+                                        [](int rank) {
+                                          if (rank == 0) throw std::runtime_error("boom");
+                                        }),
                           "rank 0 failed (exit code 2)");
   RunOptions quick;
   quick.deadline = std::chrono::milliseconds(500);
-  EXPECT_NONFATAL_FAILURE(run_processes(2, [](int rank) {
-                            if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(30));
-                          }, quick),
+  EXPECT_NONFATAL_FAILURE(run_processes(
+                              2,
+                              [](int rank) {
+                                if (rank == 1)
+                                  std::this_thread::sleep_for(std::chrono::seconds(30));
+                              },
+                              quick),
                           "ranks 1 still running");
 }
 

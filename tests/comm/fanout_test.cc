@@ -27,8 +27,13 @@ namespace {
 constexpr std::chrono::milliseconds kTimeout{30000};
 
 transport::OpStamp stamp_for(uint64_t seq, size_t count, int root) {
-  return {seq, count, static_cast<uint8_t>(Collective::kBroadcast),
-          static_cast<uint8_t>(DataType::kF32), 0, 6, root};
+  return {seq,
+          count,
+          static_cast<uint8_t>(Collective::kBroadcast),
+          static_cast<uint8_t>(DataType::kF32),
+          0,
+          6,
+          root};
 }
 
 // Every rank writes in turn, with sizes from empty to several buffers' worth (the default buffer
@@ -61,8 +66,7 @@ TEST(Fanout, EveryRankReachesEveryOtherAtEverySize) {
               ex.post_recv(root, next.data(), sizeof(float) * next.size());
           }
           ex.wait_all();
-          if (rank != root || own_copy)
-            EXPECT_EQ(got, x) << "rank " << rank;
+          if (rank != root || own_copy) EXPECT_EQ(got, x) << "rank " << rank;
           if (rank == (root + 1) % n) EXPECT_EQ(next, between);
         }
   });
@@ -76,19 +80,22 @@ TEST(Fanout, ASlotIsReusedOnlyOnceEveryReaderHasIt) {
   options.env["CHORUS_SHM_FAN_SLOT_BYTES"] = "256";
   options.env["CHORUS_SHM_FAN_DEPTH"] = "2";
   constexpr size_t kCount = 20011;  // 313 slots
-  run_wired(3, [&](int rank, transport::Wiring&, Exchange& ex) {
-    const std::vector<float> x = values(kCount, 5);
-    std::vector<float> got(kCount, -1.0f);
-    ex.begin("fanout", 1, "test", kTimeout, stamp_for(1, kCount, 0));
-    if (rank == 0) {
-      ex.post_fan_out(x.data(), kCount * sizeof(float));
-    } else {
-      if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      ex.post_fan_in(0, got.data(), kCount * sizeof(float));
-    }
-    ex.wait_all();
-    if (rank != 0) EXPECT_EQ(got, x) << "rank " << rank;
-  }, options);
+  run_wired(
+      3,
+      [&](int rank, transport::Wiring&, Exchange& ex) {
+        const std::vector<float> x = values(kCount, 5);
+        std::vector<float> got(kCount, -1.0f);
+        ex.begin("fanout", 1, "test", kTimeout, stamp_for(1, kCount, 0));
+        if (rank == 0) {
+          ex.post_fan_out(x.data(), kCount * sizeof(float));
+        } else {
+          if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          ex.post_fan_in(0, got.data(), kCount * sizeof(float));
+        }
+        ex.wait_all();
+        if (rank != 0) EXPECT_EQ(got, x) << "rank " << rank;
+      },
+      options);
 }
 
 // Many messages of mixed sizes in a row through a buffer of 1 KiB (pieces of at most 256 bytes):
@@ -100,23 +107,28 @@ TEST(Fanout, MixedSizesWrapTheBufferInOrder) {
   options.env["CHORUS_SHM_FAN_SLOT_BYTES"] = "256";
   options.env["CHORUS_SHM_FAN_DEPTH"] = "3";
   static constexpr size_t kCounts[] = {1, 3, 4, 5, 17, 64, 70, 100, 1, 250};
-  run_wired(3, [&](int rank, transport::Wiring&, Exchange& ex) {
-    for (uint64_t seq = 1; seq <= 400; ++seq) {
-      const size_t count = kCounts[seq % std::size(kCounts)];
-      const int root = seq % 7 == 0 ? 2 : 0;
-      const std::vector<float> x = values(count, static_cast<int>(seq));
-      std::vector<float> got(count, -1.0f);
-      ex.begin("fanout", static_cast<int64_t>(seq), "test", kTimeout, stamp_for(seq, count, root));
-      if (rank == root) {
-        ex.post_fan_out(x.data(), count * sizeof(float));
-      } else {
-        if (rank == 1 && seq % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        ex.post_fan_in(root, got.data(), count * sizeof(float));
-      }
-      ex.wait_all();
-      if (rank != root) ASSERT_EQ(got, x) << "message " << seq << " at rank " << rank;
-    }
-  }, options);
+  run_wired(
+      3,
+      [&](int rank, transport::Wiring&, Exchange& ex) {
+        for (uint64_t seq = 1; seq <= 400; ++seq) {
+          const size_t count = kCounts[seq % std::size(kCounts)];
+          const int root = seq % 7 == 0 ? 2 : 0;
+          const std::vector<float> x = values(count, static_cast<int>(seq));
+          std::vector<float> got(count, -1.0f);
+          ex.begin("fanout", static_cast<int64_t>(seq), "test", kTimeout,
+                   stamp_for(seq, count, root));
+          if (rank == root) {
+            ex.post_fan_out(x.data(), count * sizeof(float));
+          } else {
+            if (rank == 1 && seq % 50 == 0)
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            ex.post_fan_in(root, got.data(), count * sizeof(float));
+          }
+          ex.wait_all();
+          if (rank != root) ASSERT_EQ(got, x) << "message " << seq << " at rank " << rank;
+        }
+      },
+      options);
 }
 
 // The small-message path (Exchange::fan_small) between fan-outs of posted requests, as an
@@ -131,44 +143,48 @@ TEST(Fanout, TheSmallPathAndPostedFanOutsInterleave) {
   options.env["CHORUS_SHM_FAN_DEPTH"] = "3";
   static constexpr size_t kCounts[] = {1, 3, 0, 4, 5, 17, 64, 70, 100, 1, 250, 40};
   constexpr int n = 3;
-  run_wired(n, [&](int rank, transport::Wiring&, Exchange& ex) {
-    for (uint64_t seq = 1; seq <= 600; ++seq) {
-      const size_t count = kCounts[seq % std::size(kCounts)];
-      const size_t bytes = count * sizeof(float);
-      SCOPED_TRACE(::testing::Message() << "message " << seq << " count " << count);
-      ex.begin("fanout", static_cast<int64_t>(seq), "test", kTimeout, stamp_for(seq, count, 0));
-      if (rank == 1 && seq % 40 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (seq % 3 != 0) {  // all-gather
-        std::vector<float> mine = values(count, static_cast<int>(seq) * n + rank);
-        std::vector<float> all(count * n, -1.0f);
-        const bool posted = seq % 5 == 0;
-        if (posted) {
-          ex.post_fan_out(mine.data(), bytes, all.data() + rank * count);
-          for (int p = 0; p < n; ++p)
-            if (p != rank) ex.post_fan_in(p, all.data() + p * count, bytes);
-          ex.wait_all();
-        } else {
-          ex.fan_small(mine.data(), all.data() + rank * count, Exchange::kAllPeers,
-                       reinterpret_cast<std::byte*>(all.data()), bytes, bytes);
+  run_wired(
+      n,
+      [&](int rank, transport::Wiring&, Exchange& ex) {
+        for (uint64_t seq = 1; seq <= 600; ++seq) {
+          const size_t count = kCounts[seq % std::size(kCounts)];
+          const size_t bytes = count * sizeof(float);
+          SCOPED_TRACE(::testing::Message() << "message " << seq << " count " << count);
+          ex.begin("fanout", static_cast<int64_t>(seq), "test", kTimeout, stamp_for(seq, count, 0));
+          if (rank == 1 && seq % 40 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          if (seq % 3 != 0) {  // all-gather
+            std::vector<float> mine = values(count, static_cast<int>(seq) * n + rank);
+            std::vector<float> all(count * n, -1.0f);
+            const bool posted = seq % 5 == 0;
+            if (posted) {
+              ex.post_fan_out(mine.data(), bytes, all.data() + rank * count);
+              for (int p = 0; p < n; ++p)
+                if (p != rank) ex.post_fan_in(p, all.data() + p * count, bytes);
+              ex.wait_all();
+            } else {
+              ex.fan_small(mine.data(), all.data() + rank * count, Exchange::kAllPeers,
+                           reinterpret_cast<std::byte*>(all.data()), bytes, bytes);
+            }
+            std::fill(mine.begin(), mine.end(), -2.0f);  // sent: the buffer is the caller's again
+            for (int p = 0; p < n; ++p) {
+              const std::vector<float> want = values(count, static_cast<int>(seq) * n + p);
+              ASSERT_TRUE(std::equal(want.begin(), want.end(), all.begin() + p * count))
+                  << "rank " << rank << ": block of rank " << p << (posted ? " (posted)" : "");
+            }
+          } else {  // broadcast from rank seq % n
+            const int root = static_cast<int>(seq % n);
+            const std::vector<float> x = values(count, static_cast<int>(seq));
+            std::vector<float> got(count, -1.0f);
+            if (rank == root)
+              ex.fan_small(x.data(), got.data(), Exchange::kNoPeer, nullptr, 0, bytes);
+            else
+              ex.fan_small(nullptr, nullptr, root, reinterpret_cast<std::byte*>(got.data()), 0,
+                           bytes);
+            ASSERT_EQ(got, x) << "rank " << rank;
+          }
         }
-        std::fill(mine.begin(), mine.end(), -2.0f);  // sent: the buffer is the caller's again
-        for (int p = 0; p < n; ++p) {
-          const std::vector<float> want = values(count, static_cast<int>(seq) * n + p);
-          ASSERT_TRUE(std::equal(want.begin(), want.end(), all.begin() + p * count))
-              << "rank " << rank << ": block of rank " << p << (posted ? " (posted)" : "");
-        }
-      } else {  // broadcast from rank seq % n
-        const int root = static_cast<int>(seq % n);
-        const std::vector<float> x = values(count, static_cast<int>(seq));
-        std::vector<float> got(count, -1.0f);
-        if (rank == root)
-          ex.fan_small(x.data(), got.data(), Exchange::kNoPeer, nullptr, 0, bytes);
-        else
-          ex.fan_small(nullptr, nullptr, root, reinterpret_cast<std::byte*>(got.data()), 0, bytes);
-        ASSERT_EQ(got, x) << "rank " << rank;
-      }
-    }
-  }, options);
+      },
+      options);
 }
 
 // The writer's sends finish once the whole message is in the shared buffer: at once for a
@@ -211,27 +227,30 @@ TEST(Fanout, AKilledReaderOrWriterIsNamed) {
     SCOPED_TRACE(victim == 0 ? "writer (root) killed" : "reader killed");
     RunOptions options;
     options.may_fail = {victim};
-    run_ranks(4, [&](Communicator& comm) {
-      comm.set_algorithm("fanout");
-      std::vector<float> v(4 << 20, 1.0f);
-      if (comm.rank() == victim) {
-        std::thread([] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(150));
-          ::kill(::getpid(), SIGKILL);
-        }).detach();
-      }
-      std::optional<Error> e;
-      try {
-        for (int i = 0; i < 100000; ++i)
-          comm.broadcast(v.data(), v.data(), v.size(), DataType::kF32, 0);
-      } catch (const Error& err) {
-        e = err;
-      }
-      ASSERT_TRUE(e) << "the loop outlived the killed rank";
-      EXPECT_EQ(e->peer(), victim) << e->what();
-      EXPECT_TRUE(contains(e->what(), "rank " + std::to_string(victim))) << e->what();
-      EXPECT_EQ(e->kind(), ErrorKind::kPeerFailure) << e->what();
-    }, options);
+    run_ranks(
+        4,
+        [&](Communicator& comm) {
+          comm.set_algorithm("fanout");
+          std::vector<float> v(4 << 20, 1.0f);
+          if (comm.rank() == victim) {
+            std::thread([] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(150));
+              ::kill(::getpid(), SIGKILL);
+            }).detach();
+          }
+          std::optional<Error> e;
+          try {
+            for (int i = 0; i < 100000; ++i)
+              comm.broadcast(v.data(), v.data(), v.size(), DataType::kF32, 0);
+          } catch (const Error& err) {
+            e = err;
+          }
+          ASSERT_TRUE(e) << "the loop outlived the killed rank";
+          EXPECT_EQ(e->peer(), victim) << e->what();
+          EXPECT_TRUE(contains(e->what(), "rank " + std::to_string(victim))) << e->what();
+          EXPECT_EQ(e->kind(), ErrorKind::kPeerFailure) << e->what();
+        },
+        options);
   }
 }
 
@@ -241,18 +260,21 @@ TEST(Fanout, ReadersOfAnotherCallFailNamingBoth) {
   RunOptions options;
   options.env["CHORUS_TIMEOUT"] = "5";
   static float buf[4096];
-  run_ranks(3, [&](Communicator& comm) {
-    comm.set_algorithm("fanout");
-    auto e = error_of([&] {
-      comm.broadcast(buf, buf, comm.rank() == 2 ? 1001 : 1000, DataType::kF32, 0);
-      comm.barrier();
-    });
-    ASSERT_TRUE(e);
-    EXPECT_TRUE(e->kind() == ErrorKind::kMismatch || e->kind() == ErrorKind::kPeerFailure)
-        << e->what();
-    EXPECT_TRUE(contains(e->what(), "count 1000") && contains(e->what(), "count 1001"))
-        << e->what();
-  }, options);
+  run_ranks(
+      3,
+      [&](Communicator& comm) {
+        comm.set_algorithm("fanout");
+        auto e = error_of([&] {
+          comm.broadcast(buf, buf, comm.rank() == 2 ? 1001 : 1000, DataType::kF32, 0);
+          comm.barrier();
+        });
+        ASSERT_TRUE(e);
+        EXPECT_TRUE(e->kind() == ErrorKind::kMismatch || e->kind() == ErrorKind::kPeerFailure)
+            << e->what();
+        EXPECT_TRUE(contains(e->what(), "count 1000") && contains(e->what(), "count 1001"))
+            << e->what();
+      },
+      options);
 }
 
 // Ranks started with different fan-out buffers cannot read each other's: set-up says which

@@ -29,8 +29,13 @@ std::vector<std::byte> pattern(int salt) {
 }
 
 transport::OpStamp stamp_for(uint64_t seq) {
-  return {seq, kBytes, static_cast<uint8_t>(Collective::kBroadcast),
-          static_cast<uint8_t>(DataType::kU8), 0, 1, 0};
+  return {seq,
+          kBytes,
+          static_cast<uint8_t>(Collective::kBroadcast),
+          static_cast<uint8_t>(DataType::kU8),
+          0,
+          1,
+          0};
 }
 
 // Pokes the exchange for up to `for_ms`; returns whether the request finished.

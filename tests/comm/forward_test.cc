@@ -24,8 +24,13 @@ namespace {
 constexpr std::chrono::milliseconds kTimeout{30000};
 
 transport::OpStamp stamp_for(uint64_t seq, size_t count) {
-  return {seq, count, static_cast<uint8_t>(Collective::kAllReduce),
-          static_cast<uint8_t>(DataType::kF32), static_cast<uint8_t>(ReduceOp::kSum), 1, 0};
+  return {seq,
+          count,
+          static_cast<uint8_t>(Collective::kAllReduce),
+          static_cast<uint8_t>(DataType::kF32),
+          static_cast<uint8_t>(ReduceOp::kSum),
+          1,
+          0};
 }
 
 struct Round {
@@ -36,9 +41,9 @@ struct Round {
 
 // Counts above and below the FIFO's 8 x 64 KiB, odd ones, and 0.
 constexpr Round kRounds[] = {
-    {0, true, false},        {1, true, true},           {1000, true, false},
-    {65537, true, true},     {300001, true, false},     {300001, true, true},
-    {300001, false, false},  {300001, false, true},     {16385, false, false},
+    {0, true, false},       {1, true, true},       {1000, true, false},
+    {65537, true, true},    {300001, true, false}, {300001, true, true},
+    {300001, false, false}, {300001, false, true}, {16385, false, false},
 };
 
 // Rank 0 sends x; rank 1 receives it, adds its own y and forwards the sum to rank 2 (or, with
@@ -48,8 +53,9 @@ void chain(int world) {
     const int last = world - 1 == 1 ? 0 : 2;
     uint64_t seq = 0;
     for (const Round& round : kRounds) {
-      SCOPED_TRACE(::testing::Message() << "count " << round.count << (round.fifo ? " fifo" : " single copy")
-                                      << (round.stream ? " stream" : ""));
+      SCOPED_TRACE(::testing::Message()
+                   << "count " << round.count << (round.fifo ? " fifo" : " single copy")
+                   << (round.stream ? " stream" : ""));
       const size_t bytes = round.count * sizeof(float);
       const std::vector<float> x = values(round.count, 1), y = values(round.count, 2);
       std::vector<float> sum(round.count);

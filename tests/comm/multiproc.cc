@@ -97,8 +97,8 @@ std::string run_processes(int world_size, const std::function<void(int rank)>& b
         for (int i = 0; i < failures.size(); ++i) {
           const auto& f = failures.GetTestPartResult(i);
           if (!f.failed()) continue;
-          fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", r,
-                  f.file_name() ? f.file_name() : "?", f.line_number(), f.message());
+          fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", r, f.file_name() ? f.file_name() : "?",
+                  f.line_number(), f.message());
           code = 1;
         }
       } catch (const std::exception& e) {
@@ -172,24 +172,27 @@ std::string run_ranks(int world_size, const std::function<void(Communicator&)>& 
 
 void run_wired(int n, const std::function<void(int, transport::Wiring&, Exchange&)>& body,
                const RunOptions& options) {
-  run_processes(n, [&](int rank) {
-    if (options.before_connect) options.before_connect(rank);
-    const LaunchEnv env = detect_launch_env();
-    std::unique_ptr<TcpStoreServer> server;
-    if (rank == 0) server = TcpStoreServer::adopt(*env.store_fd);
-    auto base = std::make_shared<TcpStore>(env.master_addr, env.master_port);
-    PrefixStore store(base, "wired/");
-    const auto timeout = std::chrono::milliseconds(30000);
-    transport::Wiring w =
-        transport::connect(rank, n, store, "/chorus-" + env.job_id + "-wired", timeout);
-    Exchange ex(*w.transport, rank, n, WaitPolicy::for_ranks(n, w.host_cpus));
-    body(rank, w, ex);
-    store.set("done/" + std::to_string(rank), "1");
-    std::vector<std::string> keys;
-    for (int p = 0; p < n; ++p) keys.push_back("done/" + std::to_string(p));
-    store.wait(keys, timeout);
-    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }, options);
+  run_processes(
+      n,
+      [&](int rank) {
+        if (options.before_connect) options.before_connect(rank);
+        const LaunchEnv env = detect_launch_env();
+        std::unique_ptr<TcpStoreServer> server;
+        if (rank == 0) server = TcpStoreServer::adopt(*env.store_fd);
+        auto base = std::make_shared<TcpStore>(env.master_addr, env.master_port);
+        PrefixStore store(base, "wired/");
+        const auto timeout = std::chrono::milliseconds(30000);
+        transport::Wiring w =
+            transport::connect(rank, n, store, "/chorus-" + env.job_id + "-wired", timeout);
+        Exchange ex(*w.transport, rank, n, WaitPolicy::for_ranks(n, w.host_cpus));
+        body(rank, w, ex);
+        store.set("done/" + std::to_string(rank), "1");
+        std::vector<std::string> keys;
+        for (int p = 0; p < n; ++p) keys.push_back("done/" + std::to_string(p));
+        store.wait(keys, timeout);
+        if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      },
+      options);
 }
 
 }  // namespace chorus::testing

@@ -83,8 +83,7 @@ TEST(Patterns, DoubleTreeTreesAreValidAndShareFewInteriorNodes) {
     expect_valid_tree(t1, dtree_rank(1, 0, n), "tree 1, n=" + std::to_string(n));
     // A node with two children in both trees would carry twice the traffic of the others.
     int doubly_loaded = 0;
-    for (int r = 0; r < n; ++r)
-      doubly_loaded += (t0[r].child[1] >= 0) && (t1[r].child[1] >= 0);
+    for (int r = 0; r < n; ++r) doubly_loaded += (t0[r].child[1] >= 0) && (t1[r].child[1] >= 0);
     EXPECT_LE(doubly_loaded, 1) << "n=" << n;
   }
 }
@@ -135,8 +134,7 @@ TEST(RingByLocality, CyclicHostsAreGroupedSoTheRingLeavesEachHostOnce) {
       for (int r = 0; r < n; ++r) places[r].host = r % hosts;
       const std::vector<int> ring = ring_by_locality(places);
       expect_ring(ring, n);
-      EXPECT_EQ(crossings(places, ring, [](auto& a, auto& b) { return a.host != b.host; }),
-                hosts)
+      EXPECT_EQ(crossings(places, ring, [](auto& a, auto& b) { return a.host != b.host; }), hosts)
           << hosts << " hosts x " << per_host;
       // Rank order would cross on every edge.
       std::vector<int> rank_order(n);
@@ -153,7 +151,8 @@ TEST(RingByLocality, SocketsThenNumaNodesThenCpusWithinAHost) {
   for (int h = 0; h < 2; ++h)
     for (int pk = 0; pk < 2; ++pk)
       for (int nd = 0; nd < 2; ++nd)
-        for (int cpu = 0; cpu < 2; ++cpu) places.push_back({h, pk, pk * 2 + nd, pk * 4 + nd * 2 + cpu});
+        for (int cpu = 0; cpu < 2; ++cpu)
+          places.push_back({h, pk, pk * 2 + nd, pk * 4 + nd * 2 + cpu});
   std::vector<RankPlace> scrambled(places.size());
   for (size_t i = 0; i < places.size(); ++i) scrambled[(i * 5 + 3) % places.size()] = places[i];
   const std::vector<int> ring = ring_by_locality(scrambled);
@@ -162,9 +161,8 @@ TEST(RingByLocality, SocketsThenNumaNodesThenCpusWithinAHost) {
   EXPECT_EQ(crossings(scrambled, ring,
                       [](auto& a, auto& b) { return a.host != b.host || a.package != b.package; }),
             4);
-  EXPECT_EQ(crossings(scrambled, ring, [](auto& a, auto& b) {
-              return a.host != b.host || a.numa != b.numa;
-            }),
+  EXPECT_EQ(crossings(scrambled, ring,
+                      [](auto& a, auto& b) { return a.host != b.host || a.numa != b.numa; }),
             8);
 }
 

@@ -12,10 +12,14 @@ bool is_unsigned(DataType t) { return t == DataType::kU8; }
 // Wraps an int64 into the integer type's range the way two's complement storage does.
 int64_t wrap(DataType t, int64_t v) {
   switch (t) {
-    case DataType::kI8: return static_cast<int8_t>(static_cast<uint8_t>(v));
-    case DataType::kU8: return static_cast<uint8_t>(v);
-    case DataType::kI32: return static_cast<int32_t>(static_cast<uint32_t>(v));
-    default: return v;
+    case DataType::kI8:
+      return static_cast<int8_t>(static_cast<uint8_t>(v));
+    case DataType::kU8:
+      return static_cast<uint8_t>(v);
+    case DataType::kI32:
+      return static_cast<int32_t>(static_cast<uint32_t>(v));
+    default:
+      return v;
   }
 }
 
@@ -44,35 +48,62 @@ void store(DataType dtype, void* buf, size_t i, int64_t v) {
 
 void store_double(DataType dtype, void* buf, size_t i, double v) {
   switch (dtype) {
-    case DataType::kF32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DataType::kF64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kF16: static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v)); break;
-    case DataType::kBF16: static_cast<uint16_t*>(buf)[i] = float_to_bf16(static_cast<float>(v)); break;
-    case DataType::kI8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
-    case DataType::kU8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kI32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case DataType::kI64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    default: break;
+    case DataType::kF32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case DataType::kF64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case DataType::kF16:
+      static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v));
+      break;
+    case DataType::kBF16:
+      static_cast<uint16_t*>(buf)[i] = float_to_bf16(static_cast<float>(v));
+      break;
+    case DataType::kI8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kU8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kI32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kI64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    default:
+      break;
   }
 }
 
 double load(DataType dtype, const void* buf, size_t i) {
   switch (dtype) {
-    case DataType::kF32: return static_cast<const float*>(buf)[i];
-    case DataType::kF64: return static_cast<const double*>(buf)[i];
-    case DataType::kF16: return half_to_float(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kI8: return static_cast<const int8_t*>(buf)[i];
-    case DataType::kU8: return static_cast<const uint8_t*>(buf)[i];
-    case DataType::kI32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kI64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    default: return 0;
+    case DataType::kF32:
+      return static_cast<const float*>(buf)[i];
+    case DataType::kF64:
+      return static_cast<const double*>(buf)[i];
+    case DataType::kF16:
+      return half_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kI8:
+      return static_cast<const int8_t*>(buf)[i];
+    case DataType::kU8:
+      return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kI32:
+      return static_cast<const int32_t*>(buf)[i];
+    case DataType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    default:
+      return 0;
   }
 }
 
 void fill_inputs(DataType dtype, ReduceOp op, int rank, void* buf, size_t count, size_t offset,
                  int salt) {
-  for (size_t i = 0; i < count; ++i) store(dtype, buf, i, input_value(dtype, op, rank, offset + i, salt));
+  for (size_t i = 0; i < count; ++i)
+    store(dtype, buf, i, input_value(dtype, op, rank, offset + i, salt));
 }
 
 double expected_reduction(DataType dtype, ReduceOp op, int n, size_t index, int salt) {
@@ -81,11 +112,20 @@ double expected_reduction(DataType dtype, ReduceOp op, int n, size_t index, int 
     const int64_t v = input_value(dtype, op, r, index, salt);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc += v; break;
-      case ReduceOp::kProd: acc *= v; break;
-      case ReduceOp::kMin: acc = v < acc ? v : acc; break;
-      case ReduceOp::kMax: acc = v > acc ? v : acc; break;
-      default: break;
+      case ReduceOp::kAvg:
+        acc += v;
+        break;
+      case ReduceOp::kProd:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = v < acc ? v : acc;
+        break;
+      case ReduceOp::kMax:
+        acc = v > acc ? v : acc;
+        break;
+      default:
+        break;
     }
   }
   if (op != ReduceOp::kAvg) {
@@ -93,19 +133,26 @@ double expected_reduction(DataType dtype, ReduceOp op, int n, size_t index, int 
     return static_cast<double>(wrap(dtype, acc));
   }
   switch (dtype) {
-    case DataType::kF32: return static_cast<float>(acc) / static_cast<float>(n);
-    case DataType::kF64: return static_cast<double>(acc) / n;
-    case DataType::kF16: return half_to_float(float_to_half(static_cast<float>(acc) / static_cast<float>(n)));
-    case DataType::kBF16: return bf16_to_float(float_to_bf16(static_cast<float>(acc) / static_cast<float>(n)));
-    default: return static_cast<double>(wrap(dtype, acc) / n);
+    case DataType::kF32:
+      return static_cast<float>(acc) / static_cast<float>(n);
+    case DataType::kF64:
+      return static_cast<double>(acc) / n;
+    case DataType::kF16:
+      return half_to_float(float_to_half(static_cast<float>(acc) / static_cast<float>(n)));
+    case DataType::kBF16:
+      return bf16_to_float(float_to_bf16(static_cast<float>(acc) / static_cast<float>(n)));
+    default:
+      return static_cast<double>(wrap(dtype, acc) / n);
   }
 }
 
-GuardedBuffer::GuardedBuffer(size_t bytes) : storage_(bytes + 2 * kGuard, std::byte{0xA5}), bytes_(bytes) {}
+GuardedBuffer::GuardedBuffer(size_t bytes)
+    : storage_(bytes + 2 * kGuard, std::byte{0xA5}), bytes_(bytes) {}
 
 bool GuardedBuffer::guards_intact() const {
   for (size_t i = 0; i < kGuard; ++i)
-    if (storage_[i] != std::byte{0xA5} || storage_[kGuard + bytes_ + i] != std::byte{0xA5}) return false;
+    if (storage_[i] != std::byte{0xA5} || storage_[kGuard + bytes_ + i] != std::byte{0xA5})
+      return false;
   return true;
 }
 

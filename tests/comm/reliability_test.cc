@@ -104,51 +104,55 @@ std::vector<DumpedOp> dumped_ops(const std::string& json) {
 TEST(Reliability, FlightRecorderKeepsTheOldestUnfinishedOperations) {
   RunOptions options;
   options.env["CHORUS_FR_ENTRIES"] = "3";  // rounded up to 4
-  run_ranks(2, [](Communicator& comm) {
-    std::vector<float> v(12, 1.0f);
-    comm.set_algorithm("direct");
-    for (int i = 0; i < 2; ++i)  // seq 0, 1: done
-      comm.all_reduce(v.data(), v.data(), 1, DataType::kF32, ReduceOp::kSum);
-    if (comm.rank() == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    } else {
-      std::vector<Work> works;
-      for (int i = 0; i < 8; ++i)  // seq 2..9; 2..5 take the entries, 6..9 find them in flight
-        works.push_back(comm.all_reduce_async(v.data() + i, v.data() + i, 1, DataType::kF32,
-                                              ReduceOp::kSum));
-      std::string json;
-      std::vector<DumpedOp> ops;
-      for (auto until = Clock::now() + std::chrono::milliseconds(900); Clock::now() < until;) {
-        json = comm.flight_recorder_json();
-        ops = dumped_ops(json);
-        if (!ops.empty() && ops[0].line.find("\"waiting_for\": [1]") != std::string::npos) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      ASSERT_EQ(ops.size(), 4u) << json;
-      for (int i = 0; i < 4; ++i) EXPECT_EQ(ops[i].seq, 2 + i) << json;
-      EXPECT_EQ(ops[0].state, "running") << json;
-      EXPECT_NE(ops[0].line.find("\"waiting_for\": [1]"), std::string::npos) << json;
-      for (int i = 1; i < 4; ++i) EXPECT_EQ(ops[i].state, "queued") << json;
-      EXPECT_NE(json.find("\"unrecorded\": 4"), std::string::npos) << json;
-      EXPECT_NE(json.find("\"last_issued_seq\": 9"), std::string::npos) << json;
-      for (Work& w : works) w.wait();
-    }
-    if (comm.rank() == 1)
-      for (int i = 0; i < 8; ++i)
-        comm.all_reduce(v.data() + i, v.data() + i, 1, DataType::kF32, ReduceOp::kSum);
-    for (int i = 0; i < 8; ++i) EXPECT_EQ(v[i], i == 0 ? 8.0f : 2.0f) << i;
-    comm.all_reduce(v.data(), v.data(), 1, DataType::kF32, ReduceOp::kSum);  // seq 10
-    if (comm.rank() == 0) {
-      const std::string json = comm.flight_recorder_json();
-      const std::vector<DumpedOp> ops = dumped_ops(json);
-      ASSERT_EQ(ops.size(), 4u) << json;
-      const int64_t want[] = {3, 4, 5, 10};
-      for (int i = 0; i < 4; ++i) {
-        EXPECT_EQ(ops[i].seq, want[i]) << json;
-        EXPECT_EQ(ops[i].state, "done") << json;
-      }
-    }
-  }, options);
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        std::vector<float> v(12, 1.0f);
+        comm.set_algorithm("direct");
+        for (int i = 0; i < 2; ++i)  // seq 0, 1: done
+          comm.all_reduce(v.data(), v.data(), 1, DataType::kF32, ReduceOp::kSum);
+        if (comm.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        } else {
+          std::vector<Work> works;
+          for (int i = 0; i < 8; ++i)  // seq 2..9; 2..5 take the entries, 6..9 find them in flight
+            works.push_back(comm.all_reduce_async(v.data() + i, v.data() + i, 1, DataType::kF32,
+                                                  ReduceOp::kSum));
+          std::string json;
+          std::vector<DumpedOp> ops;
+          for (auto until = Clock::now() + std::chrono::milliseconds(900); Clock::now() < until;) {
+            json = comm.flight_recorder_json();
+            ops = dumped_ops(json);
+            if (!ops.empty() && ops[0].line.find("\"waiting_for\": [1]") != std::string::npos)
+              break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          ASSERT_EQ(ops.size(), 4u) << json;
+          for (int i = 0; i < 4; ++i) EXPECT_EQ(ops[i].seq, 2 + i) << json;
+          EXPECT_EQ(ops[0].state, "running") << json;
+          EXPECT_NE(ops[0].line.find("\"waiting_for\": [1]"), std::string::npos) << json;
+          for (int i = 1; i < 4; ++i) EXPECT_EQ(ops[i].state, "queued") << json;
+          EXPECT_NE(json.find("\"unrecorded\": 4"), std::string::npos) << json;
+          EXPECT_NE(json.find("\"last_issued_seq\": 9"), std::string::npos) << json;
+          for (Work& w : works) w.wait();
+        }
+        if (comm.rank() == 1)
+          for (int i = 0; i < 8; ++i)
+            comm.all_reduce(v.data() + i, v.data() + i, 1, DataType::kF32, ReduceOp::kSum);
+        for (int i = 0; i < 8; ++i) EXPECT_EQ(v[i], i == 0 ? 8.0f : 2.0f) << i;
+        comm.all_reduce(v.data(), v.data(), 1, DataType::kF32, ReduceOp::kSum);  // seq 10
+        if (comm.rank() == 0) {
+          const std::string json = comm.flight_recorder_json();
+          const std::vector<DumpedOp> ops = dumped_ops(json);
+          ASSERT_EQ(ops.size(), 4u) << json;
+          const int64_t want[] = {3, 4, 5, 10};
+          for (int i = 0; i < 4; ++i) {
+            EXPECT_EQ(ops[i].seq, want[i]) << json;
+            EXPECT_EQ(ops[i].state, "done") << json;
+          }
+        }
+      },
+      options);
 }
 
 // Dumps taken while operations are recorded see whole records: the recorder's writers take no
@@ -183,8 +187,7 @@ TEST(Reliability, FlightRecorderDumpsWhileOperationsRunAreConsistent) {
             (i == 0 || op.seq > ops[i - 1].seq) && op.issued > 0 &&
             (op.state == "queued"    ? op.started == 0 && op.ended == 0 && !has_error
              : op.state == "running" ? op.started >= op.issued && op.ended == 0 && !has_error
-             : op.state == "done"
-                 ? op.started >= op.issued && op.ended >= op.started && !has_error
+             : op.state == "done" ? op.started >= op.issued && op.ended >= op.started && !has_error
              : op.state == "failed"
                  ? op.seq % 97 == 0 && op.ended >= op.started &&
                        op.line.find("\"error\": \"failed op " + std::to_string(op.seq) + "\"") !=
@@ -248,21 +251,24 @@ TEST(Reliability, TimeoutNamesTheRankWaitedForAndBreaksTheCommunicator) {
 TEST(Reliability, KilledRankIsDetectedWithinTwoSeconds) {
   RunOptions options;
   options.may_fail = {3};
-  run_ranks(4, [](Communicator& comm) {
-    std::vector<float> v(1 << 16, 1.0f);
-    comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
-    if (comm.rank() == 3) ::kill(::getpid(), SIGKILL);
-    const auto start = Clock::now();
-    auto e = error_of([&] {
-      for (int i = 0; i < 100; ++i)
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        std::vector<float> v(1 << 16, 1.0f);
         comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
-    });
-    ASSERT_TRUE(e);
-    EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
-    EXPECT_EQ(e->kind(), ErrorKind::kPeerFailure) << e->what();
-    EXPECT_EQ(e->peer(), 3) << e->what();
-    EXPECT_TRUE(contains(e->what(), "rank 3")) << e->what();
-  }, options);
+        if (comm.rank() == 3) ::kill(::getpid(), SIGKILL);
+        const auto start = Clock::now();
+        auto e = error_of([&] {
+          for (int i = 0; i < 100; ++i)
+            comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+        });
+        ASSERT_TRUE(e);
+        EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+        EXPECT_EQ(e->kind(), ErrorKind::kPeerFailure) << e->what();
+        EXPECT_EQ(e->peer(), 3) << e->what();
+        EXPECT_TRUE(contains(e->what(), "rank 3")) << e->what();
+      },
+      options);
 }
 
 TEST(Reliability, AbortReachesEveryRankAtOnceWithItsReason) {
@@ -277,7 +283,8 @@ TEST(Reliability, AbortReachesEveryRankAtOnceWithItsReason) {
       return;
     }
     const auto start = Clock::now();
-    auto e = error_of([&] { comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF64, ReduceOp::kSum); });
+    auto e = error_of(
+        [&] { comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF64, ReduceOp::kSum); });
     ASSERT_TRUE(e);
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
     EXPECT_EQ(e->peer(), 1) << e->what();
@@ -308,20 +315,20 @@ TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
        "count 100", "count 101"},
       {"different small counts",  // messages of 8 and 12 bytes: the smallest path
        [](Communicator& c) { c.all_reduce(a, b, 2, DataType::kF32, ReduceOp::kSum); },
-       [](Communicator& c) { c.all_reduce(a, b, 3, DataType::kF32, ReduceOp::kSum); },
-       "count 2", "count 3"},
+       [](Communicator& c) { c.all_reduce(a, b, 3, DataType::kF32, ReduceOp::kSum); }, "count 2",
+       "count 3"},
       {"different dtypes",
        [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum); },
-       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kI32, ReduceOp::kSum); },
-       "float", "int32"},
+       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kI32, ReduceOp::kSum); }, "float",
+       "int32"},
       {"different ops",
        [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum); },
-       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kMax); },
-       "sum", "max"},
+       [](Communicator& c) { c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kMax); }, "sum",
+       "max"},
       {"different roots",
        [](Communicator& c) { c.reduce(a, b, 64, DataType::kF32, ReduceOp::kSum, 0); },
-       [](Communicator& c) { c.reduce(a, b, 64, DataType::kF32, ReduceOp::kSum, 1); },
-       "root 0", "root 1"},
+       [](Communicator& c) { c.reduce(a, b, 64, DataType::kF32, ReduceOp::kSum, 1); }, "root 0",
+       "root 1"},
       // Same call, but one rank forced another algorithm (e.g. CHORUS_ALGO set on one rank
       // only): messages of equal size would otherwise be combined as if they meant the same.
       {"different algorithms",
@@ -336,17 +343,21 @@ TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
     SCOPED_TRACE(k.name);
     RunOptions options;
     options.env["CHORUS_TIMEOUT"] = "5";
-    run_ranks(2, [&](Communicator& comm) {
-      comm.set_algorithm("direct");
-      auto e = error_of([&] {
-        (comm.rank() == 0 ? k.rank0 : k.rank1)(comm);
-        comm.barrier();  // the side that did not receive learns at its next operation
-      });
-      ASSERT_TRUE(e);
-      EXPECT_TRUE(e->kind() == ErrorKind::kMismatch || e->kind() == ErrorKind::kPeerFailure) << e->what();
-      EXPECT_TRUE(contains(e->what(), k.mine)) << e->what();
-      EXPECT_TRUE(contains(e->what(), k.theirs)) << e->what();
-    }, options);
+    run_ranks(
+        2,
+        [&](Communicator& comm) {
+          comm.set_algorithm("direct");
+          auto e = error_of([&] {
+            (comm.rank() == 0 ? k.rank0 : k.rank1)(comm);
+            comm.barrier();  // the side that did not receive learns at its next operation
+          });
+          ASSERT_TRUE(e);
+          EXPECT_TRUE(e->kind() == ErrorKind::kMismatch || e->kind() == ErrorKind::kPeerFailure)
+              << e->what();
+          EXPECT_TRUE(contains(e->what(), k.mine)) << e->what();
+          EXPECT_TRUE(contains(e->what(), k.theirs)) << e->what();
+        },
+        options);
   }
 }
 
@@ -369,7 +380,8 @@ TEST(Reliability, RankThatStopsCallingIsNamed) {
     }
     ASSERT_TRUE(e);
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
-    EXPECT_TRUE(contains(e->what(), "rank 2 left the communicator after 5 operations")) << e->what();
+    EXPECT_TRUE(contains(e->what(), "rank 2 left the communicator after 5 operations"))
+        << e->what();
   });
 }
 
@@ -377,17 +389,20 @@ TEST(Reliability, TwoProcessesClaimingOneRankAreRejected) {
   const fs::path dir = fresh_dir("chorus-duprank");
   RunOptions options;
   options.env["CHORUS_TIMEOUT"] = "2";
-  run_processes(3, [&](int rank) {
-    if (rank == 2) setenv("CHORUS_RANK", "1", 1);  // a second "rank 1"
-    std::string outcome = "ok";
-    try {
-      Communicator comm = Communicator::from_env();
-      comm.barrier();
-    } catch (const Error& e) {
-      outcome = e.what();
-    }
-    std::ofstream(dir / ("outcome-" + std::to_string(rank))) << outcome;
-  }, options);
+  run_processes(
+      3,
+      [&](int rank) {
+        if (rank == 2) setenv("CHORUS_RANK", "1", 1);  // a second "rank 1"
+        std::string outcome = "ok";
+        try {
+          Communicator comm = Communicator::from_env();
+          comm.barrier();
+        } catch (const Error& e) {
+          outcome = e.what();
+        }
+        std::ofstream(dir / ("outcome-" + std::to_string(rank))) << outcome;
+      },
+      options);
   std::string all;
   for (int r = 0; r < 3; ++r) {
     std::ifstream in(dir / ("outcome-" + std::to_string(r)));
@@ -401,14 +416,18 @@ TEST(Reliability, TwoProcessesClaimingOneRankAreRejected) {
 TEST(Reliability, InconsistentWorldSizeIsRejected) {
   RunOptions options;
   options.env["CHORUS_TIMEOUT"] = "2";
-  run_processes(2, [&](int rank) {
-    if (rank == 1) setenv("CHORUS_WORLD_SIZE", "3", 1), setenv("CHORUS_LOCAL_WORLD_SIZE", "3", 1);
-    auto e = error_of([] { Communicator::from_env(); });
-    ASSERT_TRUE(e);
-    // Rank 0 learns it from rank 1's report, at once.
-    EXPECT_TRUE(contains(e->what(), "world size 3 but rank 0 with 2")) << e->what();
-    if (rank == 0) EXPECT_TRUE(contains(e->what(), "rank 1 failed to set up")) << e->what();
-  }, options);
+  run_processes(
+      2,
+      [&](int rank) {
+        if (rank == 1)
+          setenv("CHORUS_WORLD_SIZE", "3", 1), setenv("CHORUS_LOCAL_WORLD_SIZE", "3", 1);
+        auto e = error_of([] { Communicator::from_env(); });
+        ASSERT_TRUE(e);
+        // Rank 0 learns it from rank 1's report, at once.
+        EXPECT_TRUE(contains(e->what(), "world size 3 but rank 0 with 2")) << e->what();
+        if (rank == 0) EXPECT_TRUE(contains(e->what(), "rank 1 failed to set up")) << e->what();
+      },
+      options);
 }
 
 TEST(Reliability, FlightRecorderDumpsOnFailureAndTheMergeToolNamesWhoWaits) {
@@ -416,22 +435,28 @@ TEST(Reliability, FlightRecorderDumpsOnFailureAndTheMergeToolNamesWhoWaits) {
   RunOptions options;
   options.env["CHORUS_FR_DIR"] = dir.string();
   options.env["CHORUS_TIMEOUT"] = "0.5";
-  run_ranks(3, [](Communicator& comm) {
-    std::vector<float> v(100, 1.0f);
-    for (int i = 0; i < 3; ++i)
-      comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
-    if (comm.rank() == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      return;  // never joins the 4th all_reduce while the others wait
-    }
-    EXPECT_THROW(comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum), Error);
-    // On demand, too.
-    EXPECT_TRUE(contains(comm.flight_recorder_json(), "\"state\": \"failed\""));
-  }, options);
+  run_ranks(
+      3,
+      [](Communicator& comm) {
+        std::vector<float> v(100, 1.0f);
+        for (int i = 0; i < 3; ++i)
+          comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+        if (comm.rank() == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          return;  // never joins the 4th all_reduce while the others wait
+        }
+        EXPECT_THROW(comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum),
+                     Error);
+        // On demand, too.
+        EXPECT_TRUE(contains(comm.flight_recorder_json(), "\"state\": \"failed\""));
+      },
+      options);
   size_t dumps = 0;
-  for (const auto& f : fs::directory_iterator(dir)) dumps += f.path().filename().string().starts_with("chorus-fr-");
+  for (const auto& f : fs::directory_iterator(dir))
+    dumps += f.path().filename().string().starts_with("chorus-fr-");
   EXPECT_GE(dumps, 2u);
-  const std::string cmd = std::string(CHORUS_SOURCE_DIR) + "/tools/chorus-fr " + dir.string() + " 2>&1";
+  const std::string cmd =
+      std::string(CHORUS_SOURCE_DIR) + "/tools/chorus-fr " + dir.string() + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
@@ -439,8 +464,9 @@ TEST(Reliability, FlightRecorderDumpsOnFailureAndTheMergeToolNamesWhoWaits) {
   while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   EXPECT_EQ(::pclose(p), 0) << out;
   EXPECT_TRUE(contains(out, "waits in all_reduce #3")) << out;
-  EXPECT_TRUE(contains(out, "rank(s) 2") || contains(out, "rank(s) 1, 2") || contains(out, "rank(s) 2, 1") ||
-              contains(out, "no dump from rank(s) 2")) << out;
+  EXPECT_TRUE(contains(out, "rank(s) 2") || contains(out, "rank(s) 1, 2") ||
+              contains(out, "rank(s) 2, 1") || contains(out, "no dump from rank(s) 2"))
+      << out;
   fs::remove_all(dir);
 }
 
@@ -449,20 +475,23 @@ TEST(Reliability, SignalDumpsEveryLiveCommunicator) {
   RunOptions options;
   options.env["CHORUS_FR_DIR"] = dir.string();
   options.env["CHORUS_FR_SIGNAL"] = std::to_string(SIGUSR1);
-  run_ranks(2, [&](Communicator& comm) {
-    comm.barrier();
-    ::raise(SIGUSR1);
-    const fs::path mine = dir / ("chorus-fr-" + std::string(std::getenv("CHORUS_JOB_ID")) + "-w1-r" +
-                                 std::to_string(comm.rank()) + ".json");
-    for (int i = 0; i < 200 && !fs::exists(mine); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream in(mine);
-    const std::string text(std::istreambuf_iterator<char>(in), {});
-    EXPECT_TRUE(contains(text, "\"reason\": \"signal\"")) << mine << ": " << text;
-    EXPECT_TRUE(contains(text, "\"coll\": \"barrier\"")) << text;
-    comm.barrier();
-  }, options);
+  run_ranks(
+      2,
+      [&](Communicator& comm) {
+        comm.barrier();
+        ::raise(SIGUSR1);
+        const fs::path mine = dir / ("chorus-fr-" + std::string(std::getenv("CHORUS_JOB_ID")) +
+                                     "-w1-r" + std::to_string(comm.rank()) + ".json");
+        for (int i = 0; i < 200 && !fs::exists(mine); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::ifstream in(mine);
+        const std::string text(std::istreambuf_iterator<char>(in), {});
+        EXPECT_TRUE(contains(text, "\"reason\": \"signal\"")) << mine << ": " << text;
+        EXPECT_TRUE(contains(text, "\"coll\": \"barrier\"")) << text;
+        comm.barrier();
+      },
+      options);
   fs::remove_all(dir);
 }
 
@@ -478,30 +507,35 @@ TEST(Reliability, KilledRankInTheMiddleOfLargeAllReduceAndBarrierIsNamed) {
     SCOPED_TRACE(barrier ? "barrier" : "large all_reduce");
     RunOptions options;
     options.may_fail = {2};
-    run_ranks(4, [&](Communicator& comm) {
-      std::vector<float> v(barrier ? 1 : 4 << 20, 1.0f);
-      if (comm.rank() == 2) {
-        std::thread([] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(150));
-          ::kill(::getpid(), SIGKILL);
-        }).detach();
-      }
-      std::optional<Error> e;
-      Clock::time_point failed_at;
-      try {
-        for (int i = 0; i < 100000; ++i) {
-          if (barrier) comm.barrier();
-          else comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kMax);
-        }
-      } catch (const Error& err) {
-        e = err;
-        failed_at = Clock::now();
-      }
-      ASSERT_TRUE(e) << "the loop outlived the killed rank";
-      EXPECT_EQ(e->peer(), 2) << e->what();
-      EXPECT_TRUE(contains(e->what(), "rank 2")) << e->what();
-      EXPECT_TRUE(e->kind() == ErrorKind::kPeerFailure) << e->what();
-    }, options);
+    run_ranks(
+        4,
+        [&](Communicator& comm) {
+          std::vector<float> v(barrier ? 1 : 4 << 20, 1.0f);
+          if (comm.rank() == 2) {
+            std::thread([] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(150));
+              ::kill(::getpid(), SIGKILL);
+            }).detach();
+          }
+          std::optional<Error> e;
+          Clock::time_point failed_at;
+          try {
+            for (int i = 0; i < 100000; ++i) {
+              if (barrier)
+                comm.barrier();
+              else
+                comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kMax);
+            }
+          } catch (const Error& err) {
+            e = err;
+            failed_at = Clock::now();
+          }
+          ASSERT_TRUE(e) << "the loop outlived the killed rank";
+          EXPECT_EQ(e->peer(), 2) << e->what();
+          EXPECT_TRUE(contains(e->what(), "rank 2")) << e->what();
+          EXPECT_TRUE(e->kind() == ErrorKind::kPeerFailure) << e->what();
+        },
+        options);
   }
 }
 
@@ -510,7 +544,8 @@ TEST(Reliability, RankThatSkipsACallIsCaught) {
   run_ranks(3, [](Communicator& comm) {
     std::vector<float> a(100, 1.0f), b(200, 1.0f);
     auto e = error_of([&] {
-      if (comm.rank() != 1) comm.all_reduce(a.data(), a.data(), 100, DataType::kF32, ReduceOp::kSum);
+      if (comm.rank() != 1)
+        comm.all_reduce(a.data(), a.data(), 100, DataType::kF32, ReduceOp::kSum);
       comm.all_reduce(b.data(), b.data(), 200, DataType::kF32, ReduceOp::kSum);
       comm.barrier();
     });
@@ -530,7 +565,8 @@ TEST(Reliability, RankThatSkipsACallIsCaught) {
     }
     if (comm.rank() == 1) return;
     ASSERT_TRUE(e);
-    EXPECT_TRUE(contains(e->what(), "rank 1 left the communicator after 1 operations")) << e->what();
+    EXPECT_TRUE(contains(e->what(), "rank 1 left the communicator after 1 operations"))
+        << e->what();
   });
 }
 
@@ -548,7 +584,8 @@ TEST(Reliability, RankThatRaisesIsNamedByTheOthers) {
           EXPECT_NE(rank, 0);
           EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
           EXPECT_EQ(e.peer(), 0) << e.what();
-          EXPECT_TRUE(contains(e.what(), "rank 0 destroyed the communicator while an exception")) << e.what();
+          EXPECT_TRUE(contains(e.what(), "rank 0 destroyed the communicator while an exception"))
+              << e.what();
           return;
         }
       }
@@ -564,13 +601,16 @@ TEST(Reliability, RankThatNeverStartsIsNamedAtSetUp) {
   RunOptions options;
   options.env["CHORUS_TIMEOUT"] = "1";
   const auto start = Clock::now();
-  run_processes(3, [](int rank) {
-    if (rank == 2) return;  // never creates its communicator
-    auto e = error_of([] { Communicator::from_env(); });
-    ASSERT_TRUE(e);
-    EXPECT_EQ(e->kind(), ErrorKind::kTimeout) << e->what();
-    EXPECT_TRUE(contains(e->what(), "rank 2 did not join")) << e->what();
-  }, options);
+  run_processes(
+      3,
+      [](int rank) {
+        if (rank == 2) return;  // never creates its communicator
+        auto e = error_of([] { Communicator::from_env(); });
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->kind(), ErrorKind::kTimeout) << e->what();
+        EXPECT_TRUE(contains(e->what(), "rank 2 did not join")) << e->what();
+      },
+      options);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
@@ -587,12 +627,15 @@ TEST(Reliability, TooSmallDevShmSaysHowMuchIsNeeded) {
   options.env["CHORUS_SHM_SLOT_BYTES"] = "1G";
   options.env["CHORUS_SHM_DEPTH"] = "1024";
   options.env["CHORUS_TIMEOUT"] = "5";
-  run_processes(2, [](int) {
-    auto e = error_of([] { Communicator::from_env(); });
-    ASSERT_TRUE(e);
-    EXPECT_TRUE(contains(e->what(), "--shm-size")) << e->what();
-    EXPECT_TRUE(contains(e->what(), "MiB")) << e->what();
-  }, options);
+  run_processes(
+      2,
+      [](int) {
+        auto e = error_of([] { Communicator::from_env(); });
+        ASSERT_TRUE(e);
+        EXPECT_TRUE(contains(e->what(), "--shm-size")) << e->what();
+        EXPECT_TRUE(contains(e->what(), "MiB")) << e->what();
+      },
+      options);
 }
 
 }  // namespace

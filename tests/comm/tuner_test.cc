@@ -49,10 +49,10 @@ TEST(Tuner, InterpolatesBetweenAndExtrapolatesBeyondMeasuredSizes) {
   const auto at = [&](Algorithm a, size_t bytes) {
     return *t.predict_us(2, Collective::kAllReduce, a, bytes);
   };
-  EXPECT_DOUBLE_EQ(at(Algorithm::kDirect, 1), 1);      // below the first point: its time
+  EXPECT_DOUBLE_EQ(at(Algorithm::kDirect, 1), 1);  // below the first point: its time
   EXPECT_DOUBLE_EQ(at(Algorithm::kDirect, 8), 1);
   EXPECT_DOUBLE_EQ(at(Algorithm::kRing, 1000), 3);
-  EXPECT_NEAR(at(Algorithm::kRing, 504), 6.5, 1e-9);   // halfway between 8 and 1000
+  EXPECT_NEAR(at(Algorithm::kRing, 504), 6.5, 1e-9);  // halfway between 8 and 1000
   // Beyond 100000 bytes: the last segment's slope (47 us per 99000 bytes).
   EXPECT_NEAR(at(Algorithm::kRing, 199000), 50 + 47, 1e-9);
   EXPECT_FALSE(t.predict_us(2, Collective::kAllReduce, Algorithm::kTree, 8));
@@ -71,7 +71,8 @@ TEST(Tuner, PicksTheFastestPredictionOnEachSideOfTheCrossover) {
 }
 
 TEST(Tuner, NearTiesKeepThePreferredAlgorithm) {
-  const TuneTable t = TuneTable::parse("2 all_reduce direct 8:1.00\n2 all_reduce ring 8:0.95\n", "t");
+  const TuneTable t =
+      TuneTable::parse("2 all_reduce direct 8:1.00\n2 all_reduce ring 8:0.95\n", "t");
   EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 8), Algorithm::kRing);
   // direct is within 10% of ring: preferred, it stays.
   EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 8, Algorithm::kDirect), Algorithm::kDirect);
@@ -82,23 +83,26 @@ TEST(Tuner, NearTiesKeepThePreferredAlgorithm) {
 // "<algorithm>/fifo" curves (algo::Path::kFifo) compete with the plain ones: the selector picks
 // an algorithm and its path together.
 TEST(Tuner, FifoVariantsRoundTripAndCompeteWithSingleCopy) {
-  const TuneTable t = TuneTable::parse("2 all_reduce ring 8:1 1000000:10\n"
-                                       "2 all_reduce ring/fifo 8:2 1000000:5\n"
-                                       "2 all_reduce direct 8:3 1000000:30\n",
-                                       "t");
+  const TuneTable t = TuneTable::parse(
+      "2 all_reduce ring 8:1 1000000:10\n"
+      "2 all_reduce ring/fifo 8:2 1000000:5\n"
+      "2 all_reduce direct 8:3 1000000:30\n",
+      "t");
   const algo::Variant fifo{Algorithm::kRing, algo::Path::kFifo};
   EXPECT_EQ(TuneTable::parse(t.format(), "again").format(), t.format());
   EXPECT_NE(t.format().find("ring/fifo"), std::string::npos);
   EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kAllReduce, fifo, 8), 2);
   EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kAllReduce, Algorithm::kRing, 8), 1);
-  EXPECT_FALSE(t.predict_us(2, Collective::kAllReduce, algo::Variant{Algorithm::kDirect,
-                                                                     algo::Path::kFifo}, 8));
+  EXPECT_FALSE(t.predict_us(2, Collective::kAllReduce,
+                            algo::Variant{Algorithm::kDirect, algo::Path::kFifo}, 8));
   EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 8), Algorithm::kRing);
   EXPECT_EQ(t.fastest(2, Collective::kAllReduce, 1000000), fifo);
   // Within 10% of its single-copy twin, a FIFO variant yields to it (below the single-copy
   // threshold the two are the same code), even when another algorithm is preferred.
-  const TuneTable tie = TuneTable::parse("2 all_reduce ring 8:1.05\n2 all_reduce ring/fifo 8:1\n"
-                                         "2 all_reduce direct 8:3\n", "t");
+  const TuneTable tie = TuneTable::parse(
+      "2 all_reduce ring 8:1.05\n2 all_reduce ring/fifo 8:1\n"
+      "2 all_reduce direct 8:3\n",
+      "t");
   EXPECT_EQ(tie.fastest(2, Collective::kAllReduce, 8), Algorithm::kRing);
   EXPECT_EQ(tie.fastest(2, Collective::kAllReduce, 8, Algorithm::kDirect), Algorithm::kRing);
   EXPECT_EQ(algo::to_string(fifo), "ring/fifo");
@@ -112,33 +116,37 @@ TEST(Tuner, FifoVariantsRoundTripAndCompeteWithSingleCopy) {
 // "<collective>/in-place" curves: broadcast measured in place. They round-trip, the selector
 // chooses broadcasts by them, and path_for() compares an algorithm's two paths by them.
 TEST(Tuner, InPlaceCurvesRoundTripAndPickTheRootsPath) {
-  const TuneTable t = TuneTable::parse("2 broadcast direct 8:1 1000000:10\n"
-                                       "2 broadcast/in-place direct 8:1 1000000:10\n"
-                                       "2 broadcast/in-place direct/fifo 8:2 1000000:5\n"
-                                       "4 broadcast/in-place direct 8:1\n",
-                                       "t");
+  const TuneTable t = TuneTable::parse(
+      "2 broadcast direct 8:1 1000000:10\n"
+      "2 broadcast/in-place direct 8:1 1000000:10\n"
+      "2 broadcast/in-place direct/fifo 8:2 1000000:5\n"
+      "4 broadcast/in-place direct 8:1\n",
+      "t");
   EXPECT_EQ(TuneTable::parse(t.format(), "again").format(), t.format());
   EXPECT_NE(t.format().find("2 broadcast/in-place direct/fifo 8:2"), std::string::npos);
   const algo::Variant fifo{Algorithm::kDirect, algo::Path::kFifo};
   EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kBroadcast, Algorithm::kDirect, 8), 1);
   EXPECT_DOUBLE_EQ(*t.predict_us(2, Collective::kBroadcast, fifo, 1000000, true), 5);
-  EXPECT_FALSE(t.predict_us(2, Collective::kBroadcast, fifo, 1000000));  // no such out-of-place curve
+  EXPECT_FALSE(
+      t.predict_us(2, Collective::kBroadcast, fifo, 1000000));  // no such out-of-place curve
   EXPECT_EQ(t.path_for(2, Collective::kBroadcast, Algorithm::kDirect, 8, true),
             algo::Path::kSingleCopy);
   EXPECT_EQ(t.path_for(2, Collective::kBroadcast, Algorithm::kDirect, 1000000, true),
             algo::Path::kFifo);
   EXPECT_FALSE(t.path_for(2, Collective::kBroadcast, Algorithm::kRing, 8, true));  // no curves
-  EXPECT_FALSE(t.path_for(4, Collective::kBroadcast, Algorithm::kDirect, 8, true));  // one path only
+  EXPECT_FALSE(
+      t.path_for(4, Collective::kBroadcast, Algorithm::kDirect, 8, true));  // one path only
   // In-place curves alone do not cover a collective (covers() counts out-of-place ones).
   EXPECT_FALSE(t.covers(4, Collective::kBroadcast));
   EXPECT_EQ(t.fastest(2, Collective::kBroadcast, 1000000), Algorithm::kDirect);
   // By the in-place curves where an algorithm has one (the selector's choice for broadcast).
-  const TuneTable both = TuneTable::parse("2 broadcast direct 8:1 1000000:10\n"
-                                          "2 broadcast ring 8:1 1000000:12\n"
-                                          "2 broadcast tree 8:1 1000000:11\n"
-                                          "2 broadcast/in-place direct 8:1 1000000:10\n"
-                                          "2 broadcast/in-place ring 8:1 1000000:6\n",
-                                          "both");
+  const TuneTable both = TuneTable::parse(
+      "2 broadcast direct 8:1 1000000:10\n"
+      "2 broadcast ring 8:1 1000000:12\n"
+      "2 broadcast tree 8:1 1000000:11\n"
+      "2 broadcast/in-place direct 8:1 1000000:10\n"
+      "2 broadcast/in-place ring 8:1 1000000:6\n",
+      "both");
   EXPECT_EQ(both.fastest(2, Collective::kBroadcast, 1000000), Algorithm::kDirect);
   EXPECT_EQ(both.fastest(2, Collective::kBroadcast, 1000000, std::nullopt, true), Algorithm::kRing);
   const auto ab = t.alpha_beta(2, Collective::kBroadcast, fifo, true);
@@ -160,7 +168,8 @@ TEST(Tuner, MalformedTablesNameTheLine) {
   EXPECT_NE(error_of("2 all_reduce warp 8:1").find("no algorithm 'warp'"), std::string::npos);
   EXPECT_NE(error_of("2 all_reduce ring/fast 8:1").find("no algorithm 'ring/fast'"),
             std::string::npos);
-  EXPECT_NE(error_of("2 gather ring 8:1").find("no algorithm 'ring' for gather"), std::string::npos);
+  EXPECT_NE(error_of("2 gather ring 8:1").find("no algorithm 'ring' for gather"),
+            std::string::npos);
   EXPECT_NE(error_of("2 all_reduce ring 8-1").find("bad point"), std::string::npos);
   EXPECT_NE(error_of("2 all_reduce ring 8:-1").find("bad time"), std::string::npos);
   EXPECT_NE(error_of("2 all_reduce ring").find("no points"), std::string::npos);
@@ -187,29 +196,32 @@ TEST(Tuner, SelectorAndExplainFollowTheTable) {
                                        "2 all_reduce direct 8:7 1000000:8\n");
   testing::RunOptions options;
   options.env["CHORUS_TUNE_FILE"] = path;
-  run_ranks(2, [](Communicator& comm) {
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "tree");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1 << 20), "tree");
-    // Not covered by the table: fixed thresholds.
-    EXPECT_EQ(comm.algorithm_for(Collective::kBroadcast, 8), "direct");
-    bool saw_tree = false;
-    for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 500000)) {
-      if (e.algorithm == "tree") {
-        saw_tree = true;
-        EXPECT_TRUE(e.chosen);
-        EXPECT_NEAR(e.predicted_us, 1.5, 1e-3);
-      } else if (e.algorithm == "ring") {
-        EXPECT_FALSE(e.chosen);
-        EXPECT_NEAR(e.predicted_us, 5.5, 1e-3);
-      }
-    }
-    EXPECT_TRUE(saw_tree);
-    // And the chosen algorithm runs and is exact.
-    std::vector<int32_t> v(1000, comm.rank() + 1), out(1000);
-    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
-    EXPECT_EQ(out.front(), 3);
-    EXPECT_EQ(out.back(), 3);
-  }, options);
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "tree");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1 << 20), "tree");
+        // Not covered by the table: fixed thresholds.
+        EXPECT_EQ(comm.algorithm_for(Collective::kBroadcast, 8), "direct");
+        bool saw_tree = false;
+        for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 500000)) {
+          if (e.algorithm == "tree") {
+            saw_tree = true;
+            EXPECT_TRUE(e.chosen);
+            EXPECT_NEAR(e.predicted_us, 1.5, 1e-3);
+          } else if (e.algorithm == "ring") {
+            EXPECT_FALSE(e.chosen);
+            EXPECT_NEAR(e.predicted_us, 5.5, 1e-3);
+          }
+        }
+        EXPECT_TRUE(saw_tree);
+        // And the chosen algorithm runs and is exact.
+        std::vector<int32_t> v(1000, comm.rank() + 1), out(1000);
+        comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
+        EXPECT_EQ(out.front(), 3);
+        EXPECT_EQ(out.back(), 3);
+      },
+      options);
 }
 
 // A table whose "/fifo" curve is fastest makes the selector pick that variant; it runs exactly,
@@ -222,41 +234,46 @@ TEST(Tuner, SelectorPicksTheFifoPathWhereTheTableSaysSo) {
                                        "2 all_reduce ring/fifo 8:0.5 1000000:5\n");
   testing::RunOptions options;
   options.env["CHORUS_TUNE_FILE"] = path;
-  run_ranks(2, [](Communicator& comm) {
-    bool saw_fifo = false;
-    for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 1000000))
-      if (e.algorithm == "ring/fifo") {
-        saw_fifo = true;
-        EXPECT_TRUE(e.chosen);
-        EXPECT_NEAR(e.predicted_us, 5, 1e-3);
-      }
-    if (!saw_fifo) {
-      std::printf("single copy is unavailable here: no /fifo variants\n");
-    } else {
-      EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1000000), "ring/fifo");
-    }
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "ring");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 32767), "ring");
-    std::vector<int32_t> v(300000, comm.rank() + 1), out(300000);
-    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
-    EXPECT_EQ(out.front(), 3);
-    EXPECT_EQ(out.back(), 3);
-    // Forced by name, like any algorithm.
-    comm.set_algorithm("twoshot/fifo");
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "twoshot/fifo");
-    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
-    EXPECT_EQ(out[12345], 3);
-    // A communicator split off inherits the forced variant.
-    std::optional<Communicator> child = comm.split(0, comm.rank());
-    ASSERT_TRUE(child.has_value());
-    EXPECT_EQ(child->algorithm_for(Collective::kAllReduce, 8), "twoshot/fifo");
-  }, options);
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        bool saw_fifo = false;
+        for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 1000000))
+          if (e.algorithm == "ring/fifo") {
+            saw_fifo = true;
+            EXPECT_TRUE(e.chosen);
+            EXPECT_NEAR(e.predicted_us, 5, 1e-3);
+          }
+        if (!saw_fifo) {
+          std::printf("single copy is unavailable here: no /fifo variants\n");
+        } else {
+          EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1000000), "ring/fifo");
+        }
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "ring");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 32767), "ring");
+        std::vector<int32_t> v(300000, comm.rank() + 1), out(300000);
+        comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
+        EXPECT_EQ(out.front(), 3);
+        EXPECT_EQ(out.back(), 3);
+        // Forced by name, like any algorithm.
+        comm.set_algorithm("twoshot/fifo");
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "twoshot/fifo");
+        comm.all_reduce(v.data(), out.data(), v.size(), DataType::kI32, ReduceOp::kSum);
+        EXPECT_EQ(out[12345], 3);
+        // A communicator split off inherits the forced variant.
+        std::optional<Communicator> child = comm.split(0, comm.rank());
+        ASSERT_TRUE(child.has_value());
+        EXPECT_EQ(child->algorithm_for(Collective::kAllReduce, 8), "twoshot/fifo");
+      },
+      options);
 }
 
 // Ranks whose environments point at different tables still choose alike: rank 0's rules.
 TEST(Tuner, EveryRankFollowsRankZerosTable) {
-  const std::string ring = write_table("tune_ring.txt", "2 all_reduce ring 8:1\n2 all_reduce direct 8:9\n");
-  const std::string direct = write_table("tune_direct.txt", "2 all_reduce ring 8:9\n2 all_reduce direct 8:1\n");
+  const std::string ring =
+      write_table("tune_ring.txt", "2 all_reduce ring 8:1\n2 all_reduce direct 8:9\n");
+  const std::string direct =
+      write_table("tune_direct.txt", "2 all_reduce ring 8:9\n2 all_reduce direct 8:1\n");
   run_processes(2, [&](int rank) {
     ::setenv("CHORUS_TUNE_FILE", rank == 0 ? ring.c_str() : direct.c_str(), 1);
     Communicator comm = Communicator::from_env();
@@ -285,52 +302,56 @@ TEST(Tuner, TheRootOfABroadcastFollowsTheCurvesOfItsPlacement) {
   testing::RunOptions options;
   options.env["CHORUS_TUNE_FILE"] = path;
   options.env["CHORUS_TIMEOUT"] = "20";
-  run_ranks(2, [&](Communicator& comm) {
-    constexpr size_t kCount = 64 << 10;  // 256 KiB of int32
-    bool single_copy = false;
-    for (const AlgorithmEstimate& e : comm.explain(Collective::kBroadcast, kCount * 4))
-      single_copy |= e.algorithm == "direct/fifo";
-    if (!single_copy) {
-      std::printf("single copy is unavailable here: every send goes through the FIFO\n");
-      return;
-    }
-    ASSERT_EQ(comm.algorithm_for(Collective::kBroadcast, kCount * 4), "direct/fifo");
-    std::vector<int32_t> buf(kCount), out(kCount);
-    if (comm.rank() == 0) {
-      ::close(go[0]);
-      for (size_t i = 0; i < kCount; ++i) buf[i] = static_cast<int32_t>(i * 7 + 1);
-      comm.broadcast(buf.data(), buf.data(), kCount, DataType::kI32, 0);  // in place
-      char byte = 1;
-      ASSERT_EQ(::write(go[1], &byte, 1), 1);
-      // Out of place: single copy, by the out-of-place curves. The receiver is let go a little later,
-      // and the call cannot have returned before.
-      std::atomic<bool> released{false};
-      std::thread release([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        released = true;
-        ASSERT_EQ(::write(go[1], &byte, 1), 1);
-      });
-      comm.broadcast(buf.data(), out.data(), kCount, DataType::kI32, 0);
-      EXPECT_TRUE(released) << "the out-of-place root's send finished without its receiver";
-      release.join();
-      EXPECT_EQ(out, buf);
-      ::close(go[1]);
-    } else {
-      ::close(go[1]);
-      for (int call = 0; call < 2; ++call) {
-        // Bounded: this test's parent holds the pipe's write end too, so no EOF ends the wait.
-        pollfd ready{go[0], POLLIN, 0};
-        ASSERT_EQ(::poll(&ready, 1, 30000), 1) << "rank 0's broadcast did not return";
-        char byte = 0;
-        ASSERT_EQ(::read(go[0], &byte, 1), 1);
-        std::fill(buf.begin(), buf.end(), -1);
-        comm.broadcast(nullptr, buf.data(), kCount, DataType::kI32, 0);
-        for (size_t i = 0; i < kCount; i += 997) ASSERT_EQ(buf[i], static_cast<int32_t>(i * 7 + 1));
-        EXPECT_EQ(buf.back(), static_cast<int32_t>((kCount - 1) * 7 + 1));
-      }
-      ::close(go[0]);
-    }
-  }, options);
+  run_ranks(
+      2,
+      [&](Communicator& comm) {
+        constexpr size_t kCount = 64 << 10;  // 256 KiB of int32
+        bool single_copy = false;
+        for (const AlgorithmEstimate& e : comm.explain(Collective::kBroadcast, kCount * 4))
+          single_copy |= e.algorithm == "direct/fifo";
+        if (!single_copy) {
+          std::printf("single copy is unavailable here: every send goes through the FIFO\n");
+          return;
+        }
+        ASSERT_EQ(comm.algorithm_for(Collective::kBroadcast, kCount * 4), "direct/fifo");
+        std::vector<int32_t> buf(kCount), out(kCount);
+        if (comm.rank() == 0) {
+          ::close(go[0]);
+          for (size_t i = 0; i < kCount; ++i) buf[i] = static_cast<int32_t>(i * 7 + 1);
+          comm.broadcast(buf.data(), buf.data(), kCount, DataType::kI32, 0);  // in place
+          char byte = 1;
+          ASSERT_EQ(::write(go[1], &byte, 1), 1);
+          // Out of place: single copy, by the out-of-place curves. The receiver is let go a little
+          // later, and the call cannot have returned before.
+          std::atomic<bool> released{false};
+          std::thread release([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            released = true;
+            ASSERT_EQ(::write(go[1], &byte, 1), 1);
+          });
+          comm.broadcast(buf.data(), out.data(), kCount, DataType::kI32, 0);
+          EXPECT_TRUE(released) << "the out-of-place root's send finished without its receiver";
+          release.join();
+          EXPECT_EQ(out, buf);
+          ::close(go[1]);
+        } else {
+          ::close(go[1]);
+          for (int call = 0; call < 2; ++call) {
+            // Bounded: this test's parent holds the pipe's write end too, so no EOF ends the wait.
+            pollfd ready{go[0], POLLIN, 0};
+            ASSERT_EQ(::poll(&ready, 1, 30000), 1) << "rank 0's broadcast did not return";
+            char byte = 0;
+            ASSERT_EQ(::read(go[0], &byte, 1), 1);
+            std::fill(buf.begin(), buf.end(), -1);
+            comm.broadcast(nullptr, buf.data(), kCount, DataType::kI32, 0);
+            for (size_t i = 0; i < kCount; i += 997)
+              ASSERT_EQ(buf[i], static_cast<int32_t>(i * 7 + 1));
+            EXPECT_EQ(buf.back(), static_cast<int32_t>((kCount - 1) * 7 + 1));
+          }
+          ::close(go[0]);
+        }
+      },
+      options);
   ::close(go[0]);
   ::close(go[1]);
 }
@@ -340,9 +361,12 @@ TEST(Tuner, OffMeansFixedThresholdsAndABadFileIsAClearError) {
   testing::RunOptions off;
   off.env["CHORUS_TUNE_FILE"] = path;
   off.env["CHORUS_TUNE"] = "off";
-  run_ranks(2, [](Communicator& comm) {
-    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "direct");
-  }, off);
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "direct");
+      },
+      off);
 
   const std::string bad = write_table("tune_bad.txt", "2 all_reduce ring 8:1\nnonsense\n");
   run_processes(1, [&](int) {

@@ -48,7 +48,7 @@ TEST(GpuNoDevice, StreamFormsTakeHostBuffers) {
     int dummy = 0;
     auto e = error_of([&] {
       (void)comm.all_reduce_async(v.data(), v.data(), v.size(), DataType::kI32, ReduceOp::kSum,
-                            gpu::Stream{&dummy});
+                                  gpu::Stream{&dummy});
     });
     ASSERT_TRUE(e);
     EXPECT_EQ(e->kind(), ErrorKind::kInvalidArgument);
@@ -72,8 +72,9 @@ TEST_F(GpuErrors, HostAndDeviceMemoryInOneCallAreRefused) {
     EXPECT_EQ(e->kind(), ErrorKind::kInvalidArgument);
     EXPECT_TRUE(contains(e->what(), "send is host memory")) << e->what();
     EXPECT_TRUE(contains(e->what(), "recv is device memory")) << e->what();
-    e = error_of(
-        [&] { (void)comm.all_gather_async(dev.data(), host.data(), kCount, DataType::kF32, stream); });
+    e = error_of([&] {
+      (void)comm.all_gather_async(dev.data(), host.data(), kCount, DataType::kF32, stream);
+    });
     ASSERT_TRUE(e);
     EXPECT_TRUE(contains(e->what(), "all_gather")) << e->what();
     EXPECT_TRUE(contains(e->what(), "send is device memory")) << e->what();
@@ -122,7 +123,7 @@ TEST_F(GpuErrors, AStreamBeingCapturedIsRefused) {
       gpu::StreamCapture capture(stream);
       auto e = error_of([&] {
         (void)comm.all_reduce_async(buf.data(), buf.data(), kCount, DataType::kF32, ReduceOp::kSum,
-                              stream);
+                                    stream);
       });
       ASSERT_TRUE(e);
       EXPECT_EQ(e->kind(), ErrorKind::kInvalidArgument);

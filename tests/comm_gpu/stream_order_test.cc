@@ -174,7 +174,7 @@ TEST_P(GpuStreamOrder, DestroyingWithOperationsOutstandingReleasesTheStream) {
       Communicator comm = Communicator::from_env();
       for (int i = 0; i < 4; ++i)
         (void)comm.all_reduce_async(buf.data(), buf.data(), kCount, DataType::kI32, ReduceOp::kMax,
-                              stream);
+                                    stream);
       gpu::memcpy_async(out.data(), buf.data(), kCount * 4, stream);
     }
     ASSERT_TRUE(stream.drains_within(30)) << "the stream still waits after the communicator ended";

@@ -70,7 +70,8 @@ std::vector<Case> matrix(int n) {
     if (coll == Collective::kAllReduce)
       for (const std::string& algo : algorithms(coll))
         for (bool in_place : {false, true})
-          cases.push_back({coll, algo, DataType::kBF16, ReduceOp::kSum, kLargeCount, in_place, 0, ++salt});
+          cases.push_back(
+              {coll, algo, DataType::kBF16, ReduceOp::kSum, kLargeCount, in_place, 0, ++salt});
   }
   return cases;
 }
@@ -87,7 +88,8 @@ std::vector<Case> all_reduce_cases() {
             cases.push_back({Collective::kAllReduce, algo, dtype, op, count, in_place, 0, ++salt});
   for (const std::string& algo : algorithms(Collective::kAllReduce))
     for (ReduceOp op : kAllReduceOps)
-      cases.push_back({Collective::kAllReduce, algo, DataType::kF32, op, kLargeCount, false, 0, ++salt});
+      cases.push_back(
+          {Collective::kAllReduce, algo, DataType::kF32, op, kLargeCount, false, 0, ++salt});
   return cases;
 }
 
@@ -261,16 +263,21 @@ TEST_F(Netns, CyclicRanksRingCrossesEachHostOnce) {
     const auto before = hosts_->counters(0);
     HostRunOptions o;
     o.env = {{"CHORUS_RING", ring}};
-    run_on_hosts(hosts_.get(), cyclic, [&](Communicator& comm) {
-      if (std::string(ring) == "locality") EXPECT_EQ(comm.ring_order(), (std::vector<int>{0, 2, 1, 3}));
-      std::vector<float> mine(kCount, static_cast<float>(comm.rank() + 1));
-      std::vector<float> all(kCount * comm.size());
-      comm.set_algorithm("ring");
-      comm.all_gather(mine.data(), all.data(), kCount, DataType::kF32);
-      size_t wrong = 0;
-      for (size_t i = 0; i < all.size(); ++i) wrong += all[i] != static_cast<float>(i / kCount + 1);
-      EXPECT_EQ(wrong, 0u);
-    }, o);
+    run_on_hosts(
+        hosts_.get(), cyclic,
+        [&](Communicator& comm) {
+          if (std::string(ring) == "locality")
+            EXPECT_EQ(comm.ring_order(), (std::vector<int>{0, 2, 1, 3}));
+          std::vector<float> mine(kCount, static_cast<float>(comm.rank() + 1));
+          std::vector<float> all(kCount * comm.size());
+          comm.set_algorithm("ring");
+          comm.all_gather(mine.data(), all.data(), kCount, DataType::kF32);
+          size_t wrong = 0;
+          for (size_t i = 0; i < all.size(); ++i)
+            wrong += all[i] != static_cast<float>(i / kCount + 1);
+          EXPECT_EQ(wrong, 0u);
+        },
+        o);
     return hosts_->counters(0).tx - before.tx;
   };
   const uint64_t block = uint64_t{kCount} * sizeof(float);
@@ -281,9 +288,10 @@ TEST_F(Netns, CyclicRanksRingCrossesEachHostOnce) {
   EXPECT_LT(by_locality, 4 * block);
   // Rank order: both of host 0's ranks send their 3 blocks to host 1.
   EXPECT_GE(by_rank, 6 * block);
-  std::printf("veth of host 0, ring all-gather of 4 x %.0f MiB: %.1f MiB sent with the locality "
-              "ring, %.1f MiB in rank order\n",
-              block / 1048576.0, by_locality / 1048576.0, by_rank / 1048576.0);
+  std::printf(
+      "veth of host 0, ring all-gather of 4 x %.0f MiB: %.1f MiB sent with the locality "
+      "ring, %.1f MiB in rank order\n",
+      block / 1048576.0, by_locality / 1048576.0, by_rank / 1048576.0);
 }
 
 TEST_F(Netns, PeerDeathIsNamed) {
@@ -292,7 +300,8 @@ TEST_F(Netns, PeerDeathIsNamed) {
   HostRunOptions o;
   o.may_fail = {1};
   o.deadline = std::chrono::milliseconds(60000);
-  run_on_hosts(hosts_.get(), layout(2, 1), [](Communicator& comm) { peer_death_body(comm, 1); }, o);
+  run_on_hosts(
+      hosts_.get(), layout(2, 1), [](Communicator& comm) { peer_death_body(comm, 1); }, o);
 }
 
 TEST_F(Netns, PeerDeathIsNamedAcrossComposite) {
@@ -301,14 +310,14 @@ TEST_F(Netns, PeerDeathIsNamedAcrossComposite) {
   HostRunOptions o;
   o.may_fail = {3};
   o.deadline = std::chrono::milliseconds(60000);
-  run_on_hosts(hosts_.get(), layout(2, 2), [](Communicator& comm) { peer_death_body(comm, 3); }, o);
+  run_on_hosts(
+      hosts_.get(), layout(2, 2), [](Communicator& comm) { peer_death_body(comm, 3); }, o);
 }
 
 TEST_F(Netns, LastMessagesArriveAfterTheSenderLeft) {
   make_hosts(2);
   if (!hosts_) return;
-  for (int run = 0; run < 3; ++run)
-    run_on_hosts(hosts_.get(), layout(2, 1), last_message_body);
+  for (int run = 0; run < 3; ++run) run_on_hosts(hosts_.get(), layout(2, 1), last_message_body);
 }
 
 TEST_F(Netns, StoppingEarlyIsNamed) {
@@ -334,18 +343,22 @@ TEST(OneMachine, ForcedFanoutWithoutASharedBufferIsRefused) {
     const std::vector<int> hosts = one_host ? std::vector<int>{0, 0} : layout(2, 1);
     HostRunOptions options{std::chrono::milliseconds(60000), {}, {}};
     if (one_host) options.env["CHORUS_TRANSPORT"] = "ucx";
-    run_on_hosts(nullptr, hosts, [&](Communicator& comm) {
-      comm.set_algorithm("fanout");
-      std::vector<float> v(1024, 1.0f);
-      try {
-        comm.broadcast(v.data(), v.data(), v.size(), DataType::kF32, 0);
-        ADD_FAILURE() << "a forced fanout ran without a shared buffer";
-      } catch (const InvalidArgument& e) {
-        EXPECT_NE(std::string(e.what()).find("fanout cannot run"), std::string::npos) << e.what();
-      }
-      comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
-      EXPECT_EQ(v[0], 2.0f);
-    }, options);
+    run_on_hosts(
+        nullptr, hosts,
+        [&](Communicator& comm) {
+          comm.set_algorithm("fanout");
+          std::vector<float> v(1024, 1.0f);
+          try {
+            comm.broadcast(v.data(), v.data(), v.size(), DataType::kF32, 0);
+            ADD_FAILURE() << "a forced fanout ran without a shared buffer";
+          } catch (const InvalidArgument& e) {
+            EXPECT_NE(std::string(e.what()).find("fanout cannot run"), std::string::npos)
+                << e.what();
+          }
+          comm.all_reduce(v.data(), v.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+          EXPECT_EQ(v[0], 2.0f);
+        },
+        options);
   }
 }
 
@@ -385,10 +398,12 @@ TEST(OneMachine, TwoByTwoDeterministicReductions) {
 // ring (0 2 1 3) across the composite transport (shm within a host, UCX between).
 TEST(OneMachine, CyclicHostsCollectiveMatrix) {
   const auto cases = matrix(4);
-  run_on_hosts(nullptr, {0, 1, 0, 1}, [&](Communicator& comm) {
-    EXPECT_EQ(comm.ring_order(), (std::vector<int>{0, 2, 1, 3}));
-    run_cases(comm, cases);
-  }, {std::chrono::milliseconds(240000), {}, {}});
+  run_on_hosts(nullptr, {0, 1, 0, 1},
+               [&](Communicator& comm) {
+                 EXPECT_EQ(comm.ring_order(), (std::vector<int>{0, 2, 1, 3}));
+                 run_cases(comm, cases);
+               },
+               {std::chrono::milliseconds(240000), {}, {}});
 }
 
 TEST(OneMachine, PeerDeathIsNamedOverUcx) {
@@ -396,7 +411,8 @@ TEST(OneMachine, PeerDeathIsNamedOverUcx) {
   o.may_fail = {1};
   o.deadline = std::chrono::milliseconds(60000);
   o.env = {{"CHORUS_TRANSPORT", "ucx"}};
-  run_on_hosts(nullptr, {0, 0, 0}, [](Communicator& comm) { peer_death_body(comm, 1); }, o);
+  run_on_hosts(
+      nullptr, {0, 0, 0}, [](Communicator& comm) { peer_death_body(comm, 1); }, o);
 }
 
 TEST(OneMachine, LastMessagesArriveAfterTheSenderLeftOverUcx) {
@@ -414,18 +430,21 @@ TEST(OneMachine, StoppingEarlyIsNamedOverUcx) {
 TEST(OneMachine, MismatchIsNamedOverUcx) {
   HostRunOptions o;
   o.env = {{"CHORUS_TRANSPORT", "ucx"}};
-  run_on_hosts(nullptr, {0, 1}, [](Communicator& comm) {
-    std::vector<float> buf(100, 1.0f);
-    try {
-      if (comm.rank() == 0)
-        comm.all_reduce(buf.data(), buf.data(), 100, DataType::kF32, ReduceOp::kSum);
-      else
-        comm.all_reduce(buf.data(), buf.data(), 100, DataType::kF32, ReduceOp::kMax);
-      ADD_FAILURE() << "mismatched all-reduces succeeded";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kMismatch) << e.what();
-    }
-  }, o);
+  run_on_hosts(
+      nullptr, {0, 1},
+      [](Communicator& comm) {
+        std::vector<float> buf(100, 1.0f);
+        try {
+          if (comm.rank() == 0)
+            comm.all_reduce(buf.data(), buf.data(), 100, DataType::kF32, ReduceOp::kSum);
+          else
+            comm.all_reduce(buf.data(), buf.data(), 100, DataType::kF32, ReduceOp::kMax);
+          ADD_FAILURE() << "mismatched all-reduces succeeded";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::kMismatch) << e.what();
+        }
+      },
+      o);
 }
 
 // Mismatched 16 MiB all-reduces: each rank's payload is a rendezvous its peer never takes. Both
@@ -433,24 +452,27 @@ TEST(OneMachine, MismatchIsNamedOverUcx) {
 TEST(OneMachine, LargeMismatchOverUcxStopsItsTransfers) {
   HostRunOptions o;
   o.env = {{"CHORUS_TRANSPORT", "ucx"}};
-  run_on_hosts(nullptr, {0, 1}, [](Communicator& comm) {
-    const auto start = std::chrono::steady_clock::now();
-    {
-      std::vector<float> buf(size_t{4} << 20, 1.0f);
-      comm.set_algorithm("direct");
-      try {
-        comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kF32,
-                        comm.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax);
-        ADD_FAILURE() << "mismatched all-reduces succeeded";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::kMismatch) << e.what();
-      }
-    }  // the buffer is gone: a transfer still running would write into freed memory
-    std::vector<float> other(size_t{4} << 20, 2.0f);
-    ::usleep(200'000);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-    EXPECT_EQ(other[12345], 2.0f);
-  }, o);
+  run_on_hosts(
+      nullptr, {0, 1},
+      [](Communicator& comm) {
+        const auto start = std::chrono::steady_clock::now();
+        {
+          std::vector<float> buf(size_t{4} << 20, 1.0f);
+          comm.set_algorithm("direct");
+          try {
+            comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kF32,
+                            comm.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+            ADD_FAILURE() << "mismatched all-reduces succeeded";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::kMismatch) << e.what();
+          }
+        }  // the buffer is gone: a transfer still running would write into freed memory
+        std::vector<float> other(size_t{4} << 20, 2.0f);
+        ::usleep(200'000);
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+        EXPECT_EQ(other[12345], 2.0f);
+      },
+      o);
 }
 
 TEST(OneMachine, TransportChoice) {

@@ -121,7 +121,8 @@ std::optional<std::string> NetnsHosts::unavailable() {
 NetnsHosts::NetnsHosts(int hosts) {
   sweep_stale();
   static int serial = 0;
-  const std::string base = std::string(kPrefix) + std::to_string(::getpid()) + "n" + std::to_string(serial++);
+  const std::string base =
+      std::string(kPrefix) + std::to_string(::getpid()) + "n" + std::to_string(serial++);
   switch_ = base + "s";
   auto must = [](const std::string& cmd) {
     if (sh(cmd) != 0) throw std::runtime_error("netns fixture: '" + cmd + "' failed");
@@ -135,7 +136,8 @@ NetnsHosts::NetnsHosts(int hosts) {
     names_.push_back(ns);
     must("ip netns add " + ns);
     must("ip -n " + ns + " link set lo up");
-    must("ip -n " + ns + " link add " + kDevice + " type veth peer name " + port + " netns " + switch_);
+    must("ip -n " + ns + " link add " + kDevice + " type veth peer name " + port + " netns " +
+         switch_);
     must("ip -n " + ns + " addr add " + address(h) + "/24 dev " + kDevice);
     must("ip -n " + ns + " link set " + kDevice + " up");
     must("ip -n " + switch_ + " link set " + port + " master br0");
@@ -143,7 +145,8 @@ NetnsHosts::NetnsHosts(int hosts) {
   }
   // The bridge forwards at once (no STP); wait until host 0 answers everyone.
   for (int h = 1; h < hosts; ++h)
-    for (int tries = 0; sh("ip netns exec " + names_[h] + " ping -c1 -W1 " + address(0)) != 0; ++tries)
+    for (int tries = 0; sh("ip netns exec " + names_[h] + " ping -c1 -W1 " + address(0)) != 0;
+         ++tries)
       if (tries > 20) break;
 }
 
@@ -154,8 +157,8 @@ NetnsHosts::~NetnsHosts() {
 
 NetnsHosts::Counters NetnsHosts::counters(int host) const {
   const std::string dir = std::string("/sys/class/net/") + kDevice + "/statistics/";
-  const std::string out = capture("ip netns exec " + names_[host] + " cat " + dir + "rx_bytes " +
-                                  dir + "tx_bytes");
+  const std::string out =
+      capture("ip netns exec " + names_[host] + " cat " + dir + "rx_bytes " + dir + "tx_bytes");
   Counters c;
   std::sscanf(out.c_str(), "%lu %lu", &c.rx, &c.tx);
   return c;
@@ -218,8 +221,8 @@ void run_on_hosts(const NetnsHosts* hosts, const std::vector<int>& host_of,
       for (int i = 0; i < failures.size(); ++i) {
         const auto& f = failures.GetTestPartResult(i);
         if (!f.failed()) continue;
-        std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", r, f.file_name() ? f.file_name() : "?",
-                     f.line_number(), f.message());
+        std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", r,
+                     f.file_name() ? f.file_name() : "?", f.line_number(), f.message());
         code = 1;
       }
     } catch (const std::exception& e) {
@@ -248,8 +251,8 @@ void run_on_hosts(const NetnsHosts* hosts, const std::vector<int>& host_of,
           ::kill(pids[r], SIGKILL);
           ::waitpid(pids[r], nullptr, 0);
         }
-      ADD_FAILURE() << "ranks" << hung << " still running after " << options.deadline.count() / 1000.0
-                    << " s: killed (a hang)";
+      ADD_FAILURE() << "ranks" << hung << " still running after "
+                    << options.deadline.count() / 1000.0 << " s: killed (a hang)";
       return;
     }
     if (alive > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));

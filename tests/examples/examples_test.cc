@@ -19,7 +19,8 @@ namespace {
 std::vector<double> values_of(const std::string& out, const std::string& key) {
   std::vector<double> v;
   const std::regex re(key + "=([-0-9.eE+]+)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
     v.push_back(std::stod((*it)[1].str()));
   return v;
 }
@@ -52,8 +53,8 @@ TEST(DdpRegression, FourRanksUnderChorusRunMatchOneRank) {
   EXPECT_LT(ref[2], ref[0] * 0.5) << "the loss does not fall";
   const std::string dir = temp_dir();
   const std::string ckpt = dir + "/model.ckpt";
-  const CommandResult r = run_command(std::string(CHORUS_RUN_BIN) + " -n 4 " + DDP_REGRESSION_BIN +
-                                      " --save " + ckpt);
+  const CommandResult r =
+      run_command(std::string(CHORUS_RUN_BIN) + " -n 4 " + DDP_REGRESSION_BIN + " --save " + ckpt);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("4 ranks, global batch 128 (32 per rank)"), std::string::npos) << r.out;
   expect_close(values_of(r.out, "loss"), ref, 1e-4, "chorus-run -n 4");
@@ -69,9 +70,11 @@ TEST(DdpRegression, TorchrunStyleEnvironmentMatchesOneRank) {
       "port=$((20000 + $$ % 20000)); pids=; for r in 0 1 2 3; do "
       "env -u CHORUS_RANK RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 "
       "MASTER_ADDR=127.0.0.1 MASTER_PORT=$port CHORUS_TIMEOUT=60 " +
-      std::string(DDP_REGRESSION_BIN) + " --save '' & pids=\"$pids $!\"; done; st=0; "
+      std::string(DDP_REGRESSION_BIN) +
+      " --save '' & pids=\"$pids $!\"; done; st=0; "
       "for p in $pids; do wait $p || st=1; done; exit $st";
-  const CommandResult r = run_command("sh -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
+  const CommandResult r =
+      run_command("sh -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_close(values_of(r.out, "loss"), one_rank_losses(), 1e-4, "torchrun-style");
 }
@@ -92,8 +95,9 @@ TEST(DdpRegression, ABatchThatDoesNotDivideFailsOnEveryRank) {
 }
 
 TEST(GptZero, Stage3OnTwoRanksMatchesOneProcess) {
-  const std::string flags = " --steps 6 --layers 2 --width 32 --heads 2 --context 32 --batch 4 "
-                            "--log-every 1";
+  const std::string flags =
+      " --steps 6 --layers 2 --width 32 --heads 2 --context 32 --batch 4 "
+      "--log-every 1";
   const CommandResult one = run_command(std::string(GPT_ZERO_BIN) + " --zero 0" + flags);
   ASSERT_EQ(one.exit_code, 0) << one.out;
   const std::vector<double> ref = values_of(one.out, "loss");

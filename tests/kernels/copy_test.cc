@@ -1,9 +1,9 @@
 // copy() and copy_stream() at many sizes and alignments, and their handling of overlap.
 #include <numeric>
 
-#include "dispatch.h"
 #include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
+#include "dispatch.h"
 #include "test_data.h"
 
 namespace chorus::kernels::test {

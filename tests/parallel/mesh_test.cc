@@ -6,8 +6,8 @@
 #include <set>
 
 #include "chorus/parallel/mesh.h"
-#include "chorus/topo/discover.h"
 #include "chorus/parallel/mesh_placement.h"
+#include "chorus/topo/discover.h"
 #include "multiproc.h"
 
 namespace chorus::parallel {

@@ -122,12 +122,16 @@ TEST(Zero, ClipGradNormClipsByTheGlobalNorm) {
   for (int stage : {0, 2, 3}) {
     const TrainResult ref = reference_run(spec, 2, Scheme{stage}.accumulate());
     ASSERT_GT(ref.norms.front(), spec.clip);
-    run_ranks(2, [&](Communicator& world) {
-      const TrainResult got = parallel_run(world, spec, Scheme{stage});
-      ASSERT_EQ(got.norms.size(), ref.norms.size());
-      std::string where;
-      EXPECT_LE(max_relative_difference(got, ref, &where), 1e-6) << "stage " << stage << ": " << where;
-    }, deterministic_env());
+    run_ranks(
+        2,
+        [&](Communicator& world) {
+          const TrainResult got = parallel_run(world, spec, Scheme{stage});
+          ASSERT_EQ(got.norms.size(), ref.norms.size());
+          std::string where;
+          EXPECT_LE(max_relative_difference(got, ref, &where), 1e-6)
+              << "stage " << stage << ": " << where;
+        },
+        deterministic_env());
   }
 }
 

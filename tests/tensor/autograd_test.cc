@@ -85,8 +85,8 @@ TEST(Autograd, GradReadyHooksFireOnceWithTheFinalGradient) {
     w_grad_in_hook = g.to_vector();
   });
   b.register_grad_ready_hook([&](Tensor&) { order.push_back("b"); });
-  Tensor h = embedding(idx, w);          // (4, 5)
-  Tensor logits = linear(h, w, b);       // (4, 6), w again
+  Tensor h = embedding(idx, w);     // (4, 5)
+  Tensor logits = linear(h, w, b);  // (4, 6), w again
   Tensor loss = cross_entropy(logits, idx);
   loss.backward();
   ASSERT_EQ(order, (std::vector<std::string>{"b", "w"}));

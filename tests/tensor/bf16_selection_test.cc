@@ -122,9 +122,9 @@ TEST(Bf16Selection, TheRuleKeepsTheFirstWithinTheMarginOfTheFastest) {
   using gemm_impl::first_within_margin;
   EXPECT_EQ(first_within_margin({1.0, 0.5, 2.0}), 1u);
   EXPECT_EQ(first_within_margin({1.01, 1.0, 0.995}), 0u);  // within 3%: the preferred one
-  EXPECT_EQ(first_within_margin({1.05, 1.0}), 1u);        // 5% slower: not within noise
-  EXPECT_EQ(first_within_margin({-1, 2.0, 1.0}), 2u);     // -1: not a candidate
-  EXPECT_EQ(first_within_margin({-1, -1}), 2u);           // none
+  EXPECT_EQ(first_within_margin({1.05, 1.0}), 1u);         // 5% slower: not within noise
+  EXPECT_EQ(first_within_margin({-1, 2.0, 1.0}), 2u);      // -1: not a candidate
+  EXPECT_EQ(first_within_margin({-1, -1}), 2u);            // none
 }
 
 }  // namespace

@@ -39,15 +39,21 @@ TEST(Gemm, EveryBackendMatchesReference) {
     set_gemm_backend(be.name);
     // The last three cross the blocked kernel's row block (120), K block (1024) and 12 x 32
     // tile edges in every direction.
-    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {7, 33, 5}, {65, 31, 129}, {130, 97, 3},
-                           {263, 70, 531}, {25, 161, 257}, {40, 45, 2100}}) {
+    for (auto [m, n, k] : {std::tuple{1, 1, 1},
+                           {7, 33, 5},
+                           {65, 31, 129},
+                           {130, 97, 3},
+                           {263, 70, 531},
+                           {25, 161, 257},
+                           {40, 45, 2100}}) {
       for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
-        Tensor a = randn({m * k}, 100 + t, DataType::kF32), b = randn({k * n}, 200 + t, DataType::kF32);
+        Tensor a = randn({m * k}, 100 + t, DataType::kF32),
+               b = randn({k * n}, 200 + t, DataType::kF32);
         Tensor c = randn({m * n}, 300, DataType::kF32);  // beta = 0.5 keeps part of it
         const auto c0 = c.to_vector();
-        gemm(ta, tb, m, n, k, 1.5f, a.data<float>(), ta ? m : k, b.data<float>(), tb ? k : n,
-             0.5f, c.data<float>(), n);
+        gemm(ta, tb, m, n, k, 1.5f, a.data<float>(), ta ? m : k, b.data<float>(), tb ? k : n, 0.5f,
+             c.data<float>(), n);
         const auto ref = ref_gemm(ta, tb, m, n, k, a.to_vector(), b.to_vector());
         const auto got = c.to_vector();
         for (size_t i = 0; i < ref.size(); ++i)
@@ -58,7 +64,8 @@ TEST(Gemm, EveryBackendMatchesReference) {
   }
   set_gemm_backend(chosen);
   // f64 (builtin) to full precision.
-  Tensor a = randn({37 * 19}, 1), b = randn({19 * 23}, 2), c = Tensor::zeros({37 * 23}, DataType::kF64);
+  Tensor a = randn({37 * 19}, 1), b = randn({19 * 23}, 2),
+         c = Tensor::zeros({37 * 23}, DataType::kF64);
   gemm(false, true, 37, 23, 19, 1.0, a.data<double>(), 19, b.data<double>(), 19, 0.0,
        c.data<double>(), 23);
   const auto ref = ref_gemm(false, true, 37, 23, 19, a.to_vector(), b.to_vector());
@@ -80,16 +87,23 @@ TEST(Gemm, Float32OpsTrackFloat64) {
       worst = std::max(worst, std::abs(r64[i] - r32[i]) / (1.0 + std::abs(r64[i])));
     EXPECT_LT(worst, tol) << name;
   };
-  check("gelu", [](auto& in) { return gelu(in[0]); }, {randn({4097}, 1, DataType::kF64, 3.0)}, 1e-6);
-  check("softmax", [](auto& in) { return softmax(in[0]); }, {randn({33, 257}, 2, DataType::kF64, 4.0)}, 1e-6);
-  check("layernorm", [](auto& in) { return layernorm(in[0], in[1], in[2]); },
-        {randn({65, 255}, 3), randn({255}, 4), randn({255}, 5)}, 1e-5);
-  check("attention", [](auto& in) { return causal_attention(in[0], in[1], in[2]); },
-        {randn({2, 3, 37, 16}, 6), randn({2, 3, 37, 16}, 7), randn({2, 3, 37, 16}, 8)}, 1e-5);
-  check("cross_entropy", [](auto& in) { return cross_entropy(in[0], in[1]); },
-        {randn({64, 301}, 9, DataType::kF64, 3.0), testing::randint({64}, 301, 10)}, 1e-6);
-  check("linear", [](auto& in) { return linear(in[0], in[1], in[2]); },
-        {randn({67, 129}, 11), randn({45, 129}, 12), randn({45}, 13)}, 1e-5);
+  check(
+      "gelu", [](auto& in) { return gelu(in[0]); }, {randn({4097}, 1, DataType::kF64, 3.0)}, 1e-6);
+  check(
+      "softmax", [](auto& in) { return softmax(in[0]); },
+      {randn({33, 257}, 2, DataType::kF64, 4.0)}, 1e-6);
+  check(
+      "layernorm", [](auto& in) { return layernorm(in[0], in[1], in[2]); },
+      {randn({65, 255}, 3), randn({255}, 4), randn({255}, 5)}, 1e-5);
+  check(
+      "attention", [](auto& in) { return causal_attention(in[0], in[1], in[2]); },
+      {randn({2, 3, 37, 16}, 6), randn({2, 3, 37, 16}, 7), randn({2, 3, 37, 16}, 8)}, 1e-5);
+  check(
+      "cross_entropy", [](auto& in) { return cross_entropy(in[0], in[1]); },
+      {randn({64, 301}, 9, DataType::kF64, 3.0), testing::randint({64}, 301, 10)}, 1e-6);
+  check(
+      "linear", [](auto& in) { return linear(in[0], in[1], in[2]); },
+      {randn({67, 129}, 11), randn({45, 129}, 12), randn({45}, 13)}, 1e-5);
 }
 
 TEST(Gemm, AutocastRoundsOperandsAndResult) {
@@ -105,13 +119,15 @@ TEST(Gemm, AutocastRoundsOperandsAndResult) {
       EXPECT_EQ(out.dtype(), DataType::kF32);
       // Reference: f64 product of the rounded operands, rounded to the 16-bit type.
       Tensor ref = linear(x.to(lowp).to(DataType::kF64), w.to(lowp).to(DataType::kF64))
-                       .to(DataType::kF32).to(lowp);
+                       .to(DataType::kF32)
+                       .to(lowp);
       const auto got = out.to_vector(), want = ref.to_vector();
       int mismatches = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         // At most one 16-bit ulp apart (summation order can flip a rounding).
         const double ulp = std::abs(want[i]) * (lowp == DataType::kBF16 ? 1.0 / 128 : 1.0 / 1024);
-        ASSERT_LE(std::abs(got[i] - want[i]), ulp + 1e-6) << i << " shape " << n << "x" << k << "x" << m;
+        ASSERT_LE(std::abs(got[i] - want[i]), ulp + 1e-6)
+            << i << " shape " << n << "x" << k << "x" << m;
         mismatches += got[i] != want[i];
       }
       EXPECT_LT(mismatches, static_cast<int>(got.size() / 10));
@@ -133,13 +149,19 @@ TEST(Gemm, AutocastBackward) {
   // dy = 1: dx = 1 @ W (rounded), dW = 1^T @ x (rounded).
   Tensor ones = Tensor::ones({n, m}, DataType::kF64);
   const auto dx_ref = matmul(ones, w.to(DataType::kBF16).to(DataType::kF64))
-                          .to(DataType::kF32).to(DataType::kBF16).to_vector();
-  const auto dw_ref = matmul(ones.transpose(0, 1).contiguous(),
-                             x.to(DataType::kBF16).to(DataType::kF64))
-                          .to(DataType::kF32).to(DataType::kBF16).to_vector();
+                          .to(DataType::kF32)
+                          .to(DataType::kBF16)
+                          .to_vector();
+  const auto dw_ref =
+      matmul(ones.transpose(0, 1).contiguous(), x.to(DataType::kBF16).to(DataType::kF64))
+          .to(DataType::kF32)
+          .to(DataType::kBF16)
+          .to_vector();
   const auto dx = x.grad().to_vector(), dw = w.grad().to_vector();
-  for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx[i], dx_ref[i], std::abs(dx_ref[i]) / 128 + 1e-6);
-  for (size_t i = 0; i < dw.size(); ++i) ASSERT_NEAR(dw[i], dw_ref[i], std::abs(dw_ref[i]) / 128 + 1e-6);
+  for (size_t i = 0; i < dx.size(); ++i)
+    ASSERT_NEAR(dx[i], dx_ref[i], std::abs(dx_ref[i]) / 128 + 1e-6);
+  for (size_t i = 0; i < dw.size(); ++i)
+    ASSERT_NEAR(dw[i], dw_ref[i], std::abs(dw_ref[i]) / 128 + 1e-6);
 }
 
 }  // namespace

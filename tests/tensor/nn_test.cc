@@ -57,7 +57,8 @@ TEST(Nn, InitDependsOnSeedAndNameOnly) {
   a.init(7);
   b.init(7);
   auto pa = a.named_parameters(), pb = b.named_parameters();
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].second.to_vector(), pb[i].second.to_vector());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.to_vector(), pb[i].second.to_vector());
   // A model with a different depth shares the values of the blocks it has in common.
   GPTConfig deeper = tiny();
   deeper.layers = 3;
@@ -65,7 +66,8 @@ TEST(Nn, InitDependsOnSeedAndNameOnly) {
   c.init(7);
   const auto pc = c.named_parameters();
   std::map<std::string, Tensor> cp(pc.begin(), pc.end()), ap(pa.begin(), pa.end());
-  EXPECT_EQ(cp.at("h.1.attn.c_attn.weight").to_vector(), ap.at("h.1.attn.c_attn.weight").to_vector());
+  EXPECT_EQ(cp.at("h.1.attn.c_attn.weight").to_vector(),
+            ap.at("h.1.attn.c_attn.weight").to_vector());
   // LayerNorm gains start at 1, biases at 0.
   for (double v : ap.at("h.0.ln_1.weight").to_vector()) EXPECT_EQ(v, 1.0);
   for (double v : ap.at("h.0.attn.c_attn.bias").to_vector()) EXPECT_EQ(v, 0.0);
@@ -154,7 +156,8 @@ TEST(Nn, ActivationCheckpointingGivesEqualGradientsWithLessMemory) {
 TEST(Nn, AdamWMatchesReferenceUpdate) {
   Tensor p = Tensor::from_vector(std::vector<double>{1.0, -2.0, 0.5, 3.0}, {2, 2}, DataType::kF64);
   p.set_requires_grad(true);
-  optim::AdamW opt({{"p", p}}, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
+  optim::AdamW opt({{"p", p}},
+                   {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
   std::vector<double> ref = p.to_vector(), m(4, 0), v(4, 0);
   for (int t = 1; t <= 3; ++t) {
     p.set_grad(Tensor::from_vector(std::vector<double>{0.1 * t, -0.2, 0.3, -0.4 * t}, {2, 2},
@@ -195,7 +198,8 @@ TEST(Nn, GradScalerSkipsOverflowAndAdjustsScale) {
   Tensor p = Tensor::from_vector(std::vector<double>{1.0}, {1}, DataType::kF32);
   p.set_requires_grad(true);
   optim::SGD sgd({{"p", p}}, {.lr = 1.0});
-  GradScaler scaler({.init_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 2});
+  GradScaler scaler(
+      {.init_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 2});
   p.set_grad(Tensor::full({1}, INFINITY));
   EXPECT_FALSE(scaler.step(sgd));
   scaler.update();
@@ -256,7 +260,8 @@ TEST(Nn, SaveLoadRoundTripsBitExactly) {
     EXPECT_EQ(back[i].second.dtype(), mixed[i].second.dtype());
     EXPECT_EQ(back[i].second.shape(), mixed[i].second.shape());
     EXPECT_EQ(std::memcmp(back[i].second.data_ptr(), mixed[i].second.data_ptr(),
-                          mixed[i].second.nbytes()), 0);
+                          mixed[i].second.nbytes()),
+              0);
   }
   EXPECT_THROW(load_tensors(dir + "/does-not-exist.chk"), Error);
   std::filesystem::remove_all(dir);

@@ -23,9 +23,11 @@ Tensor param(Shape s, uint64_t stream, double std = 1.0) {
 }
 
 TEST(OpsGrad, ElementWise) {
-  gradcheck("add", [](auto& in) { return add(in[0], in[1]); }, {param({3, 5}, 1), param({3, 5}, 2)});
+  gradcheck("add", [](auto& in) { return add(in[0], in[1]); },
+            {param({3, 5}, 1), param({3, 5}, 2)});
   gradcheck("sub", [](auto& in) { return sub(in[0], in[1]); }, {param({7}, 3), param({7}, 4)});
-  gradcheck("mul", [](auto& in) { return mul(in[0], in[1]); }, {param({2, 3, 5}, 5), param({2, 3, 5}, 6)});
+  gradcheck("mul", [](auto& in) { return mul(in[0], in[1]); },
+            {param({2, 3, 5}, 5), param({2, 3, 5}, 6)});
   gradcheck("scale", [](auto& in) { return scale(in[0], -1.7); }, {param({9}, 7)});
   gradcheck("gelu", [](auto& in) { return gelu(in[0]); }, {param({4, 11}, 8, 2.0)});
   gradcheck("sum", [](auto& in) { return sum(in[0]); }, {param({3, 7}, 9)});
@@ -35,12 +37,13 @@ TEST(OpsGrad, ElementWise) {
 }
 
 TEST(OpsGrad, Views) {
-  gradcheck("transpose", [](auto& in) { return gelu(in[0].transpose(0, 2)); }, {param({2, 3, 5}, 12)});
+  gradcheck("transpose", [](auto& in) { return gelu(in[0].transpose(0, 2)); },
+            {param({2, 3, 5}, 12)});
   gradcheck("narrow", [](auto& in) { return in[0].narrow(1, 1, 3); }, {param({3, 5}, 13)});
   gradcheck("select", [](auto& in) { return in[0].select(0, 2); }, {param({3, 5}, 14)});
   gradcheck("view", [](auto& in) { return in[0].view({5, -1}); }, {param({3, 5}, 15)});
-  gradcheck("reshape of transpose",
-            [](auto& in) { return in[0].transpose(0, 1).reshape({15}); }, {param({3, 5}, 16)});
+  gradcheck("reshape of transpose", [](auto& in) { return in[0].transpose(0, 1).reshape({15}); },
+            {param({3, 5}, 16)});
   // Two views of the same tensor: gradients from both land in one buffer.
   gradcheck("overlapping views",
             [](auto& in) { return mul(in[0].narrow(1, 0, 3), in[0].narrow(1, 2, 3)); },
@@ -48,7 +51,8 @@ TEST(OpsGrad, Views) {
 }
 
 TEST(OpsGrad, MatmulAndLinear) {
-  gradcheck("matmul 2d", [](auto& in) { return matmul(in[0], in[1]); }, {param({5, 7}, 20), param({7, 3}, 21)});
+  gradcheck("matmul 2d", [](auto& in) { return matmul(in[0], in[1]); },
+            {param({5, 7}, 20), param({7, 3}, 21)});
   gradcheck("matmul leading dims", [](auto& in) { return matmul(in[0], in[1]); },
             {param({2, 3, 4}, 22), param({4, 5}, 23)});
   gradcheck("matmul batched", [](auto& in) { return matmul(in[0], in[1]); },
@@ -79,8 +83,7 @@ TEST(OpsGrad, GptLayers) {
               return causal_attention(part(0), part(1), part(2));
             },
             {param({B, Tn, 3 * NH * HS}, 48)});
-  gradcheck("causal_attention_qkv",
-            [&](auto& in) { return causal_attention_qkv(in[0], NH); },
+  gradcheck("causal_attention_qkv", [&](auto& in) { return causal_attention_qkv(in[0], NH); },
             {param({B, Tn, 3 * NH * HS}, 48)});
   // Used twice: the second contribution accumulates into a buffer the first one assigned.
   gradcheck("causal_attention_qkv (input used twice)",
@@ -94,7 +97,9 @@ TEST(OpsGrad, GptLayers) {
     Tensor v5 = qkv.view({B, Tn, 3, NH, HS});
     auto part = [&](int64_t i) { return v5.select(2, i).transpose(1, 2); };
     const auto composed = causal_attention(part(0), part(1), part(2))
-                              .transpose(1, 2).reshape({B, Tn, NH * HS}).to_vector();
+                              .transpose(1, 2)
+                              .reshape({B, Tn, NH * HS})
+                              .to_vector();
     const auto fused = causal_attention_qkv(qkv, NH).to_vector();
     ASSERT_EQ(composed.size(), fused.size());
     for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], composed[i], 1e-14);
@@ -191,8 +196,10 @@ TEST(OpsGrad, DropoutStatisticsAndDeterminism) {
   auto v = y.to_vector();
   int64_t zeros = 0;
   for (double e : v) {
-    if (e == 0) ++zeros;
-    else EXPECT_FLOAT_EQ(e, 1.0f / 0.75f);
+    if (e == 0)
+      ++zeros;
+    else
+      EXPECT_FLOAT_EQ(e, 1.0f / 0.75f);
   }
   EXPECT_NEAR(static_cast<double>(zeros) / 1e5, 0.25, 0.01);
   EXPECT_EQ(dropout(x, 0.25, {1, 2}).to_vector(), v);

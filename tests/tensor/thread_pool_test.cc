@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/thread_pool.h"
 #include "cpu/simd.h"
+#include "runtime/thread_pool.h"
 
 namespace chorus::tensor {
 namespace {

@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "chorus/tensor/amp.h"
-#include "chorus/tensor/gemm.h"
 #include "chorus/tensor/data.h"
+#include "chorus/tensor/gemm.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/optim.h"
 
@@ -63,7 +63,8 @@ TEST(TrainSlow, GptLossFallsOnByteCorpus) {
   if (!std::filesystem::exists(kCorpus)) GTEST_SKIP() << kCorpus << " not installed";
   const ByteCorpus corpus = ByteCorpus::from_file(kCorpus);
   const auto losses = train_gpt(corpus, {});
-  for (size_t s = 0; s < losses.size(); s += 20) std::printf("  step %3zu loss %.4f\n", s, losses[s]);
+  for (size_t s = 0; s < losses.size(); s += 20)
+    std::printf("  step %3zu loss %.4f\n", s, losses[s]);
   std::printf("  step %3zu loss %.4f\n", losses.size() - 1, losses.back());
   // A uniform guess over 256 bytes costs ln 256 = 5.545.
   EXPECT_NEAR(losses[0], std::log(256.0), 0.3);
@@ -105,7 +106,8 @@ TEST(TrainSlow, MixedPrecisionTracksFloat32) {
     }
     std::printf("  %s: 10-step mean - f32's:%s\n", std::string(to_string(dt)).c_str(),
                 windows.c_str());
-    const double end_f32 = mean_of(f32, steps - 10, steps), end_lowp = mean_of(lowp, steps - 10, steps);
+    const double end_f32 = mean_of(f32, steps - 10, steps),
+                 end_lowp = mean_of(lowp, steps - 10, steps);
     std::printf("  %s: max |10-step mean - f32's| = %.4f; last 10: %.4f vs f32 %.4f\n",
                 std::string(to_string(dt)).c_str(), worst, end_lowp, end_f32);
     EXPECT_LE(off, 1) << to_string(dt) << ": windows off by more than 0.1";

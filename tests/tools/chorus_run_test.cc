@@ -551,9 +551,11 @@ TEST(ChorusRun, StartUpFailureNamesTheRankThatDiedFirst) {
     EXPECT_EQ(r.exit_code, 128 + SIGKILL) << "trial " << trial << "\n" << r.err;
     EXPECT_TRUE(std::regex_search(
         r.err, std::regex(R"(chorus-run: rank 0 \(pid \d+\) failed first: killed by signal 9)")))
-        << "trial " << trial << "\n" << r.err;
+        << "trial " << trial << "\n"
+        << r.err;
     EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(ranks? [12](-2)? exited with code 1)")))
-        << "trial " << trial << ": no rank failed because of rank 0\n" << r.err;
+        << "trial " << trial << ": no rank failed because of rank 0\n"
+        << r.err;
     EXPECT_LT(r.seconds, 4.0) << r.err;
   }
 }

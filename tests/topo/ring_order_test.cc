@@ -132,7 +132,8 @@ TEST(RingOrder, CommunicatorRingMatchesTheTopologyRingOnCpuHosts) {
       const std::vector<int> by_locality = algo::ring_by_locality(places);
       const std::vector<int> by_topology = ring_order(members, hosts);
       expect_permutation_from_zero(by_locality, members.size());
-      EXPECT_DOUBLE_EQ(ring_cost(members, by_locality, hosts), ring_cost(members, by_topology, hosts))
+      EXPECT_DOUBLE_EQ(ring_cost(members, by_locality, hosts),
+                       ring_cost(members, by_topology, hosts))
           << name << " x " << nhosts;
       std::vector<int> rank_order(members.size());
       std::iota(rank_order.begin(), rank_order.end(), 0);

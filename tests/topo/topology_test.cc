@@ -35,7 +35,8 @@ TEST(RuntimeGpus, GpusMatchTheRuntimeOrdinalsByBusId) {
   ASSERT_EQ(seen.gpus().size(), 3u);
   const int shown[] = {6, 1, 3};
   for (int ordinal = 0; ordinal < 3; ++ordinal) {
-    const Node& gpu = seen.nodes[static_cast<size_t>(node_named(seen, "GPU" + std::to_string(ordinal)))];
+    const Node& gpu =
+        seen.nodes[static_cast<size_t>(node_named(seen, "GPU" + std::to_string(ordinal)))];
     EXPECT_EQ(gpu.os_index, ordinal);
     EXPECT_EQ(gpu.pci_bus_id, bus_of(shown[ordinal])) << "runtime ordinal " << ordinal;
   }

@@ -86,8 +86,8 @@ TEST(ChorusTrain, StopsSavesAndResumesOnAnotherMesh) {
   const CommandResult whole = run_command(train(4, flags + "--steps 6 --dp 2 --pp 2 --zero 1"));
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
   // Stopped at step 3 of a 6-step schedule; the checkpoint remembers the schedule's length.
-  const CommandResult first = run_command(train(
-      4, flags + "--lr-steps 6 --steps 3 --dp 2 --pp 2 --zero 1 --save " + dir + "/ckpt"));
+  const CommandResult first = run_command(
+      train(4, flags + "--lr-steps 6 --steps 3 --dp 2 --pp 2 --zero 1 --save " + dir + "/ckpt"));
   ASSERT_EQ(first.exit_code, 0) << first.out;
   EXPECT_NE(first.out.find("saved " + dir + "/ckpt at step 3"), std::string::npos) << first.out;
   const CommandResult second =

@@ -93,7 +93,8 @@ std::vector<RankProcess> start_ranks(const Options& options, const JobLayout& la
                                      const StoreListener* listener, TaggedOutput& output,
                                      ExitQueue& exits, JobGuard& guard) {
   std::vector<RankProcess> ranks;
-  const std::vector<std::vector<int>> cpus = local_cpu_binding(options.bind, options.nproc_per_node);
+  const std::vector<std::vector<int>> cpus =
+      local_cpu_binding(options.bind, options.nproc_per_node);
   try {
     for (int local = 0; local < options.nproc_per_node; ++local) {
       const int rank = layout.global_rank(local);

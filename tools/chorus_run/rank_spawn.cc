@@ -108,7 +108,8 @@ pid_t spawn_rank(const SpawnSpec& spec) {
   const pid_t parent = ::getpid();
 
   const pid_t pid = CHORUS_SYSCALL(::fork());
-  if (pid == 0) exec_child(spec, argv.data(), envp.data(), bind, parent, error_pipe.write_end.get());
+  if (pid == 0)
+    exec_child(spec, argv.data(), envp.data(), bind, parent, error_pipe.write_end.get());
 
   // A successful exec closes the write end (close-on-exec): EOF. A failed one sends errno first.
   error_pipe.write_end.reset();

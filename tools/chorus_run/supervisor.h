@@ -83,5 +83,4 @@ class Supervisor {
 // Kills every running rank's process group and reaps it (used when the job cannot start).
 void kill_and_reap(std::vector<RankProcess>& ranks);
 
-
 }  // namespace chorus::run

@@ -1,6 +1,7 @@
 // chorus-tune: measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast,
-// reduce, gather and scatter at sizes from 8 B up, on this machine with this many ranks, and writes the curves to
-// the tune table the selector reads (chorus/tools/tune_table.h). Run it under a launcher:
+// reduce, gather and scatter at sizes from 8 B up, on this machine with this many ranks, and writes
+// the curves to the tune table the selector reads (chorus/tools/tune_table.h). Run it under a
+// launcher:
 //
 //   chorus-run -n 2 chorus-tune            # writes ~/.cache/chorus/tune-<host>.txt
 //   chorus-tune --show                     # the table in effect, with alpha/beta per curve
@@ -92,7 +93,8 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--max-bytes") {
       const std::string v = value();
       auto b = parse_size(v);
-      if (!b || *b < 8) usage_error("--max-bytes expects a size of at least 8 bytes, got '" + v + "'");
+      if (!b || *b < 8)
+        usage_error("--max-bytes expects a size of at least 8 bytes, got '" + v + "'");
       o.max_bytes = static_cast<size_t>(*b);
     } else if (arg == "--colls") {
       o.colls.clear();
@@ -112,7 +114,8 @@ Options parse(int argc, char** argv) {
       std::stringstream list(value());
       std::string name;
       while (std::getline(list, name, ',')) {
-        if (!tools::is_algorithm_name(name)) usage_error("unknown algorithm '" + name + "' in --algos");
+        if (!tools::is_algorithm_name(name))
+          usage_error("unknown algorithm '" + name + "' in --algos");
         o.algos.push_back(name);
       }
       if (o.algos.empty()) usage_error("--algos names no algorithm");
@@ -155,14 +158,29 @@ void call(Communicator& comm, Collective c, const float* send, float* recv, size
           bool in_place = false) {
   if (in_place) send = recv;
   switch (c) {
-    case Collective::kAllReduce: comm.all_reduce(send, recv, count, DataType::kF32, ReduceOp::kSum); break;
-    case Collective::kReduceScatter: comm.reduce_scatter(send, recv, count, DataType::kF32, ReduceOp::kSum); break;
-    case Collective::kAllGather: comm.all_gather(send, recv, count, DataType::kF32); break;
-    case Collective::kBroadcast: comm.broadcast(send, recv, count, DataType::kF32, 0); break;
-    case Collective::kReduce: comm.reduce(send, recv, count, DataType::kF32, ReduceOp::kSum, 0); break;
-    case Collective::kGather: comm.gather(send, recv, count, DataType::kF32, 0); break;
-    case Collective::kScatter: comm.scatter(send, recv, count, DataType::kF32, 0); break;
-    default: break;
+    case Collective::kAllReduce:
+      comm.all_reduce(send, recv, count, DataType::kF32, ReduceOp::kSum);
+      break;
+    case Collective::kReduceScatter:
+      comm.reduce_scatter(send, recv, count, DataType::kF32, ReduceOp::kSum);
+      break;
+    case Collective::kAllGather:
+      comm.all_gather(send, recv, count, DataType::kF32);
+      break;
+    case Collective::kBroadcast:
+      comm.broadcast(send, recv, count, DataType::kF32, 0);
+      break;
+    case Collective::kReduce:
+      comm.reduce(send, recv, count, DataType::kF32, ReduceOp::kSum, 0);
+      break;
+    case Collective::kGather:
+      comm.gather(send, recv, count, DataType::kF32, 0);
+      break;
+    case Collective::kScatter:
+      comm.scatter(send, recv, count, DataType::kF32, 0);
+      break;
+    default:
+      break;
   }
 }
 
@@ -222,9 +240,9 @@ class Tuner {
       for (size_t bytes : sizes_)
         for (size_t i = 0; i < algos.size(); ++i)
           curves[i].push_back(
-              {bytes, measure(c, algos[i].algorithm,
-                              tools::count_for_selection_bytes(c, bytes, DataType::kF32, n_),
-                              in_place)});
+              {bytes,
+               measure(c, algos[i].algorithm,
+                       tools::count_for_selection_bytes(c, bytes, DataType::kF32, n_), in_place)});
       for (size_t i = 0; i < algos.size(); ++i)
         measured.add(n_, c, algos[i].algorithm, std::move(curves[i]), in_place);
     }

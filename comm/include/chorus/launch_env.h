@@ -30,9 +30,9 @@ struct LaunchEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string launcher;            // "chorus", "torchrun", "slurm", "openmpi", or "none"
-  std::optional<int> store_fd;     // CHORUS_STORE_FD: a listening socket rank 0 adopts
-  std::string job_id;              // CHORUS_JOB_ID (chorus-run sets it), else empty
+  std::string launcher;         // "chorus", "torchrun", "slurm", "openmpi", or "none"
+  std::optional<int> store_fd;  // CHORUS_STORE_FD: a listening socket rank 0 adopts
+  std::string job_id;           // CHORUS_JOB_ID (chorus-run sets it), else empty
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;

@@ -39,7 +39,8 @@ class TcpStoreServer {
  public:
   // Listens on host:port (port 0 = the kernel picks one; see port()).
   TcpStoreServer(const std::string& host, int port);
-  // Adopts an already listening socket (e.g. one inherited from chorus-run through CHORUS_STORE_FD).
+  // Adopts an already listening socket (e.g. one inherited from chorus-run through
+  // CHORUS_STORE_FD).
   static std::unique_ptr<TcpStoreServer> adopt(int listen_fd);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
@@ -85,10 +86,18 @@ class PrefixStore : public Store {
  public:
   PrefixStore(std::shared_ptr<Store> base, std::string prefix)
       : base_(std::move(base)), prefix_(std::move(prefix)) {}
-  void set(const std::string& key, const std::string& value) override { base_->set(prefix_ + key, value); }
-  std::string get(const std::string& key, Millis timeout) override { return base_->get(prefix_ + key, timeout); }
-  std::optional<std::string> try_get(const std::string& key) override { return base_->try_get(prefix_ + key); }
-  int64_t add(const std::string& key, int64_t delta) override { return base_->add(prefix_ + key, delta); }
+  void set(const std::string& key, const std::string& value) override {
+    base_->set(prefix_ + key, value);
+  }
+  std::string get(const std::string& key, Millis timeout) override {
+    return base_->get(prefix_ + key, timeout);
+  }
+  std::optional<std::string> try_get(const std::string& key) override {
+    return base_->try_get(prefix_ + key);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return base_->add(prefix_ + key, delta);
+  }
   bool remove(const std::string& key) override { return base_->remove(prefix_ + key); }
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
 

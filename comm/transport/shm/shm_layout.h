@@ -88,7 +88,12 @@ struct FifoCtrl {
   alignas(64) std::atomic<uint64_t> assist;
   uint64_t assist_offset, assist_bytes, assist_addr;
 };
-enum Assist : uint64_t { kAssistOffered = 1, kAssistTaken = 2, kAssistDone = 3, kAssistRevoked = 0 };
+enum Assist : uint64_t {
+  kAssistOffered = 1,
+  kAssistTaken = 2,
+  kAssistDone = 3,
+  kAssistRevoked = 0
+};
 
 // In the writer's segment, one per reader: slots of the writer's fan buffer that reader consumed.
 struct FanCtrl {

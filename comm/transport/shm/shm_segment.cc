@@ -20,10 +20,11 @@ namespace {
   struct statvfs st {};
   std::string avail = "unknown";
   if (::statvfs("/dev/shm", &st) == 0)
-    avail = std::to_string(static_cast<unsigned long long>(st.f_bavail) * st.f_frsize >> 20) + " MiB";
+    avail =
+        std::to_string(static_cast<unsigned long long>(st.f_bavail) * st.f_frsize >> 20) + " MiB";
   throw Error(ErrorKind::kSystem,
-              detail::concat("cannot size shared memory segment /dev/shm", name, " to ", bytes >> 20,
-                             " MiB (", std::strerror(err), "); /dev/shm has ", avail,
+              detail::concat("cannot size shared memory segment /dev/shm", name, " to ",
+                             bytes >> 20, " MiB (", std::strerror(err), "); /dev/shm has ", avail,
                              " free. Free space in /dev/shm or enlarge it (docker: --shm-size=1g; "
                              "or lower CHORUS_SHM_SLOT_BYTES / CHORUS_SHM_DEPTH / "
                              "CHORUS_SHM_FAN_SLOT_BYTES / CHORUS_SHM_FAN_DEPTH)"));
@@ -41,8 +42,9 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   const UniqueFd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
   if (!fd) {
     if (errno == EACCES || errno == EROFS)
-      throw Error(ErrorKind::kSystem, "/dev/shm is not writable (" + std::string(std::strerror(errno)) +
-                                          "): chorus needs a writable /dev/shm for same-host ranks");
+      throw Error(ErrorKind::kSystem,
+                  "/dev/shm is not writable (" + std::string(std::strerror(errno)) +
+                      "): chorus needs a writable /dev/shm for same-host ranks");
     if (errno == EEXIST)
       throw ShmSegmentExists("shared memory segment /dev/shm" + name + " already exists");
     throw_system_error("shm_open(" + name + ", O_CREAT|O_EXCL)", errno);

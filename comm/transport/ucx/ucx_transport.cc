@@ -54,7 +54,8 @@ std::string hex(const void* data, size_t n) {
 std::vector<uint8_t> unhex(const std::string& s) {
   auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
   std::vector<uint8_t> out(s.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(v(s[2 * i]) << 4 | v(s[2 * i + 1]));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>(v(s[2 * i]) << 4 | v(s[2 * i + 1]));
   return out;
 }
 
@@ -124,7 +125,8 @@ class UcxLink : public Link {
       return moved;
     if (data_status_ != UCS_OK) t_.throw_peer_error(peer_, data_status_, "a receive");
     if (r.kind == Request::Kind::kRecvReduce)
-      kernels::reduce(r.dtype, r.op, r.dst, r.local, staging_.data(), r.bytes / dtype_size(r.dtype));
+      kernels::reduce(r.dtype, r.op, r.dst, r.local, staging_.data(),
+                      r.bytes / dtype_size(r.dtype));
     r.done = true;
     return true;
   }
@@ -144,8 +146,10 @@ class UcxLink : public Link {
     bool busy = false;
     for (void** req : {&recv_req_[0], &recv_req_[1], &send_req_[0], &send_req_[1]}) {
       if (*req == nullptr) continue;
-      if (ucp_request_check_status(*req) == UCS_INPROGRESS) busy = true;
-      else release(*req);
+      if (ucp_request_check_status(*req) == UCS_INPROGRESS)
+        busy = true;
+      else
+        release(*req);
     }
     return busy;
   }
@@ -196,9 +200,13 @@ class UcxLink : public Link {
   void check_header(const Request& r) {
     if (hdr_len_ != sizeof(WireHeader))
       throw Error(ErrorKind::kTransport,
-                  detail::concat("rank ", peer_, " sent a ", hdr_len_, "-byte message header "
-                                 "(expected ", sizeof(WireHeader), "): not a chorus peer of the "
-                                 "same version?"), -1, {}, -1, peer_);
+                  detail::concat("rank ", peer_, " sent a ", hdr_len_,
+                                 "-byte message header "
+                                 "(expected ",
+                                 sizeof(WireHeader),
+                                 "): not a chorus peer of the "
+                                 "same version?"),
+                  -1, {}, -1, peer_);
     if (!(recv_hdr_.stamp == r.stamp)) {
       cancel_receives();
       throw StampMismatch{peer_, recv_hdr_.stamp, r.stamp};
@@ -206,9 +214,13 @@ class UcxLink : public Link {
     if (recv_hdr_.bytes != r.bytes) {
       cancel_receives();
       throw Error(ErrorKind::kMismatch,
-                  detail::concat("rank ", peer_, " sent a ", recv_hdr_.bytes, "-byte message where "
-                                 "this rank expected ", r.bytes, " bytes (the ranks called different "
-                                 "collectives, counts or types)"), -1, {}, -1, peer_);
+                  detail::concat("rank ", peer_, " sent a ", recv_hdr_.bytes,
+                                 "-byte message where "
+                                 "this rank expected ",
+                                 r.bytes,
+                                 " bytes (the ranks called different "
+                                 "collectives, counts or types)"),
+                  -1, {}, -1, peer_);
     }
   }
   UcxTransport& t_;
@@ -230,8 +242,13 @@ void UcxTransport::on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
 
 UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers, Store& store,
                            std::chrono::milliseconds timeout)
-    : rank_(rank), world_size_(world_size), store_(store), peers_(peers.begin(), peers.end()),
-      hosts_(world_size), ep_status_(world_size, UCS_OK), left_(world_size),
+    : rank_(rank),
+      world_size_(world_size),
+      store_(store),
+      peers_(peers.begin(), peers.end()),
+      hosts_(world_size),
+      ep_status_(world_size, UCS_OK),
+      left_(world_size),
       left_seen_(world_size) {
   h_.ep_status = &ep_status_;
   sleep_cap_ns_ = std::max<long>(1000, static_cast<long>(kSleepUs.get()) * 1000);
@@ -258,7 +275,8 @@ UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers,
 
   ucp_address_t* address = nullptr;
   size_t address_len = 0;
-  check_ucs(ucp_worker_get_address(worker_, &address, &address_len), "ucp_worker_get_address", rank);
+  check_ucs(ucp_worker_get_address(worker_, &address, &address_len), "ucp_worker_get_address",
+            rank);
   store.set("ucx/addr/" + std::to_string(rank), hex(address, address_len));
   ucp_worker_release_address(worker_, address);
 
@@ -405,7 +423,8 @@ void UcxTransport::abandon() {
     ucp_request_free(req);
   }
   if (!settled)
-    CHORUS_WARN(kLogUcx, "ucx: rank ", rank_, ": transfers of the failed operation did not end "
+    CHORUS_WARN(kLogUcx, "ucx: rank ", rank_,
+                ": transfers of the failed operation did not end "
                 "after its endpoints were closed");
 }
 
@@ -417,8 +436,10 @@ void UcxTransport::endpoint_failed(int peer, ucs_status_t status) {
 }
 
 void UcxTransport::throw_peer_error(int peer, ucs_status_t status, const char* what) const {
-  throw PeerFailure(detail::concat("rank ", peer, " (host ", hosts_[peer], ") is unreachable over "
-                                   "UCX: ", what, " failed with '", ucs_status_string(status),
+  throw PeerFailure(detail::concat("rank ", peer, " (host ", hosts_[peer],
+                                   ") is unreachable over "
+                                   "UCX: ",
+                                   what, " failed with '", ucs_status_string(status),
                                    "' (its process died, or the network between the hosts "
                                    "failed)"),
                     -1, {}, -1, peer);
@@ -503,7 +524,8 @@ std::string UcxTransport::why_gone(int p) {
                           " operations while this rank still waits for it (did it stop calling "
                           "early, e.g. a shorter loop?)");
   return detail::concat("rank ", p, " (host ", hosts_[p], ") is gone: UCX reported '",
-                        ucs_status_string(ep_status_[p]), "' on its endpoint (its process died, "
+                        ucs_status_string(ep_status_[p]),
+                        "' on its endpoint (its process died, "
                         "or the network between the hosts failed)");
 }
 

@@ -62,7 +62,10 @@ class UcxTransport : public Transport, public Waiter {
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
   std::string why_gone(int peer) override;
   void check_alarm() override;
-  void publish_current(const OpStamp& stamp) override { current_ = stamp; published_ = false; }
+  void publish_current(const OpStamp& stamp) override {
+    current_ = stamp;
+    published_ = false;
+  }
   void announce_failure(int cause_rank, std::string_view text) override;
   void announce_exit() override;
   bool process_alive(int peer) override;
@@ -107,13 +110,13 @@ class UcxTransport : public Transport, public Waiter {
   int world_size_;
   Store& store_;
   std::vector<int> peers_;
-  std::vector<std::string> hosts_;              // per rank: host id, for messages
+  std::vector<std::string> hosts_;  // per rank: host id, for messages
   // Touched by the endpoint error callback, so declared before h_ (alive while it closes).
-  std::vector<ucs_status_t> ep_status_;         // per rank: UCS_OK until the endpoint fails
+  std::vector<ucs_status_t> ep_status_;  // per rank: UCS_OK until the endpoint fails
   std::vector<std::unique_ptr<ErrorArg>> err_args_;
-  std::vector<std::string> left_;               // per rank: its "left" notice, once read
+  std::vector<std::string> left_;  // per rank: its "left" notice, once read
   std::vector<std::chrono::steady_clock::time_point> left_seen_;  // ... and when it was read
-  std::optional<std::string> failure_;          // first published peer failure seen
+  std::optional<std::string> failure_;  // first published peer failure seen
   int failure_rank_ = -1;
   int64_t changes_seen_ = 0;
   OpStamp current_;

@@ -1,8 +1,8 @@
 // chorus — environment knobs, each declared once with a name, a type, a default and a line of
 // description (like NCCL_PARAM). `chorus-run --print-env` lists them all.
 //
-//   inline const chorus::IntKnob kSlotBytes{"CHORUS_SHM_SLOT_BYTES", 1 << 17, "shm FIFO slot size"};
-//   size_t b = kSlotBytes.get();   // env value, or the default; a malformed value throws
+//   inline const chorus::IntKnob kSlotBytes{"CHORUS_SHM_SLOT_BYTES", 1 << 17, "shm FIFO slot
+//   size"}; size_t b = kSlotBytes.get();   // env value, or the default; a malformed value throws
 //
 // Values are read from the environment on each get(): read them at set-up, not on hot paths.
 #pragma once

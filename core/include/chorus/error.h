@@ -91,12 +91,12 @@ std::string concat(const Args&... args) {
 }  // namespace chorus
 
 // CHORUS_CHECK(cond, parts...): internal invariant; throws kInternal with the place.
-#define CHORUS_CHECK(cond, ...)                                                                \
-  do {                                                                                         \
-    if (!(cond)) [[unlikely]]                                                                  \
-      ::chorus::detail::check_failed(__FILE__, __LINE__,                                       \
-                                     ::chorus::detail::concat("check failed: " #cond " ",      \
-                                                              ##__VA_ARGS__));                 \
+#define CHORUS_CHECK(cond, ...)                                                 \
+  do {                                                                          \
+    if (!(cond)) [[unlikely]]                                                   \
+      ::chorus::detail::check_failed(                                           \
+          __FILE__, __LINE__,                                                   \
+          ::chorus::detail::concat("check failed: " #cond " ", ##__VA_ARGS__)); \
   } while (0)
 
 // CHORUS_CHECK_EQ(a, b, parts...) and friends print both values.
@@ -107,8 +107,8 @@ std::string concat(const Args&... args) {
     if (!(chorus_a_ op chorus_b_)) [[unlikely]]                                                \
       ::chorus::detail::check_failed(                                                          \
           __FILE__, __LINE__,                                                                  \
-          ::chorus::detail::concat("check failed: " #a " " #op " " #b " (", chorus_a_,        \
-                                   " vs ", chorus_b_, ") ", ##__VA_ARGS__));                   \
+          ::chorus::detail::concat("check failed: " #a " " #op " " #b " (", chorus_a_, " vs ", \
+                                   chorus_b_, ") ", ##__VA_ARGS__));                           \
   } while (0)
 #define CHORUS_CHECK_EQ(a, b, ...) CHORUS_CHECK_OP_(a, b, ==, ##__VA_ARGS__)
 #define CHORUS_CHECK_NE(a, b, ...) CHORUS_CHECK_OP_(a, b, !=, ##__VA_ARGS__)
@@ -117,17 +117,17 @@ std::string concat(const Args&... args) {
 #define CHORUS_CHECK_GE(a, b, ...) CHORUS_CHECK_OP_(a, b, >=, ##__VA_ARGS__)
 
 // CHORUS_ARG_CHECK(cond, parts...): validates a caller's argument; throws InvalidArgument.
-#define CHORUS_ARG_CHECK(cond, ...)                                                            \
-  do {                                                                                         \
-    if (!(cond)) [[unlikely]]                                                                  \
-      throw ::chorus::InvalidArgument(::chorus::detail::concat(__VA_ARGS__));                  \
+#define CHORUS_ARG_CHECK(cond, ...)                                           \
+  do {                                                                        \
+    if (!(cond)) [[unlikely]]                                                 \
+      throw ::chorus::InvalidArgument(::chorus::detail::concat(__VA_ARGS__)); \
   } while (0)
 
 // CHORUS_SYSCALL(expr): evaluates a POSIX call returning -1 on error; throws kSystem naming it.
-#define CHORUS_SYSCALL(expr)                                                                   \
-  ([&]() {                                                                                     \
-    auto chorus_r_ = (expr);                                                                   \
-    if (chorus_r_ == -1) [[unlikely]]                                                          \
-      ::chorus::throw_system_error(#expr, errno);                                              \
-    return chorus_r_;                                                                          \
+#define CHORUS_SYSCALL(expr)                      \
+  ([&]() {                                        \
+    auto chorus_r_ = (expr);                      \
+    if (chorus_r_ == -1) [[unlikely]]             \
+      ::chorus::throw_system_error(#expr, errno); \
+    return chorus_r_;                             \
   }())

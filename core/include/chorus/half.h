@@ -16,7 +16,11 @@ struct Half {
   Half() = default;
   explicit Half(float f);
   explicit operator float() const;
-  static Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
+  static Half from_bits(uint16_t b) {
+    Half h;
+    h.bits = b;
+    return h;
+  }
 };
 
 struct BFloat16 {
@@ -24,18 +28,29 @@ struct BFloat16 {
   BFloat16() = default;
   explicit BFloat16(float f);
   explicit operator float() const;
-  static BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
+  static BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
 };
 
-template <> struct DataTypeOf<Half> { static constexpr DataType value = DataType::kF16; };
-template <> struct DataTypeOf<BFloat16> { static constexpr DataType value = DataType::kBF16; };
+template <>
+struct DataTypeOf<Half> {
+  static constexpr DataType value = DataType::kF16;
+};
+template <>
+struct DataTypeOf<BFloat16> {
+  static constexpr DataType value = DataType::kBF16;
+};
 
 inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
 
 inline uint16_t float_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                    // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 
@@ -57,7 +72,8 @@ inline uint16_t float_to_half(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((abs >> 13) & 0x3ffu);  // NaN
+  if (abs > 0x7f800000u)
+    return sign | 0x7e00u | static_cast<uint16_t>((abs >> 13) & 0x3ffu);  // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: infinity
   if (abs < 0x38800000u) {
     // Result is subnormal (or zero): value / 2^-24 rounded to nearest even integer.

@@ -33,11 +33,11 @@ void log_line(LogLevel level, uint32_t subsys, std::string_view text);
 
 }  // namespace chorus
 
-#define CHORUS_LOG(level, subsys, ...)                                                    \
-  do {                                                                                    \
-    if (::chorus::log_enabled(::chorus::LogLevel::level, ::chorus::subsys))               \
-      ::chorus::log_line(::chorus::LogLevel::level, ::chorus::subsys,                     \
-                         ::chorus::detail::concat(__VA_ARGS__));                          \
+#define CHORUS_LOG(level, subsys, ...)                                      \
+  do {                                                                      \
+    if (::chorus::log_enabled(::chorus::LogLevel::level, ::chorus::subsys)) \
+      ::chorus::log_line(::chorus::LogLevel::level, ::chorus::subsys,       \
+                         ::chorus::detail::concat(__VA_ARGS__));            \
   } while (0)
 #define CHORUS_WARN(subsys, ...) CHORUS_LOG(kWarn, subsys, __VA_ARGS__)
 #define CHORUS_INFO(subsys, ...) CHORUS_LOG(kInfo, subsys, __VA_ARGS__)

@@ -33,7 +33,7 @@ enum class ReduceOp : uint8_t {
   kCount,
 };
 
-inline constexpr DataType kAllDataTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16,
+inline constexpr DataType kAllDataTypes[] = {DataType::kF32,  DataType::kF64, DataType::kF16,
                                              DataType::kBF16, DataType::kI8,  DataType::kU8,
                                              DataType::kI32,  DataType::kI64};
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin,
@@ -42,20 +42,33 @@ inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd, Re
 // Bytes per element; 0 for an invalid value (callers validate with is_valid first).
 constexpr size_t dtype_size(DataType t) {
   switch (t) {
-    case DataType::kF32: return 4;
-    case DataType::kF64: return 8;
-    case DataType::kF16: return 2;
-    case DataType::kBF16: return 2;
-    case DataType::kI8: return 1;
-    case DataType::kU8: return 1;
-    case DataType::kI32: return 4;
-    case DataType::kI64: return 8;
-    default: return 0;
+    case DataType::kF32:
+      return 4;
+    case DataType::kF64:
+      return 8;
+    case DataType::kF16:
+      return 2;
+    case DataType::kBF16:
+      return 2;
+    case DataType::kI8:
+      return 1;
+    case DataType::kU8:
+      return 1;
+    case DataType::kI32:
+      return 4;
+    case DataType::kI64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
-constexpr bool is_valid(DataType t) { return static_cast<uint8_t>(t) < static_cast<uint8_t>(DataType::kCount); }
-constexpr bool is_valid(ReduceOp op) { return static_cast<uint8_t>(op) < static_cast<uint8_t>(ReduceOp::kCount); }
+constexpr bool is_valid(DataType t) {
+  return static_cast<uint8_t>(t) < static_cast<uint8_t>(DataType::kCount);
+}
+constexpr bool is_valid(ReduceOp op) {
+  return static_cast<uint8_t>(op) < static_cast<uint8_t>(ReduceOp::kCount);
+}
 constexpr bool is_floating(DataType t) {
   return t == DataType::kF32 || t == DataType::kF64 || t == DataType::kF16 || t == DataType::kBF16;
 }
@@ -69,13 +82,33 @@ std::optional<DataType> parse_dtype(std::string_view name);
 std::optional<ReduceOp> parse_reduce_op(std::string_view name);
 
 // Maps a C++ element type to its DataType (for the typed-span overloads).
-template <class T> struct DataTypeOf;
-template <> struct DataTypeOf<float> { static constexpr DataType value = DataType::kF32; };
-template <> struct DataTypeOf<double> { static constexpr DataType value = DataType::kF64; };
-template <> struct DataTypeOf<int8_t> { static constexpr DataType value = DataType::kI8; };
-template <> struct DataTypeOf<uint8_t> { static constexpr DataType value = DataType::kU8; };
-template <> struct DataTypeOf<int32_t> { static constexpr DataType value = DataType::kI32; };
-template <> struct DataTypeOf<int64_t> { static constexpr DataType value = DataType::kI64; };
-template <class T> inline constexpr DataType kDataTypeOf = DataTypeOf<T>::value;
+template <class T>
+struct DataTypeOf;
+template <>
+struct DataTypeOf<float> {
+  static constexpr DataType value = DataType::kF32;
+};
+template <>
+struct DataTypeOf<double> {
+  static constexpr DataType value = DataType::kF64;
+};
+template <>
+struct DataTypeOf<int8_t> {
+  static constexpr DataType value = DataType::kI8;
+};
+template <>
+struct DataTypeOf<uint8_t> {
+  static constexpr DataType value = DataType::kU8;
+};
+template <>
+struct DataTypeOf<int32_t> {
+  static constexpr DataType value = DataType::kI32;
+};
+template <>
+struct DataTypeOf<int64_t> {
+  static constexpr DataType value = DataType::kI64;
+};
+template <class T>
+inline constexpr DataType kDataTypeOf = DataTypeOf<T>::value;
 
 }  // namespace chorus

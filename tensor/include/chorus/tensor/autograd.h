@@ -31,8 +31,8 @@
 namespace chorus::tensor {
 
 struct Edge {
-  std::shared_ptr<Node> node;         // set for an interior input
-  std::shared_ptr<TensorImpl> leaf;   // set for a leaf that requires grad
+  std::shared_ptr<Node> node;        // set for an interior input
+  std::shared_ptr<TensorImpl> leaf;  // set for a leaf that requires grad
   bool needed() const { return node || leaf; }
 };
 

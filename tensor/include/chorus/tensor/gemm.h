@@ -29,9 +29,8 @@
 
 namespace chorus::tensor {
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc);
@@ -40,9 +39,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
           const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c,
           int64_t ldc);
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-          const Half* a, int64_t lda, const Half* b, int64_t ldb, float beta, float* c,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Half* a,
+          int64_t lda, const Half* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 struct GemmBackendInfo {
   std::string name;
@@ -68,7 +66,8 @@ std::string bf16_gemm_mode();
 void set_bf16_gemm_mode(const std::string& mode);
 // Chooses both without measuring, by a fixed rule, so that a run repeated makes the same choice:
 // the backends the knobs force, else "builtin" for f32 and "native" for every bf16 class where
-// the CPU has it. (The deterministic mode of the parallel layer pins them; timing could pick differently.)
+// the CPU has it. (The deterministic mode of the parallel layer pins them; timing could pick
+// differently.)
 void pin_gemm_choices();
 
 // Threads used by parallel regions (GEMM and our kernels).

@@ -119,7 +119,8 @@ class Module {
   static std::string demangle(const char* name);
   void add_child(std::string name, std::shared_ptr<Module> module, std::string type, Assign assign);
   void collect(const std::string& prefix, NamedTensors& out) const;
-  void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, Module*>>& out);
+  void collect_modules(const std::string& prefix,
+                       std::vector<std::pair<std::string, Module*>>& out);
   void init_recursive(const std::string& prefix, uint64_t seed);
   NamedTensors params_;
   std::vector<Child> children_;

@@ -15,13 +15,13 @@
 namespace chorus::tensor {
 
 // ---- element-wise ---------------------------------------------------------------------------
-Tensor add(const Tensor& a, const Tensor& b);     // same shape
-Tensor sub(const Tensor& a, const Tensor& b);     // same shape
-Tensor mul(const Tensor& a, const Tensor& b);     // same shape
-Tensor scale(const Tensor& a, double factor);     // a * factor
+Tensor add(const Tensor& a, const Tensor& b);  // same shape
+Tensor sub(const Tensor& a, const Tensor& b);  // same shape
+Tensor mul(const Tensor& a, const Tensor& b);  // same shape
+Tensor scale(const Tensor& a, double factor);  // a * factor
 // x (..., C) + bias (C) on every row (the bias of a layer whose product is computed apart).
 Tensor add_bias(const Tensor& x, const Tensor& bias);
-Tensor gelu(const Tensor& x);                     // tanh approximation (GPT-2)
+Tensor gelu(const Tensor& x);  // tanh approximation (GPT-2)
 // Zeroes each element with probability p (mask from key at the element's row-major index) and
 // scales the rest by 1/(1-p). p == 0 returns x unchanged.
 Tensor dropout(const Tensor& x, double p, RngKey key);
@@ -52,8 +52,9 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // causal_attention on the q/k/v views, transposed back to (B, T, C), without the copies.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t heads);
 
-// ---- loss ------------------------------------------------------------------------------------------
-// Mean over N of -log softmax(logits[n])[targets[n]]: logits (N, V), targets (N) i32/i64 -> ().
+// ---- loss
+// ------------------------------------------------------------------------------------------ Mean
+// over N of -log softmax(logits[n])[targets[n]]: logits (N, V), targets (N) i32/i64 -> ().
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 
 // Vocabulary-parallel form: this rank holds logits[:, vocab_start : vocab_start + Vs].

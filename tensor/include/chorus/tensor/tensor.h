@@ -182,8 +182,8 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
 template <class T>
 T* Tensor::data() const {
   CHORUS_ARG_CHECK(defined(), "data() of an undefined tensor");
-  CHORUS_ARG_CHECK(dtype() == kDataTypeOf<T>, "data<", to_string(kDataTypeOf<T>),
-                   ">() of a ", to_string(dtype()), " tensor");
+  CHORUS_ARG_CHECK(dtype() == kDataTypeOf<T>, "data<", to_string(kDataTypeOf<T>), ">() of a ",
+                   to_string(dtype()), " tensor");
   return static_cast<T*>(data_ptr());
 }
 
