@@ -92,7 +92,9 @@ def shrink_tune(args):
 
 
 def shrink_roofline(args):
-    args += ["--bytes", "64K", "--iters", "2", "--warmup", "1"]
+    args += ["--bytes", "64K", "--iters", "2"]
+    if "--all-reduce" in args:  # --warmup belongs to --all-reduce only
+        args += ["--warmup", "1"]
 
 
 def shrink_kernels(args):
