@@ -62,8 +62,10 @@ def main():
     for b in (args.build_a, args.build_b):
         if not (Path(b) / "bin/chorus-bench").exists():
             sys.exit(f"ab_builds: no {b}/bin/chorus-bench (ninja -C {b} chorus-bench chorus-run)")
-    cells = [(int(n), c, parse_size(s)) for n in args.np.split(",") for c in args.colls.split(",")
-             for s in args.sizes.split(",")]
+    # A size chorus-bench cannot split over the ranks (8 B of floats over 4 ranks' all_gather)
+    # runs at the smallest one it can: one element per rank.
+    cells = [(int(n), c, max(parse_size(s), 4 * int(n) if c != "all_reduce" else 4))
+             for n in args.np.split(",") for c in args.colls.split(",") for s in args.sizes.split(",")]
     times = {cell: ([], []) for cell in cells}
     algos = {}
     for r in range(args.rounds):
