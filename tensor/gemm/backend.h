@@ -73,7 +73,6 @@ enum class Bf16Method : uint8_t { kNative, kDnnl, kF32 };
 constexpr int kBf16Classes = 8;
 int bf16_shape_class(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
 Bf16Method bf16_method(int shape_class);
-const char* bf16_method_name(Bf16Method m);
 // Whether autocast operands are stored as bf16 (some class runs native or dnnl) or as f32
 // holding the rounded values (every class runs f32).
 bool bf16_operands_as_bf16();

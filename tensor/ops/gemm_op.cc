@@ -44,11 +44,6 @@ Tensor widened(const Tensor& x) {
   return out;
 }
 
-// c (+)= round(p), or round c in place when p is c.
-void round_product(DataType dtype, float* c, const float* p, int64_t count, bool accumulate) {
-  cpu::round_to(c, p, count, dtype, accumulate);
-}
-
 }  // namespace
 
 void mm_lowp(DataType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a,
@@ -63,12 +58,12 @@ void mm_lowp(DataType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
       case gemm_impl::Bf16Method::kDnnl: {
         if (!accumulate) {
           gemm_impl::dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, c, n);
-          round_product(dtype, c, c, m * n, false);
+          cpu::round_to(c, c, m * n, dtype, false);
           return;
         }
         Tensor prod = Tensor::empty({m, n});
         gemm_impl::dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, prod.data<float>(), n);
-        round_product(dtype, c, prod.data<float>(), m * n, true);
+        cpu::round_to(c, prod.data<float>(), m * n, dtype, true);
         return;
       }
       case gemm_impl::Bf16Method::kF32:
@@ -79,13 +74,13 @@ void mm_lowp(DataType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
   // f32 operands holding rounded values (to_lowp): f32 GEMM, then round the product.
   if (!accumulate) {
     gemm(ta, tb, m, n, k, 1.f, a.data<float>(), lda, b.data<float>(), ldb, 0.f, c, n);
-    round_product(dtype, c, c, m * n, false);
+    cpu::round_to(c, c, m * n, dtype, false);
     return;
   }
   Tensor prod = Tensor::empty({m, n});
   float* p = prod.data<float>();
   gemm(ta, tb, m, n, k, 1.f, a.data<float>(), lda, b.data<float>(), ldb, 0.f, p, n);
-  round_product(dtype, c, p, m * n, true);
+  cpu::round_to(c, p, m * n, dtype, true);
 }
 
 }  // namespace chorus::tensor
