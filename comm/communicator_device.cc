@@ -84,8 +84,9 @@ Work Communicator::Impl::submit_on_stream(const algo::CollArgs& args, const Memo
     const int64_t limit = kStagingBytes.get();
     CHORUS_ARG_CHECK(limit > 0, "CHORUS_GPU_STAGING_BYTES must be positive, got ", limit);
     const int device = where.device ? where.device_id : gpu::current_device();
-    std::string transport_why;
-    const bool transport_ok = transport && transport->moves_device_memory(&transport_why);
+    const bool transport_ok = transport && transport->capabilities().moves_device_memory;
+    const std::string transport_why =
+        transport && !transport_ok ? transport->capabilities().host_memory_only : "";
     std::string why;
     const GpuPath path =
         choose_gpu_path(parse_gpu_path(kGpuPath.get()), size, transport_ok, transport_why, &why);

@@ -176,7 +176,7 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
           host_of, ring, ring_pos,  stream_from_bytes};
       ctx.rank_order = deterministic;
       entry->run(ctx, op.args);
-      transport->count_completed();
+      transport->monitor().count_completed();
     }
     recorder->finished(op.record, {});
     return nullptr;
@@ -204,7 +204,7 @@ std::exception_ptr Communicator::Impl::fail(Op& op, std::exception_ptr error, co
   const int cause = e.kind() == ErrorKind::kPeerFailure && e.peer() >= 0 ? e.peer() : rank;
   if (owns_bootstrap) report_failure_to_launcher(rank, blamed_rank(e, rank, size));
   if (transport) {
-    transport->announce_failure(cause, e.what());
+    transport->monitor().announce_failure(cause, e.what());
     transport->abandon();
   }
   recorder->finished(op.record, e.what());
@@ -228,7 +228,7 @@ void Communicator::Impl::abort(const std::string& reason) {
   aborted_.store(true, std::memory_order_release);
   if (owns_bootstrap) report_failure_to_launcher(rank, rank);
   if (transport) {
-    transport->announce_failure(rank, detail::concat("rank ", rank, " ", text));
+    transport->monitor().announce_failure(rank, detail::concat("rank ", rank, " ", text));
     transport->waiter().wake();  // this rank's own waiter
   }
 }

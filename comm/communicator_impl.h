@@ -118,7 +118,7 @@ struct Communicator::Impl {
   std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
   size_t chunk_bytes;  // pipelining unit of single-copy operations (rank 0's choice)
   // The same for operations on the FIFO path (algo::Path::kFifo); rank 0's, agreed at set-up.
-  size_t fifo_chunk_bytes = transport::Transport::kDefaultChunkBytes;
+  size_t fifo_chunk_bytes = transport::Capabilities::kDefaultChunkBytes;
   // The size from which the "/fifo" variants differ from the plain ones: rank 0's single-copy
   // threshold when it reads some peer single-copy, else 0 (no "/fifo" variants listed). Rank 0's
   // view, so that every rank lists and chooses the same variants.

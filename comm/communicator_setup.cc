@@ -139,7 +139,7 @@ void Communicator::Impl::set_up(Setup& s) {
                                           WaitPolicy::for_ranks(local_ranks, wiring.host_cpus));
     agree_on_choices();
   }
-  if (chunk_bytes == 0) chunk_bytes = transport::Transport::kDefaultChunkBytes;
+  if (chunk_bytes == 0) chunk_bytes = transport::Capabilities::kDefaultChunkBytes;
   recorder =
       std::make_unique<FlightRecorder>(FlightRecorder::Identity{job_id, comm_id, rank, size}, 0);
   if (exchange) {
@@ -157,7 +157,7 @@ void Communicator::Impl::set_up(Setup& s) {
 void Communicator::Impl::make_selection() {
   selection.caps.world_size = size;
   selection.caps.hosts = hosts;
-  selection.caps.fans_out = transport ? transport->fans_out() : true;
+  selection.caps.fans_out = transport ? transport->capabilities().fans_out : true;
   selection.host_of = host_of;
   selection.deterministic = deterministic;
   selection.tune = tune.get();
@@ -207,13 +207,13 @@ void Communicator::Impl::agree_on_choices() {
   if (rank == 0) {
     // The FIFO path pipelines in the transport's default unit (as when nothing is single copy).
     const size_t fifo_chunk =
-        chunk_bytes != 0 ? chunk_bytes : transport::Transport::kDefaultChunkBytes;
-    if (chunk_bytes == 0) chunk_bytes = transport->preferred_chunk_bytes();
+        chunk_bytes != 0 ? chunk_bytes : transport::Capabilities::kDefaultChunkBytes;
+    if (chunk_bytes == 0) chunk_bytes = transport->capabilities().chunk_bytes;
     algo::TuneTable t = tune ? *tune : algo::load_tune_table();
     // 0 says "no /fifo variants", so a threshold of 0 (everything single copy) counts as 1.
-    const size_t fifo_from = transport->single_copy_anywhere()
-                                 ? std::max<size_t>(1, transport->single_copy_threshold())
-                                 : 0;
+    const size_t single_copy_from = transport->capabilities().single_copy_from;
+    const size_t fifo_from =
+        single_copy_from == SIZE_MAX ? 0 : std::max<size_t>(1, single_copy_from);
     store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
                                          deterministic ? 1 : 0, "\n", t.origin, "\n", t.format()));
   }
@@ -287,13 +287,13 @@ Communicator::Impl::~Impl() {
     // destroyed by an exception unwinding the stack is a failure, not a normal end.
     if (transport) {
       if (std::uncaught_exceptions() > 0)
-        transport->announce_failure(
+        transport->monitor().announce_failure(
             rank, detail::concat("rank ", rank,
                                  " destroyed the communicator while an exception "
                                  "was propagating (the application raised an error) after ",
                                  collectives, " collectives"));
       else
-        transport->announce_exit();
+        transport->monitor().announce_exit();
     }
     say_goodbye();
   }
@@ -327,7 +327,7 @@ void Communicator::Impl::wait_for_goodbyes() {
     while (!pending.empty() && std::chrono::steady_clock::now() < deadline) {
       std::erase_if(pending, [&](int r) {
         return store->try_get("bye/" + std::to_string(r)).has_value() ||
-               (transport && !transport->process_alive(r));
+               (transport && !transport->monitor().process_alive(r));
       });
       if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

@@ -31,8 +31,9 @@ GpuPathSetting parse_gpu_path(std::string_view text);
 std::string_view to_string(GpuPath path);
 
 // The path a communicator's device buffers take. `transport_ok` / `transport_why`: what the
-// transport said (Transport::moves_device_memory). Throws InvalidArgument when the setting is
-// kIpc and IPC is impossible. `why` (optional) says why the result is staging.
+// transport said (transport::Capabilities::moves_device_memory, host_memory_only). Throws
+// InvalidArgument when the setting is kIpc and IPC is impossible. `why` (optional) says why the
+// result is staging.
 GpuPath choose_gpu_path(GpuPathSetting setting, int world_size, bool transport_ok,
                         const std::string& transport_why, std::string* why = nullptr);
 

@@ -34,8 +34,8 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   if (static_cast<Collective>(stamp.coll) != Collective::kSend) {
     history_[history_count_++ % history_.size()] = stamp;
   }
-  transport_.check_alarm();
-  transport_.publish_current(stamp);
+  monitor_.check_alarm();
+  monitor_.publish_current(stamp);
 }
 
 Exchange::RequestId Exchange::post(transport::Request r) {
@@ -120,7 +120,7 @@ Exchange::RequestId Exchange::post_forward(RequestId from, int peer) {
 }
 
 void Exchange::post_fan_out(const void* src, size_t bytes, void* copy_to, bool stream) {
-  CHORUS_CHECK(transport_.fans_out(), "fan-out over the ", transport_.name(), " transport");
+  CHORUS_CHECK(fans_out(), "fan-out over the ", transport_.name(), " transport");
   CHORUS_CHECK(!fanned_out_, "a second fan-out in one operation");
   fanned_out_ = true;
   for (int p = 0; p < static_cast<int>(links_.size()); ++p) {
@@ -138,7 +138,7 @@ void Exchange::post_fan_out(const void* src, size_t bytes, void* copy_to, bool s
 }
 
 Exchange::RequestId Exchange::post_fan_in(int peer, void* dst, size_t bytes, bool stream) {
-  CHORUS_CHECK(transport_.fans_out(), "fan-out over the ", transport_.name(), " transport");
+  CHORUS_CHECK(fans_out(), "fan-out over the ", transport_.name(), " transport");
   transport::Request r;
   r.kind = transport::Request::Kind::kRecv;
   r.shared = true;
@@ -266,13 +266,13 @@ bool Exchange::on_sleep() {
     waiting_->peers = active_;
     waiting_->step = step_;
   }
-  const std::vector<int> gone = transport_.check_peers(active_, stamp_);
+  const std::vector<int> gone = monitor_.check_peers(active_, stamp_);
   if (gone.empty()) return false;
   // Their status was read first, so one more pass sees every message they sent before ending.
   const bool moved = progress();
   for (int p : gone)
     if (!send_q_[p].empty() || !recv_q_[p].empty())
-      throw PeerFailure(transport_.why_gone(p), rank_, op_name_, seq_, p);
+      throw PeerFailure(monitor_.why_gone(p), rank_, op_name_, seq_, p);
   return moved;
 }
 

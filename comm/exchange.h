@@ -32,6 +32,7 @@ class Exchange {
   Exchange(transport::Transport& transport, int rank, int world_size, const WaitPolicy& policy)
       : transport_(transport),
         waiter_(transport.waiter()),
+        monitor_(transport.monitor()),
         rank_(rank),
         links_(world_size, nullptr),
         send_q_(world_size),
@@ -69,12 +70,12 @@ class Exchange {
   // is not read back; elsewhere the send starts once the receive is done.
   RequestId post_forward(RequestId from, int peer);
 
-  // Fan-out (Transport::fans_out(), which is the same on every rank): the same `bytes` at src to
-  // every peer, written once into this rank's shared buffer and copied out of it by each peer;
-  // wait_all() waits for all of them to have it. Every peer receives it with post_fan_in(this
+  // Fan-out (transport::Capabilities::fans_out, which is the same on every rank): the same `bytes`
+  // at src to every peer, written once into this rank's shared buffer and copied out of it by each
+  // peer; wait_all() waits for all of them to have it. Every peer receives it with post_fan_in(this
   // rank, ...), and must: a rank's shared buffer carries every message to every peer, in order.
   // At most one fan-out per operation (its sends join one message as the links reach them).
-  bool fans_out() const { return transport_.fans_out(); }
+  bool fans_out() const { return transport_.capabilities().fans_out; }
   // `copy_to`: also copy the bytes there (this rank's own result), from the shared buffer as it is
   // written, with streaming stores if `stream`.
   void post_fan_out(const void* src, size_t bytes, void* copy_to = nullptr, bool stream = false);
@@ -96,10 +97,10 @@ class Exchange {
   // each peer p of `from` (one rank, kAllPeers or kNoPeer) into inbox + p * inbox_stride. Up to
   // kFanSmallBytes the message is written whole at once (Transport::fan_send_now) and arrivals
   // are polled for directly while the wait policy spins; the rest becomes posted requests.
-  // Puts (Transport::puts_to_all(), the same on every rank; never on the FIFO path): this rank
-  // writes `bytes` at src into a peer's memory at `remote`, an address the peer sent it, one
-  // copy on this rank's core. The peer learns of it only from a message sent after.
-  bool puts() const { return !fifo_only_ && transport_.puts_to_all(); }
+  // Puts (transport::Capabilities::puts_to_all, the same on every rank; never on the FIFO path):
+  // this rank writes `bytes` at src into a peer's memory at `remote`, an address the peer sent it,
+  // one copy on this rank's core. The peer learns of it only from a message sent after.
+  bool puts() const { return !fifo_only_ && transport_.capabilities().puts_to_all; }
   void put(int peer, const void* src, uint64_t remote, size_t bytes);
 
   static constexpr size_t kFanSmallBytes = 32 << 10;
@@ -141,7 +142,8 @@ class Exchange {
   [[noreturn]] void throw_mismatch(const transport::StampMismatch& m) const;
 
   transport::Transport& transport_;
-  transport::Waiter& waiter_;  // transport_.waiter()
+  transport::Waiter& waiter_;        // transport_.waiter()
+  transport::PeerMonitor& monitor_;  // transport_.monitor()
   int rank_;
   std::vector<transport::Link*> links_;                  // transport_.link(p), looked up once
   std::deque<transport::Request> requests_;              // stable addresses

@@ -14,7 +14,11 @@ CompositeTransport::CompositeTransport(std::vector<bool> local, std::unique_ptr<
     : local_(std::move(local)),
       shm_(std::move(shm)),
       ucx_(std::move(ucx)),
-      mixed_sleep_ns_(static_cast<long>(kMixedSleepUs.get()) * 1000) {}
+      mixed_sleep_ns_(static_cast<long>(kMixedSleepUs.get()) * 1000) {
+  Capabilities host_only;
+  host_only.host_memory_only = "the " + name() + " transport moves host memory only";
+  fix_capabilities(std::move(host_only));
+}
 
 CompositeSleep composite_sleep(std::span<const int> awaited, const std::vector<bool>& local) {
   bool shm = false, ucx = false;

@@ -26,8 +26,10 @@ namespace chorus::transport {
 enum class CompositeSleep { kDoorbell, kEvents, kEventsCapped };
 CompositeSleep composite_sleep(std::span<const int> awaited, const std::vector<bool>& local);
 
-// The transport is its own waiter (it chooses between its parts' waits).
-class CompositeTransport : public Transport, public Waiter {
+// The transport is its own waiter (it chooses between its parts' waits) and its own peer monitor
+// (it asks each part about its peers). It moves host memory, in FIFO copies as far as the
+// algorithms know (the default Capabilities): its shm part still reads large messages single copy.
+class CompositeTransport : public Transport, public Waiter, public PeerMonitor {
  public:
   // local[r]: rank r shares this host (shm); others go over ucx.
   CompositeTransport(std::vector<bool> local, std::unique_ptr<ShmTransport> shm,
@@ -35,6 +37,7 @@ class CompositeTransport : public Transport, public Waiter {
 
   Link& link(int peer) override { return local_[peer] ? shm_->link(peer) : ucx_->link(peer); }
   Waiter& waiter() override { return *this; }
+  PeerMonitor& monitor() override { return *this; }
   uint32_t arm() override { return shm_->arm(); }
   void disarm() override { shm_->disarm(); }
   void sleep(uint32_t token, long max_ns, std::span<const int> awaited) override;
@@ -52,7 +55,7 @@ class CompositeTransport : public Transport, public Waiter {
   void count_completed() override;
 
  private:
-  Transport& of(int peer) { return local_[peer] ? static_cast<Transport&>(*shm_) : *ucx_; }
+  PeerMonitor& of(int peer) { return local_[peer] ? shm_->monitor() : ucx_->monitor(); }
 
   std::vector<bool> local_;
   std::unique_ptr<ShmTransport> shm_;

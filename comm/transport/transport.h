@@ -1,6 +1,7 @@
 // chorus — the transport seam: what moves bytes between two ranks.
 //
-// A Transport owns one Link per peer and the Doorbell its rank sleeps on. A Link advances posted
+// A Transport is one Link per peer, the capabilities fixed when it was set up, a Waiter (how its
+// rank sleeps until a peer acts) and a PeerMonitor (peer_monitor.h). A Link advances posted
 // Requests without ever blocking: progress_*() does whatever is possible now and returns whether
 // anything moved. Requests in one direction of one link complete in posting order, so the engine
 // (comm/exchange.h) only ever hands a link the oldest unfinished request of each direction.
@@ -13,47 +14,17 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "chorus/error.h"
 #include "chorus/gpu/runtime.h"
 #include "chorus/types.h"
 #include "transport/futex.h"
+#include "transport/op_stamp.h"
+#include "transport/peer_monitor.h"
 
 namespace chorus::transport {
-
-// The operation a message belongs to. Every message carries the sender's stamp and the receiver
-// compares it with its own: ranks that call different collectives (or the same one with another
-// count, type, op or root) fail with chorus::Mismatch on both sides instead of exchanging bytes
-// that mean different things. 24 bytes: it rides in the slot header at no cost.
-struct OpStamp {
-  uint64_t seq = 0;    // collective sequence number; for send/recv the per-pair message number
-  uint64_t count = 0;  // elements as the call names them (send/recv: bytes)
-  uint8_t coll = 0;    // chorus::Collective (send and recv both as kSend)
-  uint8_t dtype = 0;   // chorus::DataType (send/recv: 0)
-  uint8_t op = 0;      // chorus::ReduceOp for reducing collectives, else 0
-  uint8_t algo = 0;    // chorus::algo::Algorithm + 1 (0 for send/recv): ranks must agree
-  int32_t root = 0;    // rooted collectives, else 0
-  bool operator==(const OpStamp&) const = default;
-};
-static_assert(sizeof(OpStamp) == 24);
-
-// "all_reduce #12 (count 1000, float, sum)"; defined by the communicator, which knows the names.
-std::string describe(const OpStamp& stamp);
-
-// Thrown by a link whose peer's message belongs to another operation; the Exchange, which knows
-// this rank's recent operations, turns it into the chorus::Mismatch users see.
-struct StampMismatch {
-  int peer;
-  OpStamp theirs, mine;
-};
-
-// A rank's state as its peers see it.
-enum class PeerStatus : uint32_t {
-  kRunning = 0,
-  kLeft = 1,    // destroyed its communicator (normal end, or stopped calling)
-  kFailed = 2,  // an operation failed there, or it aborted; its error text is published
-};
 
 // The device side of operations on device memory: the device the buffers are on, and the stream
 // on which links queue their copies and reductions (the communicator's own stream, never a stream
@@ -87,7 +58,7 @@ struct Request {
   // A send that must not go single copy (algo::Path::kFifo): it copies through the transport's
   // buffers whatever its size. The receiver accepts either way.
   bool fifo_only = false;
-  // Through the sender's shared buffer (Transport::fans_out): a send marked so is one of a set,
+  // Through the sender's shared buffer (Capabilities::fans_out): a send marked so is one of a set,
   // one to every peer, of the same bytes, which the sender writes once into a buffer that every
   // peer copies out of; a receive marked so reads the peer's shared buffer instead of its FIFO.
   // Both sides mark alike (Exchange::post_fan_out / post_fan_in). `dst` on such a send, when
@@ -146,7 +117,7 @@ class Link {
     return false;
   }
   // Writes `bytes` at src straight into the peer's memory at `remote` (an address the peer
-  // made known), one copy; only where Transport::puts_to_all() holds. Throws chorus::Error
+  // made known), one copy; only where capabilities().puts_to_all holds. Throws chorus::Error
   // naming the peer when the write fails (PeerFailure when the peer's process is gone).
   virtual void put(const void* src, uint64_t remote, size_t bytes) {
     (void)src, (void)remote, (void)bytes;
@@ -179,26 +150,38 @@ class Waiter {
   ~Waiter() = default;
 };
 
+// What a transport can do, fixed when it is set up (the same for its whole life).
+struct Capabilities {
+  static constexpr size_t kDefaultChunkBytes = 256 << 10;
+  // The pipelining unit algorithms should use over this transport (CHORUS_CHUNK_BYTES overrides).
+  size_t chunk_bytes = kDefaultChunkBytes;
+  // The smallest message some peer reads single copy (so that Request::fifo_only changes how it
+  // travels); SIZE_MAX when no peer is read single copy.
+  size_t single_copy_from = SIZE_MAX;
+  // Whether this rank can send one message to all its peers through a shared buffer that it
+  // writes once and every peer reads (Request::shared): one host, every rank on this transport,
+  // host memory. The same on every rank of a communicator.
+  bool fans_out = false;
+  // Whether every rank can write every other rank's memory (Link::put): one host, every rank on
+  // this transport, single copy allowed between every pair. The same on every rank.
+  bool puts_to_all = false;
+  // Whether every link can move device memory (buffers of one host's devices, through IPC); when
+  // not, why not (the communicator then stages device buffers through pinned host memory).
+  bool moves_device_memory = false;
+  std::string host_memory_only;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual Link& link(int peer) = 0;
+  const Capabilities& capabilities() const { return capabilities_; }
   // How this rank sleeps until its peers act (the same object for the transport's life).
   virtual Waiter& waiter() = 0;
-  // The pipelining unit algorithms should use over this transport (CHORUS_CHUNK_BYTES overrides).
-  static constexpr size_t kDefaultChunkBytes = 256 << 10;
-  virtual size_t preferred_chunk_bytes() const { return kDefaultChunkBytes; }
-  // Whether some peer's large messages are read single-copy, so that Request::fifo_only changes
-  // how they travel, and from what size on they are.
-  virtual bool single_copy_anywhere() const { return false; }
-  virtual size_t single_copy_threshold() const { return SIZE_MAX; }
-  // Whether this rank can send one message to all its peers through a shared buffer that it
-  // writes once and every peer reads (Request::shared): one host, every rank on this transport,
-  // host memory. The same on every rank of a communicator.
-  virtual bool fans_out() const { return false; }
-  // Whether every rank can write every other rank's memory (Link::put): one host, every rank on
-  // this transport, single copy allowed between every pair. The same on every rank.
-  virtual bool puts_to_all() const { return false; }
+  // Liveness of the peers and the failure notices (the same object for the transport's life).
+  virtual PeerMonitor& monitor() = 0;
+  virtual std::string name() const = 0;
+
   // The small-message path of the shared buffer (Exchange::fan_small): writes a whole message of
   // `bytes` host bytes into it at once, as one piece, and copies it to `copy_to` too when that is
   // set; returns false, having done nothing, when it cannot (no shared buffer, too large, no
@@ -208,46 +191,25 @@ class Transport {
     return false;
   }
 
-  virtual std::string name() const = 0;
-
-  // Device memory. Whether every link of this transport can move device memory (buffers of one
-  // host's devices, through IPC); when not, `why` says why (the communicator then stages device
-  // buffers through pinned host memory). The default: host memory only.
-  virtual bool moves_device_memory(std::string* why) const {
-    *why = "the " + name() + " transport moves host memory only";
-    return false;
-  }
   // The memory of the operation about to run: `device` (kept by the caller until it is set back)
   // for device buffers, null for host memory (the default). Requests posted meanwhile are device
-  // memory. Transports that cannot move device memory refuse a non-null context (chorus::Error).
+  // memory. Transports that cannot move device memory (capabilities().moves_device_memory) refuse
+  // a non-null context (chorus::Error).
   virtual void set_device_memory(const DeviceContext* device);
 
-  // Throws chorus::PeerFailure naming the first peer that published a failure (with its error
-  // text), and StampMismatch when a peer in `waiting_for` is in a different collective of the
-  // same sequence number than `mine`. Returns the peers of `waiting_for` that have ended (left the
-  // communicator, or their process is gone): their last messages may still be unread, so the
-  // caller progresses once more before deciding that it waits for them in vain (why_gone()).
-  virtual std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) = 0;
-  // "rank 3 left the communicator after 5 operations" / "rank 3 (pid 42) died ...".
-  virtual std::string why_gone(int peer) = 0;
-  // Cheap check at the start of every operation: throws like check_peers if any peer has
-  // published a failure.
-  virtual void check_alarm() = 0;
-  // Publishes the collective this rank is starting (read by check_peers on other ranks).
-  virtual void publish_current(const OpStamp& stamp) = 0;
-  // Publishes this rank's failure (and the rank that caused it) to every peer and wakes them.
-  virtual void announce_failure(int cause_rank, std::string_view text) = 0;
-  // Publishes that this rank left the communicator (destroyed it).
-  virtual void announce_exit() = 0;
-  // False once the peer's process is known to have ended (true when it cannot be known).
-  virtual bool process_alive(int peer) = 0;
-  // Counts a completed operation (peers quote it when this rank stops calling).
-  virtual void count_completed() = 0;
   // The operation in progress failed and the communicator is broken: stops every transfer still
   // posted, so that nothing writes into (or reads from) the caller's buffers once the failed call
   // has returned. Transports whose transfers are all driven by this rank's own calls have nothing
   // to stop.
   virtual void abandon() {}
+
+ protected:
+  // Each transport states what it can do once, at the end of its set-up. Until then it can do
+  // only the defaults of Capabilities: host memory, FIFO copies.
+  void fix_capabilities(Capabilities capabilities) { capabilities_ = std::move(capabilities); }
+
+ private:
+  Capabilities capabilities_;
 };
 
 }  // namespace chorus::transport

@@ -49,7 +49,8 @@ void send_many(Late late, Expect expect) {
   int received[2];
   ASSERT_EQ(::pipe(received), 0);
   run_wired(2, [&](int rank, transport::Wiring& w, Exchange& ex) {
-    ASSERT_TRUE(w.transport->single_copy_anywhere()) << "ranks of one host read each other";
+    ASSERT_TRUE(w.transport->capabilities().single_copy_from != SIZE_MAX)
+        << "ranks of one host read each other";
     std::vector<float> buf(kCounts[std::size(kCounts) - 1]);
     uint64_t seq = 0;
     for (int round = 0; round < 8; ++round)
@@ -213,7 +214,7 @@ TEST(Puts, EveryRankAgreesWhetherItMayPut) {
     run_wired(
         3,
         [&](int, transport::Wiring& w, Exchange& ex) {
-          EXPECT_EQ(w.transport->puts_to_all(), std::string(cma) == "1");
+          EXPECT_EQ(w.transport->capabilities().puts_to_all, std::string(cma) == "1");
           EXPECT_EQ(ex.puts(), std::string(cma) == "1");
         },
         options);

@@ -151,9 +151,10 @@ TEST(ShmDeviceMemory, RefusedWhereIpcIsImpossible) {
     GTEST_SKIP() << "this machine has a GPU driver: IPC may be possible";
   run_wired(2, [](int, transport::Wiring& w, Exchange&) {
     transport::Transport& t = *w.transport;
-    std::string why;
-    EXPECT_FALSE(t.moves_device_memory(&why));
-    EXPECT_NE(why.find("cannot use GPU IPC"), std::string::npos) << why;
+    const transport::Capabilities& caps = t.capabilities();
+    EXPECT_FALSE(caps.moves_device_memory);
+    EXPECT_NE(caps.host_memory_only.find("cannot use GPU IPC"), std::string::npos)
+        << caps.host_memory_only;
     transport::DeviceContext device{0, {}};
     EXPECT_THROW(t.set_device_memory(&device), Error);
     EXPECT_NO_THROW(t.set_device_memory(nullptr));

@@ -42,7 +42,8 @@ transport::OpStamp stamp_for(uint64_t seq, size_t count, int root) {
 TEST(Fanout, EveryRankReachesEveryOtherAtEverySize) {
   static constexpr size_t kCounts[] = {0, 1, 1000, 65537, 300001, 1 << 20};
   run_wired(4, [](int rank, transport::Wiring& w, Exchange& ex) {
-    ASSERT_TRUE(w.transport->fans_out()) << "one host, every rank on the shm transport";
+    ASSERT_TRUE(w.transport->capabilities().fans_out)
+        << "one host, every rank on the shm transport";
     const int n = 4;
     uint64_t seq = 0;
     for (int root = 0; root < n; ++root)

@@ -52,7 +52,7 @@ TEST(FifoPath, LargeSendsCopyThroughTheFifoInsteadOfSingleCopy) {
   int go[2];  // rank 0 -> rank 1: "post your receive now", outside the transport
   ASSERT_EQ(::pipe(go), 0);
   run_wired(2, [&](int rank, transport::Wiring& w, Exchange& ex) {
-    if (!w.transport->single_copy_anywhere()) {
+    if (w.transport->capabilities().single_copy_from == SIZE_MAX) {
       std::printf("single copy is unavailable here: both paths are the FIFO\n");
       return;
     }

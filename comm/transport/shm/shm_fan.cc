@@ -198,7 +198,7 @@ bool ShmLink::fan_recv_now(void* dst, size_t bytes, const OpStamp& stamp) {
 
 bool ShmTransport::fan_send_now(const void* src, size_t bytes, void* copy_to,
                                 const OpStamp& stamp) {
-  if (!fans_out() || device_op_) return false;
+  if (!every_rank_here() || device_op_) return false;
   return fan_.send_now(src, bytes, copy_to, stamp);
 }
 

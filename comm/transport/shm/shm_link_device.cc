@@ -203,11 +203,6 @@ void ShmLink::receive_device_into_host(Request& r, const shm::DeviceRendezvous& 
   }
 }
 
-bool ShmTransport::moves_device_memory(std::string* why) const {
-  if (!device_ipc_) *why = no_device_ipc_;
-  return device_ipc_;
-}
-
 void ShmTransport::set_device_memory(const DeviceContext* device) {
   if (device != nullptr && !device_ipc_)
     throw Error(ErrorKind::kTransport,

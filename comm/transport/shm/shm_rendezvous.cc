@@ -130,7 +130,7 @@ bool ShmLink::finish_assisted(Request& r) {
 }
 
 void ShmLink::put(const void* src, uint64_t remote, size_t bytes) {
-  CHORUS_CHECK(owner_.puts_to_all_ && device_ == nullptr, "a put to rank ", peer_,
+  CHORUS_CHECK(owner_.capabilities().puts_to_all && device_ == nullptr, "a put to rank ", peer_,
                " where single copy is not allowed between every pair");
   if (int err = cma_write(peer_pid_, src, remote, bytes)) throw_copy_error(err, /*write=*/true);
 }

@@ -49,6 +49,8 @@ const StringKnob kHostId{"CHORUS_HOST_ID", "",
                          "identity of this host (default hostname + boot id); ranks with equal "
                          "ids share memory"};
 
+const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
+                             "pipelining unit when every peer is read single-copy"};
 const IntKnob kIpcMappings{"CHORUS_GPU_IPC_MAPPINGS", 64,
                            "peer device allocations kept mapped (IPC) per peer; the least "
                            "recently used is unmapped beyond it"};
@@ -141,12 +143,12 @@ ShmTransport::ShmTransport(int rank, int world_size, Store& store,
   store.wait(keys, timeout);
   own_.unlink();
 
-  puts_to_all_ = find_puts_to_all();
   // Liveness: a pidfd per peer becomes readable when that process ends.
   pidfds_.resize(world_size);
   for (int p : members_)
     if (p != rank) pidfds_[p].reset(static_cast<int>(::syscall(SYS_pidfd_open, pids[p], 0)));
   make_links(pids);
+  fix_capabilities(find_capabilities());
 }
 
 // Creates and fills in this rank's segment; nothing else knows its name yet.
@@ -254,11 +256,29 @@ void ShmTransport::decide_device_ipc() {
       device_ipc_ ? "can move through IPC" : "moves through host memory (" + no_device_ipc_ + ")");
 }
 
+// What the links found, fixed from here on. Every peer read single copy: a larger chunk (no FIFO
+// to keep in cache, and each chunk costs a hand-shake).
+Capabilities ShmTransport::find_capabilities() const {
+  Capabilities c;
+  bool fifo_somewhere = false, single_copy_somewhere = false;
+  for (int p : members_) {
+    if (p == rank_) continue;
+    (links_[p]->single_copy() ? single_copy_somewhere : fifo_somewhere) = true;
+  }
+  if (!fifo_somewhere) c.chunk_bytes = static_cast<size_t>(kCmaChunkBytes.get());
+  if (single_copy_somewhere) c.single_copy_from = options_.cma_threshold;
+  c.fans_out = every_rank_here();
+  c.puts_to_all = find_puts_to_all();
+  c.moves_device_memory = device_ipc_;
+  c.host_memory_only = no_device_ipc_;
+  return c;
+}
+
 // Every rank has probed every peer by now (before its shm_mapped key), and each segment holds
 // what its rank found: single copy between every pair, read from all segments alike, is the
 // same answer on every rank. Writing a process's memory takes the same permission as reading.
 bool ShmTransport::find_puts_to_all() const {
-  bool all = fans_out();
+  bool all = every_rank_here();
   for (int q : members_) {
     const std::byte* base =
         static_cast<const std::byte*>(q == rank_ ? own_.data() : peers_[q].data());

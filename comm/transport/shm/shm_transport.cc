@@ -1,21 +1,15 @@
-// chorus — the shm transport as a whole (shm_transport.h): its links, what it can do, and
-// abandoning a failed operation. Set-up is in shm_setup.cc, peer monitoring in shm_peers.cc, the
+// chorus — the shm transport as a whole (shm_transport.h): its links and abandoning a failed
+// operation. Set-up is in shm_setup.cc, peer monitoring in shm_peers.cc, the
 // links' paths in shm_fifo.cc, shm_rendezvous.cc, shm_forward.cc, shm_fan.cc and
 // shm_link_device.cc.
 #include "transport/shm/shm_transport.h"
 
 #include <unistd.h>
 
-#include "chorus/config.h"
 #include "chorus/error.h"
 #include "transport/shm/shm_link.h"
 
 namespace chorus::transport {
-namespace {
-const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
-                             "pipelining unit when every peer is read single-copy"};
-}  // namespace
-
 ShmTransport::~ShmTransport() = default;
 
 const shm::SegmentHeader& ShmTransport::peer_header(int p) const {
@@ -29,18 +23,6 @@ void ShmTransport::abandon() { fan_.abandon(); }
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);
   return *links_[peer];
-}
-
-size_t ShmTransport::preferred_chunk_bytes() const {
-  for (int p = 0; p < world_size_; ++p)
-    if (p != rank_ && links_[p] && !links_[p]->single_copy()) return kDefaultChunkBytes;
-  return static_cast<size_t>(kCmaChunkBytes.get());
-}
-
-bool ShmTransport::single_copy_anywhere() const {
-  for (int p = 0; p < world_size_; ++p)
-    if (p != rank_ && links_[p] && links_[p]->single_copy()) return true;
-  return false;
 }
 
 bool ShmTransport::single_copy_to(int peer) const {

@@ -42,8 +42,9 @@ struct ShmOptions {
 
 class ShmLink;
 
-// The transport is its own waiter: it sleeps on this rank's doorbell, which every peer rings.
-class ShmTransport : public Transport, public Waiter {
+// The transport is its own waiter (it sleeps on this rank's doorbell, which every peer rings) and
+// its own peer monitor (the peers' segment headers, and a pidfd per peer).
+class ShmTransport : public Transport, public Waiter, public PeerMonitor {
  public:
   // Collective over the `world_size` ranks sharing `store` (already scoped to one communicator),
   // or over `members` only (ranks of this host, including `rank`, ascending; empty = all ranks):
@@ -55,15 +56,8 @@ class ShmTransport : public Transport, public Waiter {
 
   Link& link(int peer) override;
   Waiter& waiter() override { return *this; }
-  // Larger when every peer is read single-copy: no FIFO to keep in cache, and each chunk costs a
-  // hand-shake.
-  size_t preferred_chunk_bytes() const override;
-  bool single_copy_anywhere() const override;
-  size_t single_copy_threshold() const override { return options_.cma_threshold; }
-  // Every rank of the communicator is on this host (no other transport beside this one).
-  bool fans_out() const override { return members_.size() == static_cast<size_t>(world_size_); }
+  PeerMonitor& monitor() override { return *this; }
   bool fan_send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp) override;
-  bool puts_to_all() const override { return puts_to_all_; }
   uint32_t arm() override { return header()->bell.arm(); }
   void disarm() override { header()->bell.disarm(); }
   void sleep(uint32_t token, long max_ns, std::span<const int> /*awaited*/) override {
@@ -99,8 +93,7 @@ class ShmTransport : public Transport, public Waiter {
   const Counters& counters() const { return counters_; }
 
   // Device memory through IPC (shm_device.h): possible when every rank of the communicator is on
-  // this host and all publish the same GPU signature.
-  bool moves_device_memory(std::string* why) const override;
+  // this host and all publish the same GPU signature (capabilities().moves_device_memory).
   void set_device_memory(const DeviceContext* device) override;
 
  private:
@@ -115,14 +108,18 @@ class ShmTransport : public Transport, public Waiter {
   void announce(PeerStatus status);
 
   // Set-up (shm_setup.cc), in this order: this rank's segment, each peer's (mapped, checked and
-  // probed for single copy; returns its pid), whether device memory may move through IPC, whether
-  // every rank may write every other's memory, and the links.
+  // probed for single copy; returns its pid), whether device memory may move through IPC, the
+  // links, and what the transport can do: whether every rank may write every other's memory, the
+  // chunk size and from what size messages go single copy.
   void create_segment(const std::string& name, const std::string& segment_prefix);
   pid_t connect_peer(int peer, Store& store, std::chrono::milliseconds timeout,
                      const std::string& host);
   void decide_device_ipc();
-  bool find_puts_to_all() const;
   void make_links(const std::vector<pid_t>& pids);
+  Capabilities find_capabilities() const;
+  bool find_puts_to_all() const;
+  // Every rank of the communicator is on this host (no other transport beside this one).
+  bool every_rank_here() const { return members_.size() == static_cast<size_t>(world_size_); }
 
   int rank_;
   int world_size_;
@@ -140,7 +137,6 @@ class ShmTransport : public Transport, public Waiter {
   std::string no_device_ipc_;  // why not, when !device_ipc_
   DeviceContext device_;       // of the operation running on device memory
   bool device_op_ = false;     // an operation on device memory is running (set_device_memory)
-  bool puts_to_all_ = false;   // puts_to_all(), found at set-up
   int device_copies_ = 0;      // device copies / reductions the links have queued and not seen end
   static constexpr long kDeviceCopyPollNs = 20'000;
   std::vector<std::pair<int, gpu::OwnedStream>> host_copy_streams_;

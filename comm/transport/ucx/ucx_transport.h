@@ -36,8 +36,10 @@ namespace chorus::transport {
 
 class UcxLink;
 
-// The transport is its own waiter: it sleeps on the worker's event fd.
-class UcxTransport : public Transport, public Waiter {
+// The transport is its own waiter (it sleeps on the worker's event fd) and its own peer monitor
+// (notices and liveness through the store, and the endpoints' errors). It moves host memory, in
+// FIFO copies: the default Capabilities.
+class UcxTransport : public Transport, public Waiter, public PeerMonitor {
  public:
   // Collective over the ranks in `peers` (global ranks, not including `rank`) and this rank:
   // each of them must construct a UcxTransport naming this rank among its peers. `store` is
@@ -50,6 +52,7 @@ class UcxTransport : public Transport, public Waiter {
 
   Link& link(int peer) override;
   Waiter& waiter() override { return *this; }
+  PeerMonitor& monitor() override { return *this; }
   // The worker is armed in sleep(), after the Exchange's last progress pass: progressing an
   // armed worker consumes the events that would have signalled its event fd.
   uint32_t arm() override { return 0; }
