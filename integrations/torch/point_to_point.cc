@@ -10,13 +10,14 @@ namespace {
 using ::c10d::OpType;
 using WorkPtr = c10::intrusive_ptr<::c10d::Work>;
 
-void check_peer(int peer, int rank, int size, int tag, const std::string& call) {
+// The peer may be this rank: chorus queues a message to self until its receive takes it, which
+// must come after the send (or with it, as the two of a batch or a held-back pair).
+void check_peer(int peer, int size, int tag, const std::string& call) {
   CHORUS_ARG_CHECK(tag == 0, call, ": tag ", tag,
                    ": chorus pairs point-to-point messages by their order between two ranks and "
                    "has no tags (use tag 0)");
   CHORUS_ARG_CHECK(peer >= 0 && peer < size, call, ": rank ", peer, " is out of range [0, ", size,
                    ")");
-  CHORUS_ARG_CHECK(peer != rank, call, ": the peer is this rank itself (", rank, ")");
 }
 
 }  // namespace
@@ -26,7 +27,7 @@ void check_peer(int peer, int rank, int size, int tag, const std::string& call) 
 WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
   const std::string call = "send";
   const at::Tensor& t = single(tensors, call, "tensor");
-  check_peer(dst_rank, rank_, size_, tag, call);
+  check_peer(dst_rank, size_, tag, call);
   Staging s;
   const Elements e = movable(s.input(t));
   return hold({make_work(OpType::SEND, call, std::move(s), {t}, -1), e, dst_rank, true});
@@ -35,7 +36,7 @@ WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dst_rank,
 WorkPtr ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
   const std::string call = "recv";
   const at::Tensor& t = single(tensors, call, "tensor");
-  check_peer(src_rank, rank_, size_, tag, call);
+  check_peer(src_rank, size_, tag, call);
   Staging s;
   const Elements e = movable(s.output(t));
   return hold({make_work(OpType::RECV, call, std::move(s), {t}, src_rank), e, src_rank, false});
@@ -115,16 +116,25 @@ void ProcessGroupChorus::issue_pending() {
       se = {se.data, se.count * dtype_size(se.dtype), DataType::kU8};
       re = {re.data, re.count * dtype_size(re.dtype), DataType::kU8};
     }
-    chorus::Work w = comm_->send_recv_async(se.data, se.count, sends[k]->peer, re.data, re.count,
-                                            recvs[k]->peer, se.dtype);
-    sends[k]->work->attach({w});
-    recvs[k]->work->attach({w});
+    try {
+      chorus::Work w = comm_->send_recv_async(se.data, se.count, sends[k]->peer, re.data, re.count,
+                                              recvs[k]->peer, se.dtype);
+      sends[k]->work->attach({w});
+      recvs[k]->work->attach({w});
+    } catch (...) {  // refused before it ran: each Work reports it, the others still go
+      sends[k]->work->refuse(std::current_exception());
+      recvs[k]->work->refuse(std::current_exception());
+    }
   }
   for (auto& p : pending) {
     if (p.work->attached()) continue;
     const Elements& e = p.elements;
-    p.work->attach({p.is_send ? comm_->send_async(e.data, e.count, e.dtype, p.peer)
-                              : comm_->recv_async(e.data, e.count, e.dtype, p.peer)});
+    try {
+      p.work->attach({p.is_send ? comm_->send_async(e.data, e.count, e.dtype, p.peer)
+                                : comm_->recv_async(e.data, e.count, e.dtype, p.peer)});
+    } catch (...) {
+      p.work->refuse(std::current_exception());
+    }
   }
   for (auto& p : pending) in_flight_.push_back(p.work);
 }

@@ -20,6 +20,11 @@ void WorkChorus::attach(std::vector<chorus::Work> works) {
   attached_.store(true, std::memory_order_release);
 }
 
+void WorkChorus::refuse(std::exception_ptr error) {
+  attach({});
+  complete(std::move(error));
+}
+
 void WorkChorus::ensure_attached() {
   if (!attached() && issue_now) issue_now();
   TORCH_CHECK(attached(), "chorus backend: ", call_,

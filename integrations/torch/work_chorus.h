@@ -38,6 +38,9 @@ class WorkChorus final : public ::c10d::Work {
 
   // Hands over the operations (once, from the issuing thread).
   void attach(std::vector<chorus::Work> works);
+  // The call was refused when it was issued (chorus threw before anything ran, e.g. a receive
+  // from self with nothing sent): attaches nothing and completes with `error`.
+  void refuse(std::exception_ptr error);
   bool attached() const { return attached_.load(std::memory_order_acquire); }
 
   bool isCompleted() override;

@@ -545,6 +545,41 @@ def _(rank, n, chorus, gloo):
         same(out, data(prv, numel, torch.float32), "numel %d" % numel)
 
 
+@case("send_recv-self")
+def _(rank, n, chorus, gloo):
+    import torch
+    import torch.distributed as dist
+    # To itself, as NCCL allows: blocking send then recv; a batch listing the receive first; an
+    # isend + irecv pair held back together. A receive with nothing sent is refused.
+    for numel in [0, 1, 37, 1 << 18]:
+        out = torch.zeros(numel)
+        dist.send(data(rank, numel, torch.float32), rank, group=chorus)
+        dist.recv(out, rank, group=chorus)
+        same(out, data(rank, numel, torch.float32), "send, recv, numel %d" % numel)
+        out = torch.zeros(numel)
+        ops = [dist.P2POp(dist.irecv, out, rank, group=chorus),
+               dist.P2POp(dist.isend, data(rank, numel, torch.float32, salt=1), rank, group=chorus)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        same(out, data(rank, numel, torch.float32, salt=1), "batch, numel %d" % numel)
+        out = torch.zeros(numel, dtype=torch.int64)
+        works = [dist.isend(data(rank, numel, torch.int64, salt=2), rank, group=chorus),
+                 dist.irecv(out, rank, group=chorus)]
+        for w in works:
+            w.wait()
+        same(out, data(rank, numel, torch.int64, salt=2), "isend, irecv, numel %d" % numel)
+    try:
+        dist.recv(torch.zeros(3), rank, group=chorus)
+    except Exception as e:
+        assert type(e).__name__ == "InvalidArgument", "%s: %s" % (type(e).__name__, e)
+    else:
+        raise AssertionError("a receive from self with nothing sent was not refused")
+    # The group still works.
+    t = torch.ones(5)
+    dist.all_reduce(t, group=chorus)
+    same(t, torch.full((5,), float(n)), "all_reduce after")
+
+
 # --------------------------------------------------------------------------------------- driver
 def run_cases(rank, n):
     """On each rank: every case with a chorus default group and a gloo group."""
