@@ -156,7 +156,9 @@ NetnsHosts::~NetnsHosts() {
 }
 
 NetnsHosts::Counters NetnsHosts::counters(int host) const {
-  const std::string dir = std::string("/sys/class/net/") + kDevice + "/statistics/";
+  std::string dir = "/sys/class/net/";
+  dir += kDevice;
+  dir += "/statistics/";
   const std::string out =
       capture("ip netns exec " + names_[host] + " cat " + dir + "rx_bytes " + dir + "tx_bytes");
   Counters c;

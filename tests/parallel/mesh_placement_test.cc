@@ -14,8 +14,9 @@ namespace {
 
 // `count` copies of a saved host, named <host>-0, <host>-1, ...
 std::vector<topo::Topology> hosts_of(const std::string& file, int count) {
-  const topo::Topology host =
-      topo::load_xml(std::string(CHORUS_SOURCE_DIR) + "/tests/data/topo/" + file);
+  std::string path = CHORUS_SOURCE_DIR "/tests/data/topo/";
+  path += file;
+  const topo::Topology host = topo::load_xml(path);
   std::vector<topo::Topology> out(static_cast<size_t>(count), host);
   for (int i = 0; i < count; ++i) out[static_cast<size_t>(i)].hostname += "-" + std::to_string(i);
   return out;

@@ -81,7 +81,7 @@ TEST(Mesh, PlacementFollowsTheTopologyPlacement) {
   // placement keeps each pipeline's stages next to each other (layout tp,pp,dp), which rank order
   // (tp-dp-pp) does not: the mesh must give mesh rank m to the world rank (= local rank, one
   // host) of m's slot in place_mesh, and build its groups over that mapping.
-  const std::string xml = std::string(CHORUS_SOURCE_DIR) + "/tests/data/topo/cpu_2socket_4numa.xml";
+  const std::string xml = CHORUS_SOURCE_DIR "/tests/data/topo/cpu_2socket_4numa.xml";
   const MeshShape shape = parse_mesh("dp=2,pp=2");
   const std::vector<topo::Topology> hosts{topo::load_xml(xml)};
   const topo::Placement expect = place_mesh(shape, hosts);
