@@ -85,12 +85,8 @@ Work Communicator::Impl::submit_on_stream(const algo::CollArgs& args, const Memo
     CHORUS_ARG_CHECK(limit > 0, "CHORUS_GPU_STAGING_BYTES must be positive, got ", limit);
     const int device = where.device ? where.device_id : gpu::current_device();
     const bool transport_ok = transport && transport->capabilities().moves_device_memory;
-    std::string transport_why;
-    if (transport && !transport_ok) {
-      transport_why = transport->capabilities().host_memory_only;
-      if (transport_why.empty())
-        transport_why = "the " + transport->name() + " transport moves host memory only";
-    }
+    const std::string transport_why =
+        transport && !transport_ok ? transport->capabilities().host_memory_only : "";
     std::string why;
     const GpuPath path =
         choose_gpu_path(parse_gpu_path(kGpuPath.get()), size, transport_ok, transport_why, &why);

@@ -15,9 +15,7 @@ CompositeTransport::CompositeTransport(std::vector<bool> local, std::unique_ptr<
       shm_(std::move(shm)),
       ucx_(std::move(ucx)),
       mixed_sleep_ns_(static_cast<long>(kMixedSleepUs.get()) * 1000) {
-  Capabilities host_only;
-  host_only.host_memory_only = "the " + name() + " transport moves host memory only";
-  fix_capabilities(std::move(host_only));
+  fix_capabilities({});
 }
 
 CompositeSleep composite_sleep(std::span<const int> awaited, const std::vector<bool>& local) {

@@ -3,11 +3,18 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "chorus/error.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
+
+void Transport::fix_capabilities(Capabilities capabilities) {
+  if (!capabilities.moves_device_memory && capabilities.host_memory_only.empty())
+    capabilities.host_memory_only = "the " + name() + " transport moves host memory only";
+  capabilities_ = std::move(capabilities);
+}
 
 void Transport::set_device_memory(const DeviceContext* device) {
   if (device != nullptr)

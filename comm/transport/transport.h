@@ -14,7 +14,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "chorus/error.h"
@@ -166,7 +165,8 @@ struct Capabilities {
   // this transport, single copy allowed between every pair. The same on every rank.
   bool puts_to_all = false;
   // Whether every link can move device memory (buffers of one host's devices, through IPC); when
-  // not, why not (the communicator then stages device buffers through pinned host memory).
+  // not, why not (the communicator then stages device buffers through pinned host memory; never
+  // empty once fixed).
   bool moves_device_memory = false;
   std::string host_memory_only;
 };
@@ -205,8 +205,9 @@ class Transport {
 
  protected:
   // Each transport states what it can do once, at the end of its set-up. Until then it can do
-  // only the defaults of Capabilities: host memory, FIFO copies.
-  void fix_capabilities(Capabilities capabilities) { capabilities_ = std::move(capabilities); }
+  // only the defaults of Capabilities: host memory, FIFO copies. One that moves host memory only
+  // without saying why gets "the <name> transport moves host memory only".
+  void fix_capabilities(Capabilities capabilities);
 
  private:
   Capabilities capabilities_;

@@ -250,9 +250,7 @@ UcxTransport::UcxTransport(int rank, int world_size, std::span<const int> peers,
       ep_status_(world_size, UCS_OK),
       left_(world_size),
       left_seen_(world_size) {
-  Capabilities host_only;
-  host_only.host_memory_only = "the ucx transport moves host memory only";
-  fix_capabilities(std::move(host_only));
+  fix_capabilities({});
   h_.ep_status = &ep_status_;
   sleep_cap_ns_ = std::max<long>(1000, static_cast<long>(kSleepUs.get()) * 1000);
   h_.close_timeout = std::chrono::milliseconds(static_cast<int64_t>(kCloseTimeout.get() * 1000));
