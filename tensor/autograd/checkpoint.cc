@@ -2,7 +2,7 @@
 
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/autograd.h"
-#include "cpu/strided.h"
+#include "runtime/transfer.h"
 
 namespace chorus::tensor {
 
@@ -34,7 +34,7 @@ Tensor checkpoint(const CheckpointFn& fn, const Tensor& x, const std::vector<Ten
                     y.backward(dy);           // parameter gradients accumulate into their grad()
                   }
                   if (Tensor dx = g.grad(0); dx.defined() && xin.grad().defined())
-                    strided_copy(dx, xin.grad(), /*accumulate=*/true);
+                    copy_tensor(dx, xin.grad(), /*accumulate=*/true);
                 });
 }
 

@@ -6,13 +6,13 @@
 // accumulated output gradient to its backward function, then decrements the counts of its
 // edges' targets. A leaf whose count reaches zero has its final gradient: its hooks run then.
 #include <atomic>
-#include <cstring>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "backend/backend.h"
 #include "chorus/tensor/autograd.h"
-#include "cpu/strided.h"
+#include "runtime/transfer.h"
 
 namespace chorus::tensor {
 
@@ -62,23 +62,26 @@ void queue_backward_callback(std::function<void()> callback) {
 }
 
 Node::Node(std::string name, BackwardFn fn, std::vector<Edge> edges,
-           std::vector<Shape> input_shapes, std::vector<DataType> input_dtypes, Shape out_shape,
-           DataType out_dtype)
+           std::vector<Shape> input_shapes, std::vector<DataType> input_dtypes,
+           std::vector<Device> input_devices, Shape out_shape, DataType out_dtype,
+           Device out_device)
     : name_(std::move(name)),
       seq_(g_next_seq.fetch_add(1, std::memory_order_relaxed)),
       fn_(std::move(fn)),
       edges_(std::move(edges)),
       input_shapes_(std::move(input_shapes)),
       input_dtypes_(std::move(input_dtypes)),
+      input_devices_(std::move(input_devices)),
       out_shape_(std::move(out_shape)),
-      out_dtype_(out_dtype) {}
+      out_dtype_(out_dtype),
+      out_device_(out_device) {}
 
 bool GradSink::needs(size_t i) const { return i < node_.edges_.size() && node_.edges_[i].needed(); }
 
 Tensor GradSink::grad(size_t i) {
   bool fresh = false;
   Tensor g = grad_for_write(i, &fresh);
-  if (fresh) std::memset(g.data_ptr(), 0, g.nbytes());  // fresh buffers are contiguous
+  if (fresh) backend_for(g.device()).zero(g);  // fresh buffers are contiguous
   return g;
 }
 
@@ -89,7 +92,7 @@ Tensor GradSink::grad_for_write(size_t i, bool* fresh) {
   if (e.node) {
     Tensor& g = e.node->grad_;
     if (!g.defined()) {
-      g = Tensor::empty(node_.input_shapes_[i], node_.input_dtypes_[i]);
+      g = Tensor::empty(node_.input_shapes_[i], node_.input_dtypes_[i], node_.input_devices_[i]);
       *fresh = true;
     }
     return g;
@@ -122,6 +125,7 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
   std::vector<Edge> edges;
   std::vector<Shape> shapes;
   std::vector<DataType> dtypes;
+  std::vector<Device> devices;
   edges.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     Edge e;
@@ -134,9 +138,11 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs,
     edges.push_back(std::move(e));
     shapes.push_back(t.defined() ? t.shape() : Shape{});
     dtypes.push_back(t.defined() ? t.dtype() : DataType::kF32);
+    devices.push_back(t.defined() ? t.device() : Device::cpu());
   }
   auto node = std::make_shared<Node>(name, std::move(backward), std::move(edges), std::move(shapes),
-                                     std::move(dtypes), out.shape(), out.dtype());
+                                     std::move(dtypes), std::move(devices), out.shape(),
+                                     out.dtype(), out.device());
   auto& meta = out.impl()->autograd;
   meta.requires_grad = true;
   meta.grad_fn = std::move(node);
@@ -164,7 +170,7 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
   if (!seed.defined()) {
     CHORUS_ARG_CHECK(root.numel() == 1, "backward() without a gradient needs a scalar, got ",
                      to_string(root.shape()));
-    seed = Tensor::full(root.shape(), 1.0, root.dtype());
+    seed = Tensor::full(root.shape(), 1.0, root.dtype(), root.device());
   }
   CHORUS_ARG_CHECK(seed.shape() == root.shape(), "backward: gradient shape ",
                    to_string(seed.shape()), " vs ", to_string(root.shape()));
@@ -173,9 +179,12 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
 
   if (root.is_leaf()) {
     TensorImpl& leaf = *root.impl();
-    if (!leaf.autograd.grad.defined())
-      leaf.autograd.grad = Tensor::zeros(root.shape(), root.dtype());
-    strided_copy(leaf.autograd.grad, seed, /*accumulate=*/true);
+    if (!leaf.autograd.grad.defined()) {
+      leaf.autograd.grad = Tensor::empty(root.shape(), root.dtype(), root.device());
+      copy_tensor(leaf.autograd.grad, seed);
+    } else {
+      copy_tensor(leaf.autograd.grad, seed, /*accumulate=*/true);
+    }
     run_hooks(leaf);
     scope.finish();
     return;
@@ -203,8 +212,8 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
 
   // Phase 2: run ready nodes, newest first.
   Node* first = root.grad_fn().get();
-  first->grad_ = Tensor::zeros(root.shape(), root.dtype());
-  strided_copy(first->grad_, seed, /*accumulate=*/true);
+  first->grad_ = Tensor::empty(root.shape(), root.dtype(), root.device());
+  copy_tensor(first->grad_, seed);
   auto newer = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
     return a->seq_ < b->seq_;
   };
@@ -216,7 +225,8 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
     ready.pop();
     Tensor grad_out = std::move(node->grad_);
     node->grad_ = Tensor();
-    if (!grad_out.defined()) grad_out = Tensor::zeros(node->out_shape_, node->out_dtype_);
+    if (!grad_out.defined())
+      grad_out = Tensor::zeros(node->out_shape_, node->out_dtype_, node->out_device_);
     {
       GradSink sink(*node);
       node->fn_(grad_out, sink);

@@ -140,6 +140,17 @@ gemm_impl::SgemmBackend& chosen() {
   return *r.chosen.load();
 }
 
+// A product over an empty inner dimension is a sum of nothing: c = beta c (0 when beta is 0,
+// whatever c held). The libraries refuse lda = 0, so no call reaches them.
+template <class T>
+bool empty_product(int64_t m, int64_t n, int64_t k, T beta, T* c, int64_t ldc) {
+  if (k != 0 && m != 0 && n != 0) return false;
+  if (k == 0)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+  return true;
+}
+
 // Widens a 16-bit matrix (rows x cols, leading dim ld) into a dense f32 one.
 template <class H>
 std::unique_ptr<float[]> widen(const H* src, int64_t rows, int64_t cols, int64_t ld) {
@@ -154,6 +165,7 @@ std::unique_ptr<float[]> widen(const H* src, int64_t rows, int64_t cols, int64_t
 template <class H>
 void gemm_16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const H* a,
              int64_t lda, const H* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (empty_product(m, n, k, beta, c, ldc)) return;
   // Stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N).
   auto af = widen(a, ta ? k : m, ta ? m : k, lda);
   auto bf = widen(b, tb ? n : k, tb ? k : n, ldb);
@@ -165,12 +177,13 @@ void gemm_16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
+  if (empty_product(m, n, k, beta, c, ldc)) return;
   run_sgemm(chosen(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  if (empty_product(m, n, k, beta, c, ldc)) return;
   gemm_impl::builtin_dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

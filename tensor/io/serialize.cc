@@ -36,7 +36,9 @@ void save_tensors(const std::string& path, const nn::NamedTensors& tensors) {
     put<uint32_t>(f, kVersion);
     put<uint64_t>(f, tensors.size());
     for (const auto& [name, t] : tensors) {
-      const Tensor dense = t.is_contiguous() ? t : t.detach().contiguous();
+      // Files hold host bytes: a GPU tensor is copied to the host first.
+      const Tensor host = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
+      const Tensor dense = host.is_contiguous() ? host : host.detach().contiguous();
       put<uint32_t>(f, static_cast<uint32_t>(name.size()));
       f.write(name.data(), static_cast<std::streamsize>(name.size()));
       put<uint8_t>(f, static_cast<uint8_t>(dense.dtype()));

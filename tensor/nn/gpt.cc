@@ -25,7 +25,8 @@ Tensor GPT::embed(const Tensor& idx) const {
   // Positions (B, T): every row 0..T-1.
   std::vector<int64_t> pos(static_cast<size_t>(B * T));
   for (int64_t i = 0; i < B * T; ++i) pos[i] = i % T;
-  const Tensor positions = Tensor::from_vector(std::span<const int64_t>(pos), {B, T});
+  const Tensor positions =
+      Tensor::from_vector(std::span<const int64_t>(pos), {B, T}).to(idx.device());
   return add(wte->forward(idx), wpe->forward(positions));  // (B, T, C)
 }
 

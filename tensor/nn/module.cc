@@ -98,6 +98,18 @@ Module& Module::to(DataType dtype) {
   return *this;
 }
 
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  NamedTensors params = named_parameters();
+  std::vector<Tensor> moved;
+  moved.reserve(params.size());
+  for (auto& [name, t] : params)
+    moved.push_back(t.device() == device ? Tensor() : t.detach().to(device));
+  for (size_t i = 0; i < params.size(); ++i)
+    if (moved[i].defined()) params[i].second.set_data(moved[i]);
+  return *this;
+}
+
 NamedTensors Module::named_parameters() const {
   NamedTensors out;
   collect("", out);

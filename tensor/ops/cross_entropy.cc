@@ -7,9 +7,6 @@
 // With the vocabulary split, max_n is all-reduced (max) before S_n, then (S_n, logit[target])
 // are all-reduced (sum; a rank holds the target logit only if its shard owns it, else adds 0).
 // Saved: logits, the row maxima and the sums, so backward needs no communication.
-#include <cmath>
-
-#include "cpu/softmax.h"
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -20,49 +17,35 @@ Tensor cross_entropy_vocab_parallel(const Tensor& logits_in, const Tensor& targe
   check_defined(targets_in, "cross_entropy", "targets");
   CHORUS_ARG_CHECK(logits_in.dim() == 2, "cross_entropy: logits must be (N, V), got ",
                    to_string(logits_in.shape()));
-  const int64_t N = logits_in.size(0), V = logits_in.size(1);
+  const int64_t N = logits_in.size(0);
   CHORUS_ARG_CHECK(targets_in.numel() == N, "cross_entropy: ", targets_in.numel(), " targets for ",
                    N, " rows");
+  check_float(logits_in, "cross_entropy");
+  CHORUS_ARG_CHECK(targets_in.dtype() == DataType::kI32 || targets_in.dtype() == DataType::kI64,
+                   "cross_entropy: index dtype ", to_string(targets_in.dtype()),
+                   " not supported (i32 or i64)");
+  Backend& be = backend_of("cross_entropy", {{logits_in, "logits"}, {targets_in, "targets"}});
   const Tensor logits = dense(logits_in), targets = dense(targets_in);
   const DataType dt = logits.dtype();
-  Tensor rmax = Tensor::empty({N}, dt), sums = Tensor::empty({N, 2}, dt);
-  Tensor loss = Tensor::empty({}, dt);
-  dispatch_float(dt, "cross_entropy", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::row_max(rmax.data<T>(), logits.data<T>(), N, V);
-    if (reductions.max_all_reduce) reductions.max_all_reduce(rmax);
-    dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
-      using I = decltype(itag);
-      cpu::exp_sums_and_target(sums.data<T>(), logits.data<T>(), rmax.data<T>(), targets.data<I>(),
-                               vocab_start, N, V);
-    });
-    if (reductions.sum_all_reduce) reductions.sum_all_reduce(sums);
-    const T* s = sums.data<T>();
-    const T* m = rmax.data<T>();
-    double total = 0;
-    for (int64_t n = 0; n < N; ++n)
-      total += std::log(double(s[2 * n])) + double(m[n]) - double(s[2 * n + 1]);
-    *loss.data<T>() = static_cast<T>(total / static_cast<double>(N));
-  });
+  const Device dev = logits.device();
+  Tensor rmax = Tensor::empty({N}, dt, dev), sums = Tensor::empty({N, 2}, dt, dev);
+  Tensor loss = Tensor::empty({}, dt, dev);
+  be.row_max(rmax, logits);
+  if (reductions.max_all_reduce) reductions.max_all_reduce(rmax);
+  be.exp_sums_and_target(sums, logits, rmax, targets, vocab_start);
+  if (reductions.sum_all_reduce) reductions.sum_all_reduce(sums);
+  be.cross_entropy_loss(loss, sums, rmax);
   return record("cross_entropy", loss, {logits_in},
-                [logits, targets, rmax, sums, vocab_start, N, V](const Tensor& dy, GradSink& g) {
+                [logits, targets, rmax, sums, vocab_start](const Tensor& dy, GradSink& g) {
                   Tensor dx = g.grad(0);
                   if (!dx.defined()) return;
-                  dispatch_float(dx.dtype(), "cross_entropy backward", [&](auto tag) {
-                    using T = decltype(tag);
-                    const T scale = static_cast<T>(double(*dy.data<T>()) / static_cast<double>(N));
-                    dispatch_index(targets.dtype(), "cross_entropy backward", [&](auto itag) {
-                      using I = decltype(itag);
-                      cpu::cross_entropy_backward(dx.data<T>(), logits.data<T>(), rmax.data<T>(),
-                                                  sums.data<T>(), targets.data<I>(), vocab_start, N,
-                                                  V, scale);
-                    });
-                  });
+                  backend_for(dx.device())
+                      .cross_entropy_backward(dx, logits, rmax, sums, targets, vocab_start, dy);
                 });
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
-  if (logits.defined() && logits.dim() == 2) {
+  if (logits.defined() && logits.dim() == 2 && targets.defined()) {
     // Validate targets here: the sharded form tolerates out-of-shard targets by design.
     const int64_t V = logits.size(1);
     for (double t : targets.to_vector())

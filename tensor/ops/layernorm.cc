@@ -1,6 +1,5 @@
 // layernorm: x (N, C) [leading dims flattened], weight (C), bias (C) -> out (N, C).
-// Saves x, weight and the per-row mean and rstd (N each); kernels in kernels/layernorm.cc.
-#include "cpu/layernorm.h"
+// Saves x, weight and the per-row mean and rstd (N each); CPU kernels in cpu/layernorm.cc.
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -15,24 +14,18 @@ Tensor layernorm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, dou
                    ")");
   CHORUS_ARG_CHECK(x_in.dtype() == w_in.dtype() && x_in.dtype() == b_in.dtype(),
                    "layernorm: mixed dtypes");
+  check_float(x_in, "layernorm");
+  Backend& be = backend_of("layernorm", {{x_in, "input"}, {w_in, "weight"}, {b_in, "bias"}});
   const Tensor x = dense(x_in), w = dense(w_in), b = dense(b_in);
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  Tensor mean = Tensor::empty({N}, x.dtype()), rstd = Tensor::empty({N}, x.dtype());
-  dispatch_float(x.dtype(), "layernorm", [&](auto tag) {
-    using T = decltype(tag);
-    cpu::layernorm_forward(out.data<T>(), mean.data<T>(), rstd.data<T>(), x.data<T>(), w.data<T>(),
-                           b.data<T>(), N, C, eps);
-  });
-  // backward: dx, dweight, dbias += (see kernels/layernorm.cc)
+  const Device dev = x.device();
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), dev);
+  Tensor mean = Tensor::empty({N}, x.dtype(), dev), rstd = Tensor::empty({N}, x.dtype(), dev);
+  be.layernorm_forward(out, mean, rstd, x, w, b, eps);
+  // backward: dx, dweight, dbias += (see cpu/layernorm.cc)
   return record("layernorm", out, {x_in, w_in, b_in},
-                [x, w, mean, rstd, N, C](const Tensor& dy, GradSink& g) {
-                  dispatch_float(dy.dtype(), "layernorm backward", [&](auto tag) {
-                    using T = decltype(tag);
-                    Tensor dx = g.grad(0), dw = g.grad(1), db = g.grad(2);
-                    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-                    cpu::layernorm_backward(ptr(dx), ptr(dw), ptr(db), dy.data<T>(), x.data<T>(),
-                                            w.data<T>(), mean.data<T>(), rstd.data<T>(), N, C);
-                  });
+                [x, w, mean, rstd](const Tensor& dy, GradSink& g) {
+                  backend_for(dy.device())
+                      .layernorm_backward(g.grad(0), g.grad(1), g.grad(2), dy, x, w, mean, rstd);
                 });
 }
 

@@ -1,8 +1,17 @@
 // View ops: new geometry over the same storage. Their backward scatters grad_out into the
 // matching view of the input's gradient buffer (which has the input's full shape).
 #include "ops/op_util.h"
+#include "runtime/transfer.h"
 
 namespace chorus::tensor {
+namespace {
+
+// dx (a view into a gradient buffer) += dy, on their device.
+void accumulate_into(const Tensor& dx, const Tensor& dy) {
+  backend_for(dx.device()).copy(dx, dy, /*accumulate=*/true);
+}
+
+}  // namespace
 
 // ---- view: x (any shape, contiguous) -> shape with the same numel ------------------------------
 Tensor view_op(const Tensor& x, Shape shape) {
@@ -31,7 +40,7 @@ Tensor view_op(const Tensor& x, Shape shape) {
   return record("view", out, {x}, [in_shape](const Tensor& dy, GradSink& g) {
     // dx (in_shape) += dy (shape): both contiguous, so it is a flat add.
     if (Tensor dx = g.grad(0); dx.defined())
-      strided_copy(raw_view(dx, dy.shape(), dy.strides(), dx.offset()), dy, true);
+      accumulate_into(raw_view(dx, dy.shape(), dy.strides(), dx.offset()), dy);
   });
 }
 
@@ -49,7 +58,7 @@ Tensor transpose_op(const Tensor& x, int64_t d0, int64_t d1) {
       Shape s = dx.shape(), st = dx.strides();
       std::swap(s[d0], s[d1]);
       std::swap(st[d0], st[d1]);
-      strided_copy(raw_view(dx, s, st, dx.offset()), dy, true);
+      accumulate_into(raw_view(dx, s, st, dx.offset()), dy);
     }
   });
 }
@@ -67,7 +76,7 @@ Tensor narrow_op(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
     if (Tensor dx = g.grad(0); dx.defined()) {
       Shape s = dx.shape();
       s[dim] = length;
-      strided_copy(raw_view(dx, s, dx.strides(), dx.offset() + start * dx.stride(dim)), dy, true);
+      accumulate_into(raw_view(dx, s, dx.strides(), dx.offset() + start * dx.stride(dim)), dy);
     }
   });
 }
@@ -89,7 +98,7 @@ Tensor select_op(const Tensor& x, int64_t dim, int64_t index) {
       const int64_t off = dx.offset() + index * st[dim];
       s.erase(s.begin() + dim);
       st.erase(st.begin() + dim);
-      strided_copy(raw_view(dx, s, st, off), dy, true);
+      accumulate_into(raw_view(dx, s, st, off), dy);
     }
   });
 }
@@ -98,9 +107,9 @@ Tensor select_op(const Tensor& x, int64_t dim, int64_t index) {
 Tensor contiguous_op(const Tensor& x) {
   check_defined(x, "contiguous", "input");
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  strided_copy(out, x);
+  backend_for(x.device()).copy(out, x, /*accumulate=*/false);
   return record("contiguous", out, {x}, [](const Tensor& dy, GradSink& g) {
-    if (Tensor dx = g.grad(0); dx.defined()) strided_copy(dx, dy, true);
+    if (Tensor dx = g.grad(0); dx.defined()) accumulate_into(dx, dy);
   });
 }
 
@@ -108,10 +117,21 @@ Tensor contiguous_op(const Tensor& x) {
 Tensor cast_op(const Tensor& x, DataType dtype) {
   check_defined(x, "cast", "input");
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  strided_copy(out, x);
+  backend_for(x.device()).copy(out, x, /*accumulate=*/false);
   // The gradient flows back converted to the input's dtype.
   return record("cast", out, {x}, [](const Tensor& dy, GradSink& g) {
-    if (Tensor dx = g.grad(0); dx.defined()) strided_copy(dx, dy, true);
+    if (Tensor dx = g.grad(0); dx.defined()) accumulate_into(dx, dy);
+  });
+}
+
+// ---- to(device): x on one device -> a copy on another -------------------------------------------
+Tensor to_device_op(const Tensor& x, Device device) {
+  check_defined(x, "to", "input");
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+  copy_tensor(out, x);
+  // The gradient flows back to the input's device.
+  return record("to", out, {x}, [](const Tensor& dy, GradSink& g) {
+    if (Tensor dx = g.grad(0); dx.defined()) copy_tensor(dx, dy, /*accumulate=*/true);
   });
 }
 

@@ -1,32 +1,20 @@
 #include <cmath>
 
+#include "backend/backend.h"
 #include "chorus/tensor/optim.h"
-#include "cpu/dispatch.h"
-#include "cpu/elementwise.h"
+#include "optim/grad_groups.h"
 
 namespace chorus::tensor::optim {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  const std::vector<std::vector<Tensor>> groups = gradients_by_device(params, "clip_grad_norm");
   double sq = 0;
-  for (const Tensor& p : params) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    sq += dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
-      using T = decltype(tag);
-      return cpu::sum_squares(g.data<T>(), g.numel());
-    });
-  }
+  for (const auto& grads : groups) sq += backend_for(grads.front().device()).sum_squares(grads);
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
   const double factor = max_norm / (norm + 1e-6);
-  for (const Tensor& p : params) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    dispatch_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::scale_forward(g.data<T>(), g.data<T>(), T(factor), g.numel());
-    });
-  }
+  for (const auto& grads : groups)
+    for (const Tensor& g : grads) backend_for(g.device()).scale(g, g, factor);
   return norm;
 }
 

@@ -1,11 +1,11 @@
 // Dynamic loss scaling for fp16 (see amp.h).
 #include <cmath>
 
+#include "backend/backend.h"
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/ops.h"
 #include "chorus/tensor/optim.h"
-#include "cpu/dispatch.h"
-#include "cpu/elementwise.h"
+#include "optim/grad_groups.h"
 
 namespace chorus::tensor {
 
@@ -21,16 +21,15 @@ Tensor GradScaler::scale(const Tensor& loss) const { return tensor::scale(loss, 
 bool GradScaler::step(optim::Optimizer& optimizer) {
   optimizer.wait_grads();  // a data-parallel gate: every gradient reduced first
   const double inv = 1.0 / scale_;
+  std::vector<Tensor> params;
+  for (const auto& [name, p] : optimizer.params()) params.push_back(p);
+  // Unscale in place, then test: one sum of squares over each device's gradients finds any inf
+  // or nan.
   bool finite = true;
-  for (const auto& [name, p] : optimizer.params()) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    // Unscale in place, then test: one sum of squares per tensor finds any inf or nan.
-    dispatch_float(g.dtype(), "GradScaler", [&](auto tag) {
-      using T = decltype(tag);
-      cpu::scale_forward(g.data<T>(), g.data<T>(), T(inv), g.numel());
-      if (!std::isfinite(cpu::sum_squares(g.data<T>(), g.numel()))) finite = false;
-    });
+  for (const auto& grads : optim::gradients_by_device(params, "GradScaler")) {
+    Backend& be = backend_for(grads.front().device());
+    for (const Tensor& g : grads) be.scale(g, g, inv);
+    if (!std::isfinite(be.sum_squares(grads))) finite = false;
   }
   last_overflow_ = !finite;
   if (finite) {

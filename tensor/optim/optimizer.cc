@@ -3,7 +3,7 @@
 
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/optim.h"
-#include "cpu/strided.h"
+#include "runtime/transfer.h"
 
 namespace chorus::tensor::optim {
 
@@ -51,15 +51,15 @@ Tensor& Optimizer::master(size_t i) {
 }
 
 void Optimizer::write_back(size_t i) {
-  if (masters_[i].defined()) strided_copy(params_[i].second, masters_[i]);
+  if (masters_[i].defined()) copy_tensor(params_[i].second, masters_[i]);
 }
 
 Tensor Optimizer::grad_of(size_t i) const {
   const Tensor& g = params_[i].second.grad();
   if (!g.defined()) return g;
   if (!masters_[i].defined()) return g;
-  Tensor f = Tensor::empty(g.shape(), DataType::kF32);
-  strided_copy(f, g);
+  Tensor f = Tensor::empty(g.shape(), DataType::kF32, g.device());
+  copy_tensor(f, g);
   return f;
 }
 

@@ -1,15 +1,13 @@
 // SGD with optional momentum and L2 weight decay:  g' = g + wd p;  b = mu b + g';  p -= lr b
+#include "backend/backend.h"
 #include "chorus/tensor/optim.h"
-#include "cpu/dispatch.h"
-#include "cpu/elementwise.h"
 
 namespace chorus::tensor::optim {
 
 SGD::SGD(nn::NamedTensors params, SGDOptions options)
     : Optimizer(std::move(params), options.lr), options_(options) {
   if (options_.momentum != 0)
-    for (size_t i = 0; i < params_.size(); ++i)
-      momentum_.push_back(Tensor::zeros(master(i).shape(), master(i).dtype()));
+    for (size_t i = 0; i < params_.size(); ++i) momentum_.push_back(Tensor::zeros_like(master(i)));
 }
 
 void SGD::step() {
@@ -18,25 +16,14 @@ void SGD::step() {
     Tensor g = grad_of(i);
     if (!g.defined()) return;
     Tensor& p = master(i);
-    dispatch_float(p.dtype(), "sgd", [&](auto tag) {
-      using T = decltype(tag);
-      const int64_t n = p.numel();
-      T* pp = p.data<T>();
-      Tensor d = g;
-      if (options_.weight_decay != 0) {
-        d = g.clone();
-        cpu::axpy(d.data<T>(), T(options_.weight_decay), pp, n);
-      }
-      if (options_.momentum != 0) {
-        T* b = momentum_[i].data<T>();
-        const T* dp = d.data<T>();
-        const T mu = T(options_.momentum);
-        for (int64_t j = 0; j < n; ++j) b[j] = mu * b[j] + dp[j];
-        cpu::axpy(pp, T(-lr_), b, n);
-      } else {
-        cpu::axpy(pp, T(-lr_), d.data<T>(), n);
-      }
-    });
+    CHORUS_ARG_CHECK(p.dtype() == DataType::kF32 || p.dtype() == DataType::kF64, "sgd: dtype ",
+                     to_string(p.dtype()), " not supported (f32 or f64; cast first)");
+    const Tensor buf = options_.momentum != 0 ? momentum_[i] : Tensor();
+    CHORUS_ARG_CHECK(g.device() == p.device() && (!buf.defined() || buf.device() == p.device()),
+                     "sgd: '", params_[i].first, "' is on ", to_string(p.device()),
+                     " but its gradient or state is elsewhere (build the optimizer after moving "
+                     "the model)");
+    backend_for(p.device()).sgd(p, g, buf, lr_, options_.momentum, options_.weight_decay);
     write_back(i);
   });
 }

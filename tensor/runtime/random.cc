@@ -10,7 +10,7 @@
 
 #include "cpu/dispatch.h"
 #include "cpu/simd.h"
-#include "cpu/strided.h"
+#include "runtime/transfer.h"
 
 namespace chorus::tensor {
 namespace {
@@ -77,7 +77,7 @@ void fill_with(Tensor& t, Draw draw, uint64_t first_index) {
   parallel_for(n, 64, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) v[i] = draw(first_index + static_cast<uint64_t>(i));
   });
-  strided_copy(t, values);
+  copy_tensor(t, values);
 }
 
 }  // namespace

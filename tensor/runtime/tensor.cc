@@ -4,10 +4,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/ops.h"
 #include "cpu/dispatch.h"
 #include "cpu/strided.h"
+#include "runtime/transfer.h"
 
 namespace chorus::tensor {
 namespace {
@@ -73,7 +75,7 @@ Tensor Tensor::empty(Shape shape, DataType dtype, Device device) {
 
 Tensor Tensor::zeros(Shape shape, DataType dtype, Device device) {
   Tensor t = empty(std::move(shape), dtype, device);
-  std::memset(t.data_ptr(), 0, t.nbytes());
+  backend_for(device).zero(t);
   return t;
 }
 
@@ -174,21 +176,17 @@ Tensor Tensor::clone() const { return contiguous_op(*this); }
 Tensor Tensor::to(DataType dtype) const {
   return dtype == this->dtype() ? *this : cast_op(*this, dtype);
 }
+Tensor Tensor::to(Device device) const {
+  return device == this->device() ? *this : to_device_op(*this, device);
+}
 
 // ---- in-place (outside autograd) -----------------------------------------------------------
 
-void Tensor::copy_(const Tensor& src) { strided_copy(*this, src, /*accumulate=*/false); }
+void Tensor::copy_(const Tensor& src) { copy_tensor(*this, src); }
 
 void Tensor::fill_(double value) {
-  dispatch_any(dtype(), "fill_", [&](auto tag) {
-    using T = decltype(tag);
-    const T v = store_as<T>(value);
-    T* p = static_cast<T*>(data_ptr());
-    for_each_row2(shape(), strides(), strides(),
-                  [&](int64_t o, int64_t, int64_t n, int64_t s, int64_t) {
-                    for (int64_t i = 0; i < n; ++i) p[o + i * s] = v;
-                  });
-  });
+  CHORUS_ARG_CHECK(defined(), "fill_ of an undefined tensor");
+  backend_for(device()).fill(*this, value);
 }
 
 void Tensor::set_data(const Tensor& src) {
@@ -200,7 +198,7 @@ void Tensor::set_data(const Tensor& src) {
   CHORUS_ARG_CHECK(!im.autograd.requires_grad || is_floating(from.dtype),
                    "set_data: a tensor that requires grad cannot take ", to_string(from.dtype),
                    " data");
-  if (from.dtype != im.dtype) {
+  if (from.dtype != im.dtype || from.storage->device() != im.storage->device()) {
     im.autograd.grad = Tensor();
     im.autograd.grad_bound = false;
   }
@@ -211,6 +209,7 @@ void Tensor::set_data(const Tensor& src) {
 }
 
 std::vector<double> Tensor::to_vector() const {
+  if (!device().is_cpu()) return detach().to(Device::cpu()).to_vector();
   std::vector<double> out;
   out.reserve(static_cast<size_t>(numel()));
   dispatch_any(dtype(), "to_vector", [&](auto tag) {

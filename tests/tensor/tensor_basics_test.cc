@@ -28,7 +28,8 @@ TEST(TensorBasics, FactoriesAndMetadata) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u);
   Tensor f = Tensor::full({5}, 2.5, DataType::kF64);
   for (double v : f.to_vector()) EXPECT_EQ(v, 2.5);
-  EXPECT_THROW(Tensor::empty({2}, DataType::kF32, Device{DeviceType::kCUDA, 0}), InvalidArgument);
+  // A device this process cannot use is refused (device_test.cc: with the reason).
+  EXPECT_THROW(Tensor::empty({2}, DataType::kF32, Device{DeviceType::kCUDA, 64}), InvalidArgument);
   EXPECT_FALSE(Tensor().defined());
 }
 
@@ -135,6 +136,20 @@ TEST(TensorBasics, MemoryStatsTrackPeak) {
   }
   EXPECT_EQ(memory_stats().current_bytes, before.current_bytes);
   EXPECT_GE(memory_stats().peak_bytes, before.current_bytes + (4 << 20));
+}
+
+// Products over an empty inner dimension are sums of nothing: zeros (plus the bias), with the
+// output shaped by the leading dims, not by numel / K.
+TEST(TensorBasics, ProductsOverAnEmptyInnerDimensionAreZero) {
+  const Tensor x = Tensor::empty({3, 0}), w = Tensor::empty({5, 0});
+  const Tensor b = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5}, {5});
+  const Tensor y = linear(x, w, b);
+  ASSERT_EQ(y.shape(), (Shape{3, 5}));
+  const std::vector<double> v = y.to_vector();
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], double(i % 5 + 1));
+  const Tensor p = matmul(Tensor::empty({2, 4, 0}), Tensor::empty({0, 6}));
+  ASSERT_EQ(p.shape(), (Shape{2, 4, 6}));
+  for (double e : p.to_vector()) EXPECT_EQ(e, 0.0);
 }
 
 }  // namespace

@@ -44,13 +44,17 @@ using BackwardFn = std::function<void(const Tensor& grad_out, GradSink& sink)>;
 class Node {
  public:
   Node(std::string name, BackwardFn fn, std::vector<Edge> edges, std::vector<Shape> input_shapes,
-       std::vector<DataType> input_dtypes, Shape out_shape, DataType out_dtype);
+       std::vector<DataType> input_dtypes, std::vector<Device> input_devices, Shape out_shape,
+       DataType out_dtype, Device out_device);
 
   const std::string& name() const { return name_; }
   uint64_t sequence_nr() const { return seq_; }
   const std::vector<Edge>& edges() const { return edges_; }
   const Shape& out_shape() const { return out_shape_; }
   DataType out_dtype() const { return out_dtype_; }
+  // Where the output lives (its gradient is made there; each input's gradient is made on that
+  // input's device, which differs only for to()).
+  Device out_device() const { return out_device_; }
   // Drops the backward function and what it captured (saved activations).
   void release() { fn_ = nullptr; }
   bool released() const { return !fn_; }
@@ -62,11 +66,13 @@ class Node {
   uint64_t seq_;
   BackwardFn fn_;
   std::vector<Edge> edges_;
-  // Shape/dtype of each input, to allocate its gradient buffer (storage not kept).
+  // Shape/dtype/device of each input, to allocate its gradient buffer (storage not kept).
   std::vector<Shape> input_shapes_;
   std::vector<DataType> input_dtypes_;
+  std::vector<Device> input_devices_;
   Shape out_shape_;
   DataType out_dtype_;
+  Device out_device_;
   Tensor grad_;  // the gradient of this node's output, accumulated during backward
 };
 

@@ -70,6 +70,13 @@ void set_bf16_gemm_mode(const std::string& mode);
 // differently.)
 void pin_gemm_choices();
 
+// GPU GEMMs (the CUDA backend's cuBLASLt products): whether f32 products may round their inputs
+// to TF32 on tensor cores (f32 accumulation; results near 1e-3 relative instead of 1e-6). Off by
+// default; CHORUS_TENSOR_TF32=1 or set_allow_tf32(true) turns it on. 16-bit and f64 products and
+// the CPU are not affected.
+bool allow_tf32();
+void set_allow_tf32(bool allow);
+
 // Threads used by parallel regions (GEMM and our kernels).
 int num_threads();
 void set_num_threads(int n);

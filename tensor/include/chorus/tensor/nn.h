@@ -57,6 +57,12 @@ class Module {
   // dtype of their input, so a 16-bit model is run on f32 inputs (its weights are widened per
   // call, gradients come back in the weights' dtype) and an f64 one on f64 inputs.
   Module& to(DataType dtype);
+  // Moves every parameter to `device` ("cuda:0", Device::cpu()) in place: the same tensors with
+  // their values copied there; gradients are dropped. All or nothing: when a copy fails (a
+  // device this process cannot use, InvalidArgument saying why) no parameter has moved. Inputs
+  // must then be on that device too (an op's tensors are on one device). Move the model before
+  // building its optimizer, whose state goes where the parameters are.
+  Module& to(Device device);
 
   // Replaces the descendant at `path` by `module` (for example a Linear by a tensor-parallel
   // one): the parent's member and its registration both point at the new module from now on.

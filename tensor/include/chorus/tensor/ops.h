@@ -77,5 +77,6 @@ Tensor narrow_op(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 Tensor select_op(const Tensor& x, int64_t dim, int64_t index);
 Tensor contiguous_op(const Tensor& x);
 Tensor cast_op(const Tensor& x, DataType dtype);
+Tensor to_device_op(const Tensor& x, Device device);
 
 }  // namespace chorus::tensor

@@ -2,7 +2,9 @@
 //
 // Optimizers update parameters in place outside autograd. f32 parameters are their own master
 // weights; a 16-bit parameter gets an f32 master copy in the optimizer, updated in f32 and
-// rounded back into the parameter after each step.
+// rounded back into the parameter after each step. The state lives on each parameter's device,
+// so build the optimizer after moving the model (Module::to(device)); a parameter found on
+// another device than its state is refused, naming both.
 #pragma once
 
 #include <cstdint>
@@ -97,6 +99,8 @@ struct AdamWOptions {
 // Adam with decoupled weight decay (Loshchilov & Hutter) and bias correction:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p )
+// CPU parameters are updated one by one as the gate passes them; a GPU's parameters in one fused
+// update over all of them at the end of step().
 class AdamW : public Optimizer {
  public:
   AdamW(nn::NamedTensors params, AdamWOptions options);

@@ -4,6 +4,8 @@
 //   u32 name length, name bytes, u8 dtype (chorus::DataType value), u32 ndim, i64 shape[ndim],
 //   u64 byte count, raw row-major bytes.
 // Written to "<path>.tmp" then renamed, so a crash never leaves a half-written checkpoint.
+// Tensors on a GPU are saved from a host copy; loaded tensors are on the CPU (load_state_dict
+// copies them onto the parameters' devices).
 #pragma once
 
 #include <string>

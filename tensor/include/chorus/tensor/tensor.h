@@ -5,6 +5,9 @@
 // inside the storage. Views (view/reshape/transpose/narrow/select) share storage and are
 // differentiable; contiguous(), clone() and to() copy.
 //
+// The storage lives on a device (device.h): "cpu" by default, or a GPU ("cuda:0"); factories take
+// the device, to(device) moves a copy there, and ops run where their inputs are.
+//
 // Element types: f32 and f64 for compute (every op), bf16 and f16 for storage and for the
 // matmuls under autocast (amp.h), i32 and i64 for indices (embedding, cross-entropy targets).
 #pragma once
@@ -50,10 +53,11 @@ class Tensor {
   static Tensor zeros(Shape shape, DataType dtype = DataType::kF32, Device device = {});
   static Tensor full(Shape shape, double value, DataType dtype = DataType::kF32,
                      Device device = {});
-  static Tensor ones(Shape shape, DataType dtype = DataType::kF32) {
-    return full(std::move(shape), 1.0, dtype);
+  static Tensor ones(Shape shape, DataType dtype = DataType::kF32, Device device = {}) {
+    return full(std::move(shape), 1.0, dtype, device);
   }
-  // Copies `values` (converted to dtype) into a new contiguous tensor of `shape`.
+  // Copies `values` (converted to dtype) into a new contiguous CPU tensor of `shape` (then
+  // to(device) for another device).
   static Tensor from_vector(std::span<const double> values, Shape shape,
                             DataType dtype = DataType::kF32);
   static Tensor from_vector(std::span<const float> values, Shape shape,
@@ -80,7 +84,9 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
 
-  // Pointer to element [0, ..., 0]. data<T>() checks that T matches dtype().
+  // Pointer to element [0, ..., 0]: a device address for a tensor on a GPU (for kernels and
+  // device-aware calls such as the Communicator's; the host must not dereference it).
+  // data<T>() checks that T matches dtype().
   void* data_ptr() const;
   template <class T>
   T* data() const;
@@ -100,9 +106,13 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DataType dtype) const;  // a cast; returns *this when the dtype already matches
+  // A copy on `device` ("cuda:0", Device::cpu()); returns *this when it is already there. The
+  // gradient flows back to this tensor's device. InvalidArgument, saying why, for a device this
+  // process cannot use (device_unavailable_reason()).
+  Tensor to(Device device) const;
 
   // ---- in-place, outside autograd (initialisation, optimizers, tests) -----------------------
-  // Copies src (same shape, any dtype and strides) into this tensor's elements.
+  // Copies src (same shape, any dtype, strides and device) into this tensor's elements.
   void copy_(const Tensor& src);
   void fill_(double value);
   void zero_() { fill_(0.0); }
@@ -110,11 +120,12 @@ class Tensor {
   // Rebinds this tensor to `src`'s bytes: from now on it views src's storage with src's strides,
   // offset and dtype (the shape must match). Every handle on this tensor sees the change, its
   // autograd state (requires_grad, hooks, grad) stays. This is how a parameter becomes a view
-  // into a flat buffer (data parallelism's buckets, ZeRO's shards) or changes dtype
-  // (Module::to); a gradient of another dtype is dropped.
+  // into a flat buffer (data parallelism's buckets, ZeRO's shards) or changes dtype or device
+  // (Module::to); a gradient of another dtype or device is dropped.
   void set_data(const Tensor& src);
 
-  // Element values as doubles in row-major order (tests, logging).
+  // Element values as doubles in row-major order (tests, logging); a GPU tensor is copied to the
+  // host first (waiting for the work that computes it).
   std::vector<double> to_vector() const;
   // The value of a one-element tensor.
   double item() const;

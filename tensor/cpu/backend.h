@@ -1,0 +1,80 @@
+// Internal: the CPU backend, the reference every other device is tested against. Each kernel of
+// backend/backend.h calls the vectorised loops of cpu/ (or the GEMM backends of gemm/) on the
+// tensors' pointers; memory comes from the block cache (runtime/block_cache.h). Definitions:
+// cpu/backend.cc (memory, copies, element-wise, reductions, optimizers) and
+// cpu/backend_layers.cc (GEMMs and the GPT layers).
+#pragma once
+
+#include <atomic>
+
+#include "backend/backend.h"
+
+namespace chorus::tensor {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : Backend(Device::cpu()) {}
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* p, size_t bytes) noexcept override;
+  MemoryStats memory_stats() override;
+  void empty_cache() override;
+  void reset_peak_memory() override;
+
+  void copy(const Tensor& dst, const Tensor& src, bool accumulate) override;
+  void fill(const Tensor& t, double value) override;
+  void zero(const Tensor& t) override;
+
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void sub(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void mul(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void mul_backward(const Tensor& da, const Tensor& db, const Tensor& a, const Tensor& b,
+                    const Tensor& dy) override;
+  void scale(const Tensor& out, const Tensor& a, double s) override;
+  void axpy(const Tensor& y, double alpha, const Tensor& x) override;
+  void gelu_forward(const Tensor& out, const Tensor& x) override;
+  void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) override;
+  void add_bias(const Tensor& out, const Tensor& x, const Tensor& bias) override;
+  void sum_rows(const Tensor& dbias, const Tensor& dy, bool assign) override;
+  void dropout(const Tensor& out, const Tensor& x, double p, RngKey key, bool accumulate) override;
+
+  void sum(const Tensor& out, const Tensor& x, double factor) override;
+  void add_scalar(const Tensor& dx, const Tensor& dy, double factor) override;
+  double sum_squares(std::span<const Tensor> tensors) override;
+
+  void gemm(const GemmArgs& args) override;
+  Tensor autocast_operand(const Tensor& x, DataType lowp) override;
+  void gemm_autocast(DataType lowp, const GemmArgs& args) override;
+
+  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& q, const Tensor& k,
+                         const Tensor& v) override;
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, bool assign,
+                          const Tensor& dy, const Tensor& att, const Tensor& q, const Tensor& k,
+                          const Tensor& v) override;
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& weight, const Tensor& bias, double eps) override;
+  void layernorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                          const Tensor& dy, const Tensor& x, const Tensor& weight,
+                          const Tensor& mean, const Tensor& rstd) override;
+  void softmax_forward(const Tensor& y, const Tensor& x) override;
+  void softmax_backward(const Tensor& dx, const Tensor& y, const Tensor& dy) override;
+  void row_max(const Tensor& row_max, const Tensor& logits) override;
+  void exp_sums_and_target(const Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                           const Tensor& targets, int64_t vocab_start) override;
+  void cross_entropy_loss(const Tensor& loss, const Tensor& sums, const Tensor& row_max) override;
+  void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                              const Tensor& sums, const Tensor& targets, int64_t vocab_start,
+                              const Tensor& dloss) override;
+  void embedding_forward(const Tensor& out, const Tensor& idx, const Tensor& weight) override;
+  void embedding_backward(const Tensor& dweight, const Tensor& idx, const Tensor& dy) override;
+
+  void adamw(std::span<const AdamWTensors> params, const AdamWHyper& hyper) override;
+  void sgd(const Tensor& param, const Tensor& grad, const Tensor& buf, double lr, double momentum,
+           double weight_decay) override;
+
+ private:
+  std::atomic<int64_t> current_bytes_{0};
+  std::atomic<int64_t> peak_bytes_{0};
+};
+
+}  // namespace chorus::tensor
