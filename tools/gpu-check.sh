@@ -7,7 +7,8 @@
 #   1. the GPU kernel and runtime tests (kernels_gpu_test) as 1, 2 and 4 concurrent ranks, each
 #      rank on device CHORUS_LOCAL_RANK % device count (its IPC tests start 2- and 4-process worlds);
 #   2. the Communicator on device buffers and streams (comm_gpu_test: 1-, 2- and 4-rank worlds,
-#      on the IPC path and on pinned-host staging);
+#      on the IPC path and on pinned-host staging); the tensor engine on the device against the
+#      CPU engine, every op forward and backward with poisoned allocations (tensor_gpu_test);
 #   3. chorus-gpu-bandwidth: device-to-device copy bandwidth (copy engine and chorus kernels), the
 #      reference limit for collectives on one host;
 #   4. chorus-bench --device all_reduce, reduce_scatter, all_gather and broadcast, 8 B to 1 GiB,
@@ -97,7 +98,7 @@ if ! cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHOR
 fi
 say "building the GPU tests and probe with $JOBS jobs (log: $LOG_DIR/build-gpu.log)"
 t=$SECONDS
-gpu_targets=(kernels_gpu_test gpu_ipc_peer comm_gpu_test)
+gpu_targets=(kernels_gpu_test gpu_ipc_peer comm_gpu_test tensor_gpu_test)
 [[ $bench_on == ON ]] && gpu_targets+=(chorus-gpu-bandwidth)
 if ! cmake --build "$BUILD_DIR" --parallel "$JOBS" --target "${gpu_targets[@]}" >"$LOG_DIR/build-gpu.log" 2>&1; then
   tail -n 40 "$LOG_DIR/build-gpu.log" >&2
@@ -191,6 +192,15 @@ if timeout $((3 * STEP_TIMEOUT)) "$BIN/comm_gpu_test" >"$LOG_DIR/comm-gpu-tests.
   row "comm GPU tests" ok "$(summarize "$LOG_DIR/comm-gpu-tests.log") ($((SECONDS - t)) s)"
 else
   fail_row "comm GPU tests" "$(summarize "$LOG_DIR/comm-gpu-tests.log") ($((SECONDS - t)) s; see comm-gpu-tests.log)"
+fi
+
+# ---- 2c. the tensor engine on the device --------------------------------------------------------
+say "tensor_gpu_test (log: $LOG_DIR/tensor-gpu-tests.log)"
+t=$SECONDS
+if timeout "$STEP_TIMEOUT" "$BIN/tensor_gpu_test" >"$LOG_DIR/tensor-gpu-tests.log" 2>&1; then
+  row "tensor GPU tests" ok "$(summarize "$LOG_DIR/tensor-gpu-tests.log") ($((SECONDS - t)) s)"
+else
+  fail_row "tensor GPU tests" "$(summarize "$LOG_DIR/tensor-gpu-tests.log") ($((SECONDS - t)) s; see tensor-gpu-tests.log)"
 fi
 
 # ---- 3. the copy-bandwidth reference -------------------------------------------------------------

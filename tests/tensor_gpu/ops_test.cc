@@ -1,0 +1,354 @@
+// Every op of the GPT, forward and backward, on a CUDA device against the CPU engine on the same
+// random inputs; the optimizer pieces (AdamW, gradient norm and clipping, loss scaling); a GPT
+// step and ten AdamW steps. Every device allocation is poisoned (0xFF bytes, NaN) while these run,
+// so an output element a kernel leaves unwritten fails the comparison.
+//
+// Tolerances, as max |gpu - cpu| over the tensor's largest |cpu| value (norm-wise relative):
+//   f32, element-wise ops and casts          2e-6  (the device's tanh/exp against the CPU's)
+//   f32, reductions, GEMMs (K <= 130) and the layers built on them   1e-5
+//   f64                                       1e-12
+//   autocast bf16 GEMMs                       1e-2
+//   AdamW on f32 parameters                   0: the same operations in the same order, no FMA
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "chorus/tensor/amp.h"
+#include "chorus/tensor/gemm.h"
+#include "chorus/tensor/nn.h"
+#include "chorus/tensor/ops.h"
+#include "chorus/tensor/optim.h"
+#include "chorus/tensor/random.h"
+#include "gpu_tensor_test.h"
+
+namespace chorus::tensor {
+namespace {
+
+constexpr double kElementwise = 2e-6, kReduction = 1e-5, kF64 = 1e-12, kBf16 = 1e-2;
+
+class TensorGpuOps : public test::DeviceComparisonTest {
+ protected:
+  void SetUp() override {
+    test::DeviceComparisonTest::SetUp();
+    if (IsSkipped()) return;
+    set_poison_allocations(true);
+    set_allow_tf32(false);
+  }
+  void TearDown() override { set_poison_allocations(false); }
+};
+
+// What makes the comparisons catch unwritten output: a fresh allocation reads as NaN.
+TEST_F(TensorGpuOps, AllocationsArePoisoned) {
+  for (DataType dt : {DataType::kF32, DataType::kF64, DataType::kBF16, DataType::kF16})
+    for (double v : Tensor::empty({7}, dt, device_).to_vector()) EXPECT_TRUE(std::isnan(v));
+}
+
+Tensor random(const Shape& shape, uint64_t stream, DataType dtype = DataType::kF32, double low = -1,
+              double high = 1) {
+  Tensor t = Tensor::empty(shape, dtype);
+  fill_uniform_(t, {1234, stream}, low, high);
+  return t;
+}
+
+Tensor random_indices(const Shape& shape, int64_t V, uint64_t stream,
+                      DataType dtype = DataType::kI64) {
+  std::vector<int64_t> v(static_cast<size_t>(numel_of(shape)));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<int64_t>(uniform_at({99, stream}, i) * float(V)) % V;
+  return Tensor::from_vector(std::span<const int64_t>(v), shape, dtype);
+}
+
+// max |got - want| <= tol * max |want|, and nothing NaN (an unwritten, poisoned element).
+void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to_vector(), w = want.to_vector();
+  double scale = 0, worst = 0;
+  size_t worst_at = 0;
+  for (double x : w) scale = std::max(scale, std::abs(x));
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_FALSE(std::isnan(g[i]) && !std::isnan(w[i]))
+        << what << ": element " << i << " is NaN (left unwritten?)";
+    const double d = std::abs(g[i] - w[i]);
+    if (d > worst) {
+      worst = d;
+      worst_at = i;
+    }
+  }
+  EXPECT_LE(worst, tol * std::max(scale, 1e-30))
+      << what << ": element " << worst_at << " gpu " << g[worst_at] << " cpu " << w[worst_at]
+      << " (largest |cpu| " << scale << ")";
+}
+
+// Runs `op` on the CPU inputs and on copies on the device (float inputs require grad), compares
+// the outputs, then back-propagates the same random gradient through both and compares every
+// input's gradient.
+void check_op(const std::string& name, Device device,
+              const std::function<Tensor(const std::vector<Tensor>&)>& op,
+              const std::vector<Tensor>& inputs, double tol) {
+  std::vector<Tensor> cpu, gpu;
+  for (const Tensor& t : inputs) {
+    Tensor c = t.clone().detach(), g = t.to(device).detach();
+    if (is_floating(t.dtype())) {
+      c.set_requires_grad(true);
+      g.set_requires_grad(true);
+    }
+    cpu.push_back(c);
+    gpu.push_back(g);
+  }
+  const Tensor want = op(cpu), got = op(gpu);
+  EXPECT_EQ(got.device(), device) << name;
+  expect_close(got, want, tol, detail::concat(name, " forward"));
+  if (!want.requires_grad()) return;
+  const Tensor dy = random(want.shape(), 777, want.dtype());
+  want.backward(dy);
+  got.backward(dy.to(device));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu[i].requires_grad()) continue;
+    ASSERT_EQ(cpu[i].grad().defined(), gpu[i].grad().defined()) << name << " input " << i;
+    if (!cpu[i].grad().defined()) continue;
+    EXPECT_EQ(gpu[i].grad().device(), device);
+    expect_close(gpu[i].grad(), cpu[i].grad(), tol, detail::concat(name, " gradient of input ", i));
+  }
+}
+
+using Inputs = std::vector<Tensor>;
+
+TEST_F(TensorGpuOps, ElementWise) {
+  for (DataType dt : {DataType::kF32, DataType::kF64}) {
+    const double tol = dt == DataType::kF32 ? kElementwise : kF64;
+    const std::string t = detail::concat(" ", to_string(dt));
+    const Tensor a = random({37, 29}, 1, dt), b = random({37, 29}, 2, dt);
+    check_op(
+        "add" + t, device_, [](const Inputs& x) { return add(x[0], x[1]); }, {a, b}, tol);
+    check_op(
+        "sub" + t, device_, [](const Inputs& x) { return sub(x[0], x[1]); }, {a, b}, tol);
+    check_op(
+        "mul" + t, device_, [](const Inputs& x) { return mul(x[0], x[1]); }, {a, b}, tol);
+    check_op(
+        "scale" + t, device_, [](const Inputs& x) { return scale(x[0], -0.37); }, {a}, tol);
+    check_op(
+        "add_bias" + t, device_, [](const Inputs& x) { return add_bias(x[0], x[1]); },
+        {random({5, 7, 33}, 3, dt), random({33}, 4, dt)}, tol);
+    check_op(
+        "gelu" + t, device_, [](const Inputs& x) { return gelu(x[0]); },
+        {random({1001}, 5, dt, -4, 4)}, tol);
+    // The same tensor twice: its gradient collects both contributions.
+    check_op(
+        "mul self" + t, device_, [](const Inputs& x) { return mul(x[0], x[0]); }, {a}, tol);
+  }
+}
+
+TEST_F(TensorGpuOps, Reductions) {
+  for (DataType dt : {DataType::kF32, DataType::kF64}) {
+    const double tol = dt == DataType::kF32 ? kReduction : kF64;
+    const std::string t = detail::concat(" ", to_string(dt));
+    check_op(
+        "sum" + t, device_, [](const Inputs& x) { return sum(x[0]); }, {random({13, 17, 5}, 6, dt)},
+        tol);
+    check_op(
+        "mean" + t, device_, [](const Inputs& x) { return mean(x[0]); }, {random({100003}, 7, dt)},
+        tol);
+  }
+}
+
+TEST_F(TensorGpuOps, ViewsCopiesAndCasts) {
+  const Tensor x = random({6, 5, 7}, 8);
+  check_op(
+      "transpose + contiguous", device_,
+      [](const Inputs& v) { return v[0].transpose(0, 2).contiguous(); }, {x}, kElementwise);
+  check_op(
+      "narrow + select", device_,
+      [](const Inputs& v) { return scale(v[0].narrow(1, 1, 3).select(2, 4), 2.0); }, {x},
+      kElementwise);
+  for (DataType dt : {DataType::kBF16, DataType::kF16, DataType::kF64})
+    check_op(
+        detail::concat("cast to ", to_string(dt)), device_,
+        [dt](const Inputs& v) { return v[0].to(dt).to(DataType::kF32); }, {x}, 0.0);
+  // A fill with a value other than 0, strided.
+  Tensor t = Tensor::zeros({4, 6}, DataType::kF32, device_);
+  t.transpose(0, 1).narrow(0, 1, 2).fill_(2.5);
+  Tensor want = Tensor::zeros({4, 6});
+  want.transpose(0, 1).narrow(0, 1, 2).fill_(2.5);
+  expect_close(t, want, 0.0, "strided fill");
+}
+
+TEST_F(TensorGpuOps, MatrixProducts) {
+  for (DataType dt : {DataType::kF32, DataType::kF64}) {
+    const double tol = dt == DataType::kF32 ? kReduction : kF64;
+    const std::string t = detail::concat(" ", to_string(dt));
+    check_op(
+        "matmul batched" + t, device_, [](const Inputs& x) { return matmul(x[0], x[1]); },
+        {random({3, 37, 29}, 9, dt), random({3, 29, 41}, 10, dt)}, tol);
+    check_op(
+        "matmul" + t, device_, [](const Inputs& x) { return matmul(x[0], x[1]); },
+        {random({2, 5, 29}, 11, dt), random({29, 41}, 12, dt)}, tol);
+    check_op(
+        "linear" + t, device_, [](const Inputs& x) { return linear(x[0], x[1], x[2]); },
+        {random({4, 9, 65}, 13, dt), random({33, 65}, 14, dt), random({33}, 15, dt)}, tol);
+    check_op(
+        "linear without bias" + t, device_, [](const Inputs& x) { return linear(x[0], x[1]); },
+        {random({130, 64}, 16, dt), random({48, 64}, 17, dt)}, tol);
+    check_op(
+        "linear K = 0" + t, device_, [](const Inputs& x) { return linear(x[0], x[1]); },
+        {random({3, 0}, 18, dt), random({5, 0}, 19, dt)}, tol);
+  }
+}
+
+TEST_F(TensorGpuOps, AutocastProducts) {
+  for (DataType lowp : {DataType::kBF16, DataType::kF16}) {
+    const std::string t = detail::concat(" autocast ", to_string(lowp));
+    check_op(
+        "linear" + t, device_,
+        [lowp](const Inputs& x) {
+          AutocastGuard guard(lowp);
+          return linear(x[0], x[1], x[2]);
+        },
+        {random({4, 9, 65}, 20), random({33, 65}, 21), random({33}, 22)}, kBf16);
+    check_op(
+        "matmul" + t, device_,
+        [lowp](const Inputs& x) {
+          AutocastGuard guard(lowp);
+          return matmul(x[0], x[1]);
+        },
+        {random({3, 17, 29}, 23), random({3, 29, 11}, 24)}, kBf16);
+  }
+}
+
+TEST_F(TensorGpuOps, GptLayers) {
+  for (DataType dt : {DataType::kF32, DataType::kF64}) {
+    const double tol = dt == DataType::kF32 ? kReduction : kF64;
+    const std::string t = detail::concat(" ", to_string(dt));
+    check_op(
+        "layernorm" + t, device_, [](const Inputs& x) { return layernorm(x[0], x[1], x[2]); },
+        {random({6, 7, 130}, 30, dt, -3, 5), random({130}, 31, dt), random({130}, 32, dt)}, tol);
+    check_op(
+        "softmax" + t, device_, [](const Inputs& x) { return softmax(x[0]); },
+        {random({9, 300}, 33, dt, -6, 6)}, tol);
+    // q, k, v as strided views of one (B, T, NH, HS) tensor each: the GEMMs take their strides.
+    check_op(
+        "causal_attention" + t, device_,
+        [](const Inputs& x) {
+          return causal_attention(x[0].transpose(1, 2), x[1].transpose(1, 2), x[2].transpose(1, 2));
+        },
+        {random({2, 17, 3, 8}, 34, dt), random({2, 17, 3, 8}, 35, dt),
+         random({2, 17, 3, 8}, 36, dt)},
+        tol);
+    check_op(
+        "causal_attention dense" + t, device_,
+        [](const Inputs& x) { return causal_attention(x[0], x[1], x[2]); },
+        {random({2, 3, 17, 8}, 37, dt), random({2, 3, 17, 8}, 38, dt),
+         random({2, 3, 17, 8}, 39, dt)},
+        tol);
+    check_op(
+        "causal_attention_qkv" + t, device_,
+        [](const Inputs& x) { return causal_attention_qkv(x[0], 3); },
+        {random({2, 17, 72}, 40, dt)}, tol);
+    for (DataType idt : {DataType::kI64, DataType::kI32}) {
+      const std::string i = detail::concat(t, " ", to_string(idt));
+      check_op(
+          "embedding" + i, device_, [](const Inputs& x) { return embedding(x[0], x[1]); },
+          {random_indices({3, 11}, 50, 41, idt), random({50, 24}, 42, dt)}, tol);
+      check_op(
+          "cross_entropy" + i, device_, [](const Inputs& x) { return cross_entropy(x[0], x[1]); },
+          {random({37, 101}, 43, dt, -5, 5), random_indices({37}, 101, 44, idt)}, tol);
+    }
+    check_op(
+        "cross_entropy vocab shard" + t, device_,
+        [](const Inputs& x) { return cross_entropy_vocab_parallel(x[0], x[1], 40, {}); },
+        {random({37, 50}, 45, dt), random_indices({37}, 101, 46)}, tol);
+  }
+}
+
+TEST_F(TensorGpuOps, BadIndicesAreRefusedOnTheDeviceToo) {
+  const Tensor w = random({10, 4}, 50).to(device_);
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{3, 10, 2}, {3}).to(device_);
+  try {
+    (void)embedding(idx, w);
+    ADD_FAILURE() << "no InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.message()).find("embedding: index 10 outside [0, 10)"),
+              std::string::npos)
+        << e.message();
+  }
+}
+
+// The optimizer's pieces: a fused AdamW over several parameters (with and without weight decay)
+// equals the CPU's bit for bit; the gradient norm and clipping; loss scaling's unscale and
+// overflow test.
+TEST_F(TensorGpuOps, OptimizerPieces) {
+  auto make = [&](Device dev) {
+    nn::NamedTensors params;
+    for (int i = 0; i < 5; ++i) {
+      Tensor p = random(i % 2 ? Shape{129} : Shape{17, 31}, 60 + i).to(dev).detach();
+      p.set_requires_grad(true);
+      p.set_grad(random(p.shape(), 70 + i).to(dev));
+      params.emplace_back(detail::concat("p", i), p);
+    }
+    return params;
+  };
+  nn::NamedTensors cpu = make(Device::cpu()), gpu = make(device_);
+  optim::AdamW cpu_opt(cpu, {.lr = 1e-2, .weight_decay = 0.1});
+  optim::AdamW gpu_opt(gpu, {.lr = 1e-2, .weight_decay = 0.1});
+  for (int step = 0; step < 10; ++step) {
+    cpu_opt.step();
+    gpu_opt.step();
+  }
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_EQ(gpu[i].second.to_vector(), cpu[i].second.to_vector()) << cpu[i].first;
+
+  std::vector<Tensor> cp, gp;
+  for (auto& [n, t] : cpu) cp.push_back(t);
+  for (auto& [n, t] : gpu) gp.push_back(t);
+  const double cpu_norm = optim::clip_grad_norm(cp, 0.5), gpu_norm = optim::clip_grad_norm(gp, 0.5);
+  EXPECT_NEAR(gpu_norm, cpu_norm, 1e-12 * cpu_norm);
+  for (size_t i = 0; i < cp.size(); ++i)
+    expect_close(gp[i].grad(), cp[i].grad(), kElementwise, "clipped gradient");
+
+  GradScaler cpu_scaler, gpu_scaler;
+  EXPECT_TRUE(cpu_scaler.step(cpu_opt));
+  EXPECT_TRUE(gpu_scaler.step(gpu_opt));
+  for (size_t i = 0; i < cp.size(); ++i)
+    expect_close(gp[i].grad(), cp[i].grad(), kElementwise, "unscaled gradient");
+  gp[2].mutable_grad().narrow(0, 3, 1).fill_(std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(gpu_scaler.step(gpu_opt)) << "an inf gradient on the device is an overflow";
+}
+
+// A GPT step on the device against the CPU (loss, every parameter's gradient), then ten AdamW
+// steps tracking the CPU's losses.
+TEST_F(TensorGpuOps, GptTrainingTracksTheCpu) {
+  const nn::GPTConfig cfg{.vocab = 64, .context = 16, .layers = 2, .heads = 2, .width = 32};
+  nn::GPT cpu_model(cfg), gpu_model(cfg);
+  cpu_model.init(5);
+  gpu_model.init(5);
+  gpu_model.to(device_);
+  optim::AdamW cpu_opt(cpu_model.named_parameters(), {.lr = 1e-3, .weight_decay = 0.1});
+  optim::AdamW gpu_opt(gpu_model.named_parameters(), {.lr = 1e-3, .weight_decay = 0.1});
+  for (int step = 0; step < 10; ++step) {
+    const Tensor x = random_indices({4, 16}, 64, 100 + step),
+                 y = random_indices({4, 16}, 64, 200 + step);
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    const Tensor cpu_loss = cpu_model.loss(x, y),
+                 gpu_loss = gpu_model.loss(x.to(device_), y.to(device_));
+    cpu_loss.backward();
+    gpu_loss.backward();
+    EXPECT_NEAR(gpu_loss.item(), cpu_loss.item(), 1e-5 * std::abs(cpu_loss.item()))
+        << "step " << step;
+    if (step == 0) {
+      const nn::NamedTensors cp = cpu_model.named_parameters(), gp = gpu_model.named_parameters();
+      for (size_t i = 0; i < cp.size(); ++i)
+        expect_close(gp[i].second.grad(), cp[i].second.grad(), 1e-4,
+                     detail::concat("gradient of ", cp[i].first));
+    }
+    cpu_opt.step();
+    gpu_opt.step();
+  }
+}
+
+}  // namespace
+}  // namespace chorus::tensor
