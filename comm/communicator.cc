@@ -452,6 +452,17 @@ std::vector<int> Communicator::ring_order() const {
 
 void Communicator::synchronize() { impl_->synchronize(); }
 
+void Communicator::register_device_memory(const void* ptr, size_t bytes) {
+  impl_->register_device_memory(ptr, bytes);
+}
+
+// Every rank closes its mappings of registered memory before it enters the barrier, so none maps
+// any once the barrier is done.
+void Communicator::deregister_device_memory(const void* ptr) {
+  impl_->forget_device_memory(ptr);
+  barrier();
+}
+
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   CHORUS_ARG_CHECK(timeout.count() >= 0, "set_timeout: timeout ", timeout.count(),
                    " ms must not be negative");

@@ -35,6 +35,7 @@
 #include "exchange.h"
 #include "flight_recorder.h"
 #include "setup_store.h"
+#include "transport/registered_memory.h"
 #include "transport/transport.h"
 #include "validate.h"
 
@@ -84,6 +85,11 @@ struct Communicator::Impl {
   Work submit_on_stream(const algo::CollArgs& args, const MemoryPlacement& where,
                         gpu::Stream stream);
   void synchronize();
+  // Communicator::register_device_memory; and deregister_device_memory's local part (it ends with
+  // a barrier): waits for earlier operations, forgets the registration, closes this rank's
+  // mappings of registered peer memory (communicator_device.cc).
+  void register_device_memory(const void* ptr, size_t bytes);
+  void forget_device_memory(const void* ptr);
   // The error an operation issued now completes with when an earlier one broke the
   // communicator ("communicator is unusable after an earlier failure (...)"), or null.
   std::exception_ptr unusable_error(std::string_view name, int64_t seq);
@@ -135,6 +141,7 @@ struct Communicator::Impl {
   // (algo::ring_by_locality over the ranks' places, or rank order with CHORUS_RING=rank).
   std::vector<int> ring, ring_pos;
   algo::Scratch scratch;
+  transport::RegisteredRanges registered;     // register_device_memory
   std::chrono::milliseconds call_timeout{0};  // set_timeout(): overrides `timeout` when > 0
   int64_t collectives = 0;                    // issued so far: the sequence number of the next one
   int splits = 0;

@@ -197,6 +197,19 @@ class Transport {
   // a non-null context (chorus::Error).
   virtual void set_device_memory(const DeviceContext* device);
 
+  // Device memory the application registered (Communicator::register_device_memory): a transport
+  // that maps peers' device memory may send from inside it without copying, and peers may keep it
+  // mapped until close_registered_mappings(). Called between operations only. Transports that
+  // map nothing ignore both; register refuses (InvalidArgument) memory it could never share.
+  virtual void register_device_memory(const void* base, size_t bytes) { (void)base, (void)bytes; }
+  // Forgets the registration starting at `base` (false: none), and closes every mapping of
+  // registered peer memory this rank holds. Part of a collective deregistration: once every rank
+  // has done it, no rank maps another's registered memory.
+  virtual bool deregister_device_memory(const void* base) {
+    (void)base;
+    return true;
+  }
+
   // The operation in progress failed and the communicator is broken: stops every transfer still
   // posted, so that nothing writes into (or reads from) the caller's buffers once the failed call
   // has returned. Transports whose transfers are all driven by this rank's own calls have nothing

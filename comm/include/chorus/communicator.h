@@ -469,6 +469,24 @@ class Communicator {
   // Waits for every queued operation (errors stay with their Work handles).
   void synchronize();
 
+  // ---- device memory the application keeps (docs/GPU.md, "Buffer lifetime") -----------------
+  // Between ranks of one host, peers read a rank's device memory through IPC; by default only
+  // device memory the communicator owns (each message copied through it), so that the application
+  // may free and reallocate its buffers at any time. Registered memory goes straight to the peers
+  // instead (no copy), who keep it mapped: the application keeps it allocated until a
+  // deregistration that covers it, or the communicator's destruction, has returned on every rank.
+  // Registration is local (no peer takes part) and waits for the operations issued before it;
+  // `[ptr, ptr + bytes)` must be device memory of one plain allocation (cudaMalloc / hipMalloc)
+  // and overlap no other registration (InvalidArgument otherwise). Where device buffers do not
+  // move through IPC (pinned-host staging, other hosts, no device) it records nothing.
+  void register_device_memory(const void* ptr, size_t bytes);
+  // Collective: every rank calls it, each with a pointer it registered (or nullptr for none), in
+  // the same place among its operations. Returns once no rank maps any rank's registered memory
+  // (all of it, not only this pointer's; what stays registered is mapped again when next used):
+  // `ptr` may then be freed. InvalidArgument, before anything is done, for a pointer that was not
+  // registered here.
+  void deregister_device_memory(const void* ptr);
+
   // ---- failure handling ----------------------------------------------------------------------
   // Deadline for operations issued from now on (0 = back to CommOptions / CHORUS_TIMEOUT;
   // chorus::kNoDeadline or longer = none). An
