@@ -28,8 +28,4 @@ Link& ShmTransport::link(int peer) {
   return *links_[peer];
 }
 
-bool ShmTransport::single_copy_to(int peer) const {
-  return peer != rank_ && links_[peer]->single_copy();
-}
-
 }  // namespace chorus::transport

@@ -79,9 +79,6 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
   void count_completed() override;
   bool process_alive(int peer) override;
   void abandon() override;
-
-  // Whether sends to `peer` may use the single-copy path (for tests and logs).
-  bool single_copy_to(int peer) const;
   // What the links counted since the transport was made, for tests (which path a transfer took).
   struct Counters {
     // Bytes written straight into a forward's outgoing buffers as they arrived
