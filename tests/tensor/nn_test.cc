@@ -156,9 +156,12 @@ TEST(Nn, ActivationCheckpointingGivesEqualGradientsWithLessMemory) {
 
 // Our kernels split their work into pieces fixed by the shapes, so the thread count changes no
 // bit: three steps of AdamW with accumulation and clipping, at 1, 2 and 3 threads (a model large
-// enough for every kernel to use the team).
+// enough for every kernel to use the team). Our f32 GEMM, not a library's that timing may pick
+// (one called per thread's rows rounds by its own blocking).
 TEST(Nn, TrainingGivesTheSameBitsAtEveryThreadCount) {
   const int threads_before = num_threads();
+  const std::string backend_before = gemm_backend();
+  set_gemm_backend("builtin");
   const GPTConfig cfg{.vocab = 256, .context = 32, .layers = 2, .heads = 4, .width = 64};
   auto train = [&](int threads) {
     set_num_threads(threads);
@@ -192,6 +195,7 @@ TEST(Nn, TrainingGivesTheSameBitsAtEveryThreadCount) {
           << "parameter " << i << " at " << threads << " threads";
   }
   set_num_threads(threads_before);
+  set_gemm_backend(backend_before);
 }
 
 TEST(Nn, AdamWMatchesReferenceUpdate) {
