@@ -78,8 +78,9 @@ Training:
   --weight-decay X         AdamW's (default 0.1; matrices only)
   --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling
   --checkpoint-activations recompute each block in backward
-  --deterministic          rank-ordered reductions and pinned kernels: bit-identical reruns
-                           (CHORUS_DETERMINISTIC=1)
+  --deterministic          rank-ordered reductions and pinned kernels (CHORUS_DETERMINISTIC=1):
+                           bit-identical reruns; any dp and pp saves the bits of one process
+                           with the same --batch in dp x --micro-batches micro-batches
   --seed N                 initialisation and data (default 1234)
   --threads N              compute threads per rank (default: CHORUS_TENSOR_THREADS, else this
                            rank's cores shared among the ranks on its host)
