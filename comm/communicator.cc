@@ -131,6 +131,11 @@ Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 bool Communicator::deterministic() const { return impl_->deterministic; }
+const std::string& Communicator::group_name() const { return impl_->group; }
+int Communicator::world_rank(int r) const {
+  CHORUS_ARG_CHECK(r >= 0 && r < impl_->size, "world_rank: rank ", r, " of ", impl_->size);
+  return impl_->world_ranks[static_cast<size_t>(r)];
+}
 
 // ---- operations
 // ----------------------------------------------------------------------------------
@@ -419,8 +424,8 @@ void Communicator::check_divisible(const char* call, const char* name, size_t ha
 // ---- groups and algorithms
 // -----------------------------------------------------------------------
 
-std::optional<Communicator> Communicator::split(int color, int key) {
-  return impl_->split(color, key);
+std::optional<Communicator> Communicator::split(int color, int key, std::string_view name) {
+  return impl_->split(color, key, name);
 }
 
 void Communicator::set_algorithm(std::string_view name) {

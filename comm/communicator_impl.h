@@ -63,6 +63,11 @@ struct Communicator::Impl {
     CommOptions options;
     std::shared_ptr<const algo::TuneTable> tune;  // null: rank 0's table, shared via the store
     std::optional<bool> deterministic;  // split(): the parent's mode; empty: options, else env
+    // split(): the world rank of each member (the parent's world ranks, rank order of the
+    // child), the group's name, and whether failures go to the launcher as the world's do.
+    std::vector<int> world_ranks;
+    std::string group;
+    bool reports = false;
   };
 
   explicit Impl(Setup setup);
@@ -95,7 +100,12 @@ struct Communicator::Impl {
   std::exception_ptr unusable_error(std::string_view name, int64_t seq);
   // Fails the running and every later operation here, and tells the peers (they fail too).
   void abort(const std::string& reason);
-  std::optional<Communicator> split(int color, int key);
+  std::optional<Communicator> split(int color, int key, std::string_view name);
+  // "rank 1 of tp group 0 (world rank 3)" for a group made by split(), "rank 1" for a world.
+  std::string rank_name(int r) const;
+  // `e` with this communicator's ranks named by rank_name(): its own rank and every "rank N"
+  // in its message (a world communicator's errors are returned as they are).
+  std::exception_ptr name_ranks(const Error& e, std::exception_ptr original) const;
   // The algorithm of a call (`bytes`: algo::selection_bytes): algo::choose() on `selection`,
   // remembering recent choices by size, and saying once when deterministic mode replaces a
   // forced algorithm (communicator_selection.cc).
@@ -133,6 +143,12 @@ struct Communicator::Impl {
   // (CHORUS_STREAM_FROM; SIZE_MAX = never). A local choice: ranks need not agree.
   size_t stream_from_bytes = SIZE_MAX;
   bool owns_bootstrap = false;  // Setup::owns_bootstrap
+  // The world rank of every rank (the identity for a world communicator), the group's name
+  // ("tp group 0"; empty for a world communicator), and whether a failure is reported to the
+  // launcher (comm/launcher_report.h; in world ranks).
+  std::vector<int> world_ranks;
+  std::string group;
+  bool reports_to_launcher = false;
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<Exchange> exchange;
   std::vector<int> host_of;  // host index of every rank (transport/factory.h)

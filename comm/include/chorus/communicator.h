@@ -445,8 +445,14 @@ class Communicator {
   // ---- groups --------------------------------------------------------------------------------
   // Collective over this communicator: ranks passing the same color form a new communicator,
   // ordered by (key, rank). kNoColor returns nullopt. Uses this communicator's store; no new
-  // rendezvous.
-  std::optional<Communicator> split(int color, int key);
+  // rendezvous. `name` names the group in its errors ("tp group 0"; default "split group
+  // <color>"): a group's errors name each rank they mention as "rank 1 of tp group 0 (world rank
+  // 3)", and its failures reach chorus-run in world ranks, as the world's do.
+  std::optional<Communicator> split(int color, int key, std::string_view name = {});
+  // The name split() gave this group (empty for a world communicator), and the world rank of
+  // each of its ranks (a world communicator's own ranks; nested splits go back to the world).
+  const std::string& group_name() const;
+  int world_rank(int rank) const;
 
   // ---- algorithms ----------------------------------------------------------------------------
   // Forces an algorithm ("ring", "tree", "direct", ...) for later calls, or "auto". A "/fifo"
