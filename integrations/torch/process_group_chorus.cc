@@ -419,8 +419,4 @@ void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions&, bool) {
   unsupported("monitoredBarrier", "dist.monitored_barrier, which torch implements for gloo only");
 }
 
-WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>&, int) {
-  unsupported("recvAnysource", "dist.recv without src; chorus receives from a named rank");
-}
-
 }  // namespace chorus::torch

@@ -112,7 +112,8 @@ class ProcessGroupChorus final : public ::c10d::ProcessGroup {
   struct Pending {
     c10::intrusive_ptr<WorkChorus> work;
     Elements elements;
-    int peer;
+    int peer;  // a receive's: kAnySource too
+    int tag;
     bool is_send;
   };
   c10::intrusive_ptr<::c10d::Work> hold(Pending p);

@@ -56,7 +56,7 @@ LIFTS = [
     _gloo_or_chorus(
         ["test_batch_isend_irecv_gloo", "test_batch_isend_irecv_gloo_tags"],
         "GLOO Batch Send Recv CPU",
-        "batch_isend_irecv on CPU tensors is claimed (startCoalescing/endCoalescing)"),
+        "batch_isend_irecv on CPU tensors is claimed (startCoalescing/endCoalescing), with tags"),
     Lift(tuple(f"test_all_reduce_coalesced_{g}{op}" for g in ("", "group_", "full_group_")
                for op in ("sum", "product", "min", "max")) + ("test_scatter_object_list",),
          'require_backend({"gloo"})', 'require_backend({"gloo", "chorus"})',
@@ -73,8 +73,6 @@ LIFTS = [
 
 # Tests that pass on gloo and not on chorus, each with the reason; run.py fails on any other such
 # test, and on a test listed here that passes on chorus (so the list stays true).
-_TAGS = "point-to-point tags: not implemented yet (chorus matches messages by order only)"
-_ANY_SOURCE = "recv without src (any-source receive): not implemented yet"
 _GATHER_COALESCED = "all_gather_coalesced: not implemented yet"
 _MONITORED = ("torch 1.13's dist.monitored_barrier refuses every backend but gloo by name "
               "(\"monitored_barrier is only implemented for GLOO backend\") before any process "
@@ -82,12 +80,6 @@ _MONITORED = ("torch 1.13's dist.monitored_barrier refuses every backend but glo
 _SPARSE = ("sparse all_reduce is refused (chorus_torch.InvalidArgument naming the layout): "
            "chorus reduces dense buffers only; the gate stays (docs/TORCH.md says why)")
 KNOWN_GAPS = {
-    **{t: _TAGS for t in ("test_send_recv_with_tag", "test_send_recv_with_tag_autograd_profiler",
-                          "test_send_recv_with_tag_torch_profiler",
-                          "test_batch_isend_irecv_gloo_tags")},
-    **{t: _ANY_SOURCE for t in ("test_send_recv_any_source",
-                                "test_send_recv_any_source_autograd_profiler",
-                                "test_send_recv_any_source_torch_profiler")},
     **{f"test_all_gather_coalesced_{t}": _GATHER_COALESCED
        for t in ("simple", "complex", "full_group", "group", "with_empty")},
     **{f"test_monitored_barrier_{t}": _MONITORED
