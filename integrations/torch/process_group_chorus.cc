@@ -236,10 +236,38 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output, at::Tensor& inpu
              });
 }
 
-WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tensor>>&,
-                                                std::vector<at::Tensor>&,
-                                                const ::c10d::AllgatherOptions&) {
-  unsupported("allgather_coalesced", "dist.all_gather_coalesced; use all_gather per tensor");
+// One all_gather over a flat buffer: this rank's inputs packed one after the other are its
+// block, and rank r's block unpacks into output list r.
+WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                std::vector<at::Tensor>& inputs,
+                                                const ::c10d::AllgatherOptions& opts) {
+  const std::string call = "allgather_coalesced";
+  CHORUS_ARG_CHECK(!inputs.empty(), call, ": no input tensors");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], call, "input");
+    CHORUS_ARG_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type(), call, ": input ", i,
+                     " has dtype ", inputs[i].scalar_type(), " but input 0 has ",
+                     inputs[0].scalar_type());
+  }
+  CHORUS_ARG_CHECK(outputs.size() == static_cast<size_t>(size_), call, ": ", outputs.size(),
+                   " output lists for ", size_, " ranks");
+  std::vector<at::Tensor> flat;  // rank-major: what the gathered buffer unpacks into
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    CHORUS_ARG_CHECK(outputs[r].size() == inputs.size(), call, ": output list ", r, " has ",
+                     outputs[r].size(), " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      check_like(outputs[r][i], inputs[0].scalar_type(), inputs[i].numel(), call,
+                 "output " + std::to_string(r) + "/" + std::to_string(i));
+      flat.push_back(outputs[r][i]);
+    }
+  }
+  Staging s;
+  const Elements src = movable(s.packed_input(inputs));
+  const Elements dst = movable(s.packed_output(flat));
+  return run(OpType::ALLGATHER_COALESCED, call, opts.timeout, std::move(s), flat,
+             [&](Communicator& c) {
+               return Works{c.all_gather_async(src.data, dst.data, src.count, src.dtype)};
+             });
 }
 
 WorkPtr ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs,

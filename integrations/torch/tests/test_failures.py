@@ -114,8 +114,8 @@ def unsupported(rank, n):
         "allreduce int16": lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16)),
         "allreduce bool": lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)),
         "allreduce sparse": lambda: dist.all_reduce(torch.ones(4).to_sparse()),
-        "allgather_coalesced": lambda: dist.all_gather_coalesced([[torch.ones(2)] * n],
-                                                                 [torch.ones(2)]),
+        "allgather_coalesced": lambda: dist.all_gather_coalesced([[torch.ones(2)]] * n,
+                                                                 [torch.ones(3)]),
         # torch itself refuses this one for every backend but gloo:
         "monitored_barrier": lambda: dist.monitored_barrier(),
         "send": lambda: dist.send(torch.ones(2), (rank + 1) % n, tag=-1),

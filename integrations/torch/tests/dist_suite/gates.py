@@ -73,15 +73,12 @@ LIFTS = [
 
 # Tests that pass on gloo and not on chorus, each with the reason; run.py fails on any other such
 # test, and on a test listed here that passes on chorus (so the list stays true).
-_GATHER_COALESCED = "all_gather_coalesced: not implemented yet"
 _MONITORED = ("torch 1.13's dist.monitored_barrier refuses every backend but gloo by name "
               "(\"monitored_barrier is only implemented for GLOO backend\") before any process "
               "group is asked, so no plugin can provide it; the gate stays")
 _SPARSE = ("sparse all_reduce is refused (chorus_torch.InvalidArgument naming the layout): "
            "chorus reduces dense buffers only; the gate stays (docs/TORCH.md says why)")
 KNOWN_GAPS = {
-    **{f"test_all_gather_coalesced_{t}": _GATHER_COALESCED
-       for t in ("simple", "complex", "full_group", "group", "with_empty")},
     **{f"test_monitored_barrier_{t}": _MONITORED
        for t in ("gloo", "gloo_rank_0_timeout", "gloo_subgroup", "failure_order",
                  "wait_all_ranks", "allreduce_hang", "allreduce_hang_wait_all_ranks")},
