@@ -19,11 +19,6 @@ std::chrono::milliseconds group_timeout(std::chrono::milliseconds timeout) {
   return timeout;
 }
 
-[[noreturn]] void unsupported(const std::string& call, const std::string& python_name) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "chorus backend: ", call, " (", python_name,
-                              ") is not supported");
-}
-
 int check_root(int64_t root, int size, const std::string& call) {
   CHORUS_ARG_CHECK(root >= 0 && root < size, call, ": root rank ", root, " is out of range [0, ",
                    size, ")");
@@ -78,9 +73,9 @@ Works exchange_blocks(Communicator& c, const std::vector<const std::byte*>& send
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout)
-    : ::c10d::ProcessGroup(rank, size) {
+    : ::c10d::ProcessGroup(rank, size), store_(store), timeout_(group_timeout(timeout)) {
   CommOptions options;
-  options.timeout = group_timeout(timeout);
+  options.timeout = timeout_;
   comm_.emplace(rank, size, std::make_shared<C10dStore>(store), options);
 }
 
@@ -441,10 +436,6 @@ WorkPtr ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
 WorkPtr ProcessGroupChorus::barrier(const ::c10d::BarrierOptions& opts) {
   return run(OpType::BARRIER, "barrier", opts.timeout, Staging(), {},
              [](Communicator& c) { return Works{c.barrier_async()}; });
-}
-
-void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions&, bool) {
-  unsupported("monitoredBarrier", "dist.monitored_barrier, which torch implements for gloo only");
 }
 
 }  // namespace chorus::torch

@@ -75,7 +75,8 @@ LIFTS = [
 # test, and on a test listed here that passes on chorus (so the list stays true).
 _MONITORED = ("torch 1.13's dist.monitored_barrier refuses every backend but gloo by name "
               "(\"monitored_barrier is only implemented for GLOO backend\") before any process "
-              "group is asked, so no plugin can provide it; the gate stays")
+              "group is asked, so the suite cannot reach a plugin's; chorus's is the group's own "
+              "monitored_barrier (tests/test_failures.py); the gate stays")
 _SPARSE = ("sparse all_reduce is refused (chorus_torch.InvalidArgument naming the layout): "
            "chorus reduces dense buffers only; the gate stays (docs/TORCH.md says why)")
 KNOWN_GAPS = {
