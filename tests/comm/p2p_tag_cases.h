@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@ struct P2pTagCase {
   std::string name;
   std::function<void(Communicator&)> body;  // every rank of a 3-rank communicator
 };
+// gtest's name for a case in test listings (the test's own name carries it too).
+inline void PrintTo(const P2pTagCase& c, std::ostream* os) { *os << c.name; }
 
 // Tags received out of the order sent (small and large messages, the large set aside), tag 0
 // beside other tags, send_recv with tags, any-source receives (with and without tags, and

@@ -1,8 +1,8 @@
 """Failures surface as Python exceptions carrying chorus's text, never as hangs: a killed rank
 (chorus_torch.PeerFailure naming it, also under DDP), a rank that never arrives
 (chorus_torch.Timeout after the group's timeout), ranks that disagree (chorus_torch.Mismatch),
-and calls or arguments the backend does not support (an error naming the call, after which the
-group still works)."""
+calls or arguments the backend does not support (an error naming the call, after which the
+group still works), and the group's monitored_barrier naming the ranks that did not arrive."""
 import os
 import signal
 
