@@ -124,7 +124,9 @@ void Communicator::Impl::progress_loop() {
     queued_.store(queue_.size(), std::memory_order_seq_cst);
     lock.unlock();
     recorder->started(op.record);
-    op.state->complete(op.device ? execute_device(op) : execute(op));
+    std::exception_ptr error = op.device ? execute_device(op) : execute(op);
+    op.state->source = op.source;
+    op.state->complete(std::move(error));
     lock.lock();
     running_.store(false, std::memory_order_seq_cst);
     if (waiters_.load(std::memory_order_seq_cst) > 0) cv_.notify_all();
@@ -176,6 +178,7 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
           host_of, ring, ring_pos,  stream_from_bytes};
       ctx.rank_order = deterministic;
       entry->run(ctx, op.args);
+      op.source = ctx.source;
       transport->monitor().count_completed();
     }
     recorder->finished(op.record, {});

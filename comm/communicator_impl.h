@@ -47,6 +47,7 @@ struct Work::State {
   bool done = false;
   std::exception_ptr error;
   std::string algorithm;
+  int source = -1;  // Work::source(): set before complete()
 
   void complete(std::exception_ptr e);
 };
@@ -174,6 +175,7 @@ struct Communicator::Impl {
     uint64_t record;                 // flight-recorder id
     std::optional<DeviceOp> device;  // stream-ordered: the stream side (device_ops.h)
     bool fifo_sends = false;         // algo::sends_through_fifo()
+    int source = -1;                 // a receive's: the rank whose message it took
   };
   // Both return the operation's error (nullptr on success); they never throw.
   std::exception_ptr fail(Op& op, std::exception_ptr error, const Error& e);

@@ -98,6 +98,11 @@ class Link {
   // Throw chorus::Error on a broken link or a size mismatch (naming the peer).
   virtual bool progress_send(Request& r) = 0;
   virtual bool progress_recv(Request& r) = 0;
+  // The stamp of the next message from the peer, once it has arrived far enough to be told
+  // (its header), without taking anything: the receive posted next takes it as usual. False
+  // when nothing has arrived yet. Called only while no receive from the peer is in progress
+  // (the Exchange matches point-to-point receives by it: Exchange::post_p2p_recv).
+  virtual bool peek(OpStamp& stamp) = 0;
 
   // The small-message path (Exchange::exchange_small), for links that have one. The caller has
   // nothing queued to or from this peer. send_now() sends a whole message of `bytes` host bytes

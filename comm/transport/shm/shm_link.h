@@ -44,6 +44,12 @@ class ShmLink : public Link {
 
   bool progress_send(Request& r) override;
   bool progress_recv(Request& r) override;
+  bool peek(OpStamp& stamp) override {
+    const auto* h = slot_header(in_slots_, received_);
+    if (h->seq.load(std::memory_order_acquire) != received_ + 1) return false;
+    stamp = h->stamp;
+    return true;
+  }
   // A message that fits one slot (INLINE, or EAGER in one piece) with none of a Request's
   // bookkeeping. Sizes that go single copy (CHORUS_SHM_CMA_THRESHOLD) stay with the requests.
   bool send_now(const void* src, size_t bytes, const OpStamp& stamp) override;
