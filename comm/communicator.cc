@@ -76,6 +76,12 @@ std::exception_ptr Work::error() const {
 
 std::string Work::algorithm() const { return state_ ? state_->algorithm : std::string(); }
 
+int Work::source() const {
+  if (!state_) return -1;
+  std::lock_guard lock(state_->mu);
+  return state_->done && !state_->error ? state_->source : -1;
+}
+
 // ---- construction
 // --------------------------------------------------------------------------------
 
@@ -131,6 +137,11 @@ Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 bool Communicator::deterministic() const { return impl_->deterministic; }
+const std::string& Communicator::group_name() const { return impl_->group; }
+int Communicator::world_rank(int r) const {
+  CHORUS_ARG_CHECK(r >= 0 && r < impl_->size, "world_rank: rank ", r, " of ", impl_->size);
+  return impl_->world_ranks[static_cast<size_t>(r)];
+}
 
 // ---- operations
 // ----------------------------------------------------------------------------------
@@ -164,19 +175,31 @@ Work issue(const std::shared_ptr<Communicator::Impl>& impl, const algo::CollArgs
 }
 
 algo::CollArgs make_p2p(Collective coll, const void* send, void* recv, size_t count, DataType dtype,
-                        int peer) {
+                        int peer, int tag = 0) {
   algo::CollArgs a = make(coll, send, recv, count, dtype);
   a.peer = peer;
+  a.tag = tag;
   return a;
 }
 
 algo::CollArgs make_send_recv(const void* send, size_t send_count, int send_peer, void* recv,
-                              size_t recv_count, int recv_peer, DataType dtype) {
+                              size_t recv_count, int recv_peer, DataType dtype, int send_tag = 0,
+                              int recv_tag = 0) {
   algo::CollArgs a = make(Collective::kSendRecv, send, recv, send_count, dtype);
   a.peer = send_peer;
   a.recv_count = recv_count;
   a.recv_peer = recv_peer;
+  a.tag = send_tag;
+  a.recv_tag = recv_tag;
   return a;
+}
+
+// A Work already complete, whose receive took a message of `source` (the self part of p2p).
+Work completed_receive(int source) {
+  auto state = std::make_shared<Work::State>();
+  state->done = true;
+  state->source = source;
+  return Work(state);
 }
 
 // send, recv and send_recv: those with this rank as a peer take their self part through `self`
@@ -198,8 +221,9 @@ Work issue_p2p(const std::shared_ptr<Communicator::Impl>& impl, std::unique_ptr<
   if (!self) self = std::make_unique<SelfMessages>();
   // Refused before anything waits or moves. A send_recv with itself and nothing queued receives
   // its own message.
-  if (from_self && !(to_self && self->pending() == 0)) {
-    self->check_take(recv_bytes, impl->rank, a.coll);
+  const int recv_tag = pair ? a.recv_tag : a.tag;
+  if (from_self && !(to_self && self->pending(recv_tag) == 0 && a.tag == recv_tag)) {
+    self->check_take(recv_bytes, recv_tag, impl->rank, a.coll);
   } else if (from_self && a.bytes() != recv_bytes) {
     const std::string name(to_string(a.coll));
     throw InvalidArgument(detail::concat(name, ": send_recv with itself sends ", a.bytes(),
@@ -213,9 +237,9 @@ Work issue_p2p(const std::shared_ptr<Communicator::Impl>& impl, std::unique_ptr<
     std::rethrow_exception(unusable);
   const gpu::Stream s = stream.value_or(gpu::Stream{});
   if ((where.device || stream) && gpu::probe_devices().count > 0) gpu::stream_synchronize(s);
-  if (to_self) self->post(a.send, a.bytes(), where.device, s);
-  if (from_self) self->take(a.recv, recv_bytes, where.device, s);
-  if (!pair || (to_self && from_self)) return Work();
+  if (to_self) self->post(a.send, a.bytes(), a.tag, where.device, s);
+  if (from_self) self->take(a.recv, recv_bytes, recv_tag, where.device, s);
+  if (!pair || (to_self && from_self)) return from_self ? completed_receive(impl->rank) : Work();
   // The other half of a send_recv goes to its peer as a plain send or receive.
   algo::CollArgs rest = a;
   if (to_self) {
@@ -223,12 +247,14 @@ Work issue_p2p(const std::shared_ptr<Communicator::Impl>& impl, std::unique_ptr<
     rest.send = nullptr;
     rest.peer = a.recv_peer;
     rest.count = a.recv_count;
+    rest.tag = a.recv_tag;
   } else {
     rest.coll = Collective::kSend;
     rest.recv = nullptr;
   }
   rest.recv_count = 0;
   rest.recv_peer = -1;
+  rest.recv_tag = 0;
   return issue(impl, rest, blocking, stream);
 }
 }  // namespace
@@ -271,18 +297,20 @@ Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, 
 Work Communicator::barrier_async() {
   return issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), false);
 }
-Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer) {
-  return issue_p2p(impl_, self_, make_p2p(Collective::kSend, send, nullptr, count, dtype, peer),
-                   false);
+Work Communicator::send_async(const void* send, size_t count, DataType dtype, int peer, int tag) {
+  return issue_p2p(impl_, self_,
+                   make_p2p(Collective::kSend, send, nullptr, count, dtype, peer, tag), false);
 }
-Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer) {
-  return issue_p2p(impl_, self_, make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer),
-                   false);
+Work Communicator::recv_async(void* recv, size_t count, DataType dtype, int peer, int tag) {
+  return issue_p2p(impl_, self_,
+                   make_p2p(Collective::kRecv, nullptr, recv, count, dtype, peer, tag), false);
 }
 Work Communicator::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
-                                   size_t recv_count, int recv_peer, DataType dtype) {
+                                   size_t recv_count, int recv_peer, DataType dtype, int send_tag,
+                                   int recv_tag) {
   return issue_p2p(impl_, self_,
-                   make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype),
+                   make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype,
+                                  send_tag, recv_tag),
                    false);
 }
 
@@ -382,18 +410,25 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
 void Communicator::barrier() {
   issue(impl_, make(Collective::kBarrier, nullptr, nullptr, 0, DataType::kU8), true).wait();
 }
-void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
-  issue_p2p(impl_, self_, make_p2p(Collective::kSend, buf, nullptr, count, dtype, peer), true)
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer, int tag) {
+  issue_p2p(impl_, self_, make_p2p(Collective::kSend, buf, nullptr, count, dtype, peer, tag), true)
       .wait();
 }
-void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
-  issue_p2p(impl_, self_, make_p2p(Collective::kRecv, nullptr, buf, count, dtype, peer), true)
-      .wait();
+int Communicator::recv(void* buf, size_t count, DataType dtype, int peer, int tag) {
+  // A receive from any source goes through a Work, which says whose message it took.
+  Work w =
+      issue_p2p(impl_, self_, make_p2p(Collective::kRecv, nullptr, buf, count, dtype, peer, tag),
+                peer != kAnySource);
+  w.wait();
+  return peer != kAnySource ? peer : w.source();
 }
 void Communicator::send_recv(const void* send, size_t send_count, int send_peer, void* recv,
-                             size_t recv_count, int recv_peer, DataType dtype) {
+                             size_t recv_count, int recv_peer, DataType dtype, int send_tag,
+                             int recv_tag) {
   issue_p2p(impl_, self_,
-            make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype), true)
+            make_send_recv(send, send_count, send_peer, recv, recv_count, recv_peer, dtype,
+                           send_tag, recv_tag),
+            true)
       .wait();
 }
 
@@ -419,8 +454,8 @@ void Communicator::check_divisible(const char* call, const char* name, size_t ha
 // ---- groups and algorithms
 // -----------------------------------------------------------------------
 
-std::optional<Communicator> Communicator::split(int color, int key) {
-  return impl_->split(color, key);
+std::optional<Communicator> Communicator::split(int color, int key, std::string_view name) {
+  return impl_->split(color, key, name);
 }
 
 void Communicator::set_algorithm(std::string_view name) {
@@ -451,6 +486,17 @@ std::vector<int> Communicator::ring_order() const {
 }
 
 void Communicator::synchronize() { impl_->synchronize(); }
+
+void Communicator::register_device_memory(const void* ptr, size_t bytes) {
+  impl_->register_device_memory(ptr, bytes);
+}
+
+// Every rank closes its mappings of registered memory before it enters the barrier, so none maps
+// any once the barrier is done.
+void Communicator::deregister_device_memory(const void* ptr) {
+  impl_->forget_device_memory(ptr);
+  barrier();
+}
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   CHORUS_ARG_CHECK(timeout.count() >= 0, "set_timeout: timeout ", timeout.count(),

@@ -158,6 +158,35 @@ std::exception_ptr Communicator::Impl::execute_device(Op& op) {
   return error;
 }
 
+void Communicator::Impl::register_device_memory(const void* ptr, size_t bytes) {
+  CHORUS_ARG_CHECK(ptr != nullptr && bytes > 0, "register_device_memory: an empty range (", ptr,
+                   ", ", bytes, " bytes)");
+  if (gpu::probe_devices().count > 0) {
+    const gpu::PointerInfo info = gpu::pointer_info(ptr);
+    CHORUS_ARG_CHECK(
+        info.kind == gpu::MemoryKind::kDevice || info.kind == gpu::MemoryKind::kManaged,
+        "register_device_memory: ", ptr, " is ", gpu::to_string(info.kind), ", not device memory");
+    CHORUS_ARG_CHECK(!device_ops_ || info.device == device_ops_->device(),
+                     "register_device_memory: ", ptr, " is on device ", info.device,
+                     " but this communicator works with device ", device_ops_->device());
+  }
+  synchronize();
+  registered.add(ptr, bytes);
+  try {
+    if (transport) transport->register_device_memory(ptr, bytes);
+  } catch (...) {
+    registered.remove(ptr);
+    throw;
+  }
+}
+
+void Communicator::Impl::forget_device_memory(const void* ptr) {
+  synchronize();
+  CHORUS_ARG_CHECK(ptr == nullptr || registered.remove(ptr), "deregister_device_memory: ", ptr,
+                   " was not registered on rank ", rank);
+  if (transport) transport->deregister_device_memory(ptr);
+}
+
 std::exception_ptr Communicator::Impl::fail_current(Op& op) {
   const std::string name(to_string(op.args.coll));
   try {

@@ -124,7 +124,9 @@ void Communicator::Impl::progress_loop() {
     queued_.store(queue_.size(), std::memory_order_seq_cst);
     lock.unlock();
     recorder->started(op.record);
-    op.state->complete(op.device ? execute_device(op) : execute(op));
+    std::exception_ptr error = op.device ? execute_device(op) : execute(op);
+    op.state->source = op.source;
+    op.state->complete(std::move(error));
     lock.lock();
     running_.store(false, std::memory_order_seq_cst);
     if (waiters_.load(std::memory_order_seq_cst) > 0) cv_.notify_all();
@@ -176,6 +178,7 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
           host_of, ring, ring_pos,  stream_from_bytes};
       ctx.rank_order = deterministic;
       entry->run(ctx, op.args);
+      op.source = ctx.source;
       transport->monitor().count_completed();
     }
     recorder->finished(op.record, {});
@@ -196,22 +199,33 @@ std::exception_ptr Communicator::Impl::execute(Op& op) {
 // A failed operation breaks the communicator: the peers are told (with the rank that started
 // it), the flight recorder is dumped, and every later operation fails fast.
 std::exception_ptr Communicator::Impl::fail(Op& op, std::exception_ptr error, const Error& e) {
+  // A group made by split() names its ranks with their world ranks, here and in what the peers
+  // are told.
+  error = name_ranks(e, error);
+  std::string what;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& named) {
+    what = named.what();
+  }
   {
     std::lock_guard lock(mu_);
     if (!broken_) broken_ = error;
     broken_flag_.store(true, std::memory_order_release);
   }
   const int cause = e.kind() == ErrorKind::kPeerFailure && e.peer() >= 0 ? e.peer() : rank;
-  if (owns_bootstrap) report_failure_to_launcher(rank, blamed_rank(e, rank, size));
+  if (reports_to_launcher)
+    report_failure_to_launcher(world_ranks[static_cast<size_t>(rank)],
+                               world_ranks[static_cast<size_t>(blamed_rank(e, rank, size))]);
   if (transport) {
-    transport->monitor().announce_failure(cause, e.what());
+    transport->monitor().announce_failure(cause, what);
     transport->abandon();
   }
-  recorder->finished(op.record, e.what());
+  recorder->finished(op.record, what);
   if (e.kind() != ErrorKind::kInvalidArgument) {
-    const std::string path = recorder->dump_to_dir(e.what());
-    CHORUS_WARN(kLogColl, e.what(), "\nlast operations of communicator ", comm_id, ":\n",
-                recorder->summary(8),
+    const std::string path = recorder->dump_to_dir(what);
+    CHORUS_WARN(kLogColl, what, "\nlast operations of communicator ", comm_id,
+                group.empty() ? "" : " (" + group + ")", ":\n", recorder->summary(8),
                 path.empty() ? std::string("(set CHORUS_FR_DIR to keep full flight-recorder dumps)")
                              : "flight recorder: " + path);
   }
@@ -226,9 +240,11 @@ void Communicator::Impl::abort(const std::string& reason) {
     broken_flag_.store(true, std::memory_order_release);
   }
   aborted_.store(true, std::memory_order_release);
-  if (owns_bootstrap) report_failure_to_launcher(rank, rank);
+  if (reports_to_launcher)
+    report_failure_to_launcher(world_ranks[static_cast<size_t>(rank)],
+                               world_ranks[static_cast<size_t>(rank)]);
   if (transport) {
-    transport->monitor().announce_failure(rank, detail::concat("rank ", rank, " ", text));
+    transport->monitor().announce_failure(rank, detail::concat(rank_name(rank), " ", text));
     transport->waiter().wake();  // this rank's own waiter
   }
 }

@@ -35,6 +35,7 @@
 #include "exchange.h"
 #include "flight_recorder.h"
 #include "setup_store.h"
+#include "transport/registered_memory.h"
 #include "transport/transport.h"
 #include "validate.h"
 
@@ -46,6 +47,7 @@ struct Work::State {
   bool done = false;
   std::exception_ptr error;
   std::string algorithm;
+  int source = -1;  // Work::source(): set before complete()
 
   void complete(std::exception_ptr e);
 };
@@ -62,6 +64,11 @@ struct Communicator::Impl {
     CommOptions options;
     std::shared_ptr<const algo::TuneTable> tune;  // null: rank 0's table, shared via the store
     std::optional<bool> deterministic;  // split(): the parent's mode; empty: options, else env
+    // split(): the world rank of each member (the parent's world ranks, rank order of the
+    // child), the group's name, and whether failures go to the launcher as the world's do.
+    std::vector<int> world_ranks;
+    std::string group;
+    bool reports = false;
   };
 
   explicit Impl(Setup setup);
@@ -84,12 +91,22 @@ struct Communicator::Impl {
   Work submit_on_stream(const algo::CollArgs& args, const MemoryPlacement& where,
                         gpu::Stream stream);
   void synchronize();
+  // Communicator::register_device_memory; and deregister_device_memory's local part (it ends with
+  // a barrier): waits for earlier operations, forgets the registration, closes this rank's
+  // mappings of registered peer memory (communicator_device.cc).
+  void register_device_memory(const void* ptr, size_t bytes);
+  void forget_device_memory(const void* ptr);
   // The error an operation issued now completes with when an earlier one broke the
   // communicator ("communicator is unusable after an earlier failure (...)"), or null.
   std::exception_ptr unusable_error(std::string_view name, int64_t seq);
   // Fails the running and every later operation here, and tells the peers (they fail too).
   void abort(const std::string& reason);
-  std::optional<Communicator> split(int color, int key);
+  std::optional<Communicator> split(int color, int key, std::string_view name);
+  // "rank 1 of tp group 0 (world rank 3)" for a group made by split(), "rank 1" for a world.
+  std::string rank_name(int r) const;
+  // `e` with this communicator's ranks named by rank_name(): its own rank and every "rank N"
+  // in its message (a world communicator's errors are returned as they are).
+  std::exception_ptr name_ranks(const Error& e, std::exception_ptr original) const;
   // The algorithm of a call (`bytes`: algo::selection_bytes): algo::choose() on `selection`,
   // remembering recent choices by size, and saying once when deterministic mode replaces a
   // forced algorithm (communicator_selection.cc).
@@ -127,6 +144,12 @@ struct Communicator::Impl {
   // (CHORUS_STREAM_FROM; SIZE_MAX = never). A local choice: ranks need not agree.
   size_t stream_from_bytes = SIZE_MAX;
   bool owns_bootstrap = false;  // Setup::owns_bootstrap
+  // The world rank of every rank (the identity for a world communicator), the group's name
+  // ("tp group 0"; empty for a world communicator), and whether a failure is reported to the
+  // launcher (comm/launcher_report.h; in world ranks).
+  std::vector<int> world_ranks;
+  std::string group;
+  bool reports_to_launcher = false;
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<Exchange> exchange;
   std::vector<int> host_of;  // host index of every rank (transport/factory.h)
@@ -135,6 +158,7 @@ struct Communicator::Impl {
   // (algo::ring_by_locality over the ranks' places, or rank order with CHORUS_RING=rank).
   std::vector<int> ring, ring_pos;
   algo::Scratch scratch;
+  transport::RegisteredRanges registered;     // register_device_memory
   std::chrono::milliseconds call_timeout{0};  // set_timeout(): overrides `timeout` when > 0
   int64_t collectives = 0;                    // issued so far: the sequence number of the next one
   int splits = 0;
@@ -151,6 +175,7 @@ struct Communicator::Impl {
     uint64_t record;                 // flight-recorder id
     std::optional<DeviceOp> device;  // stream-ordered: the stream side (device_ops.h)
     bool fifo_sends = false;         // algo::sends_through_fifo()
+    int source = -1;                 // a receive's: the rank whose message it took
   };
   // Both return the operation's error (nullptr on success); they never throw.
   std::exception_ptr fail(Op& op, std::exception_ptr error, const Error& e);

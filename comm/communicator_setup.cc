@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -85,11 +86,16 @@ Communicator::Impl::Impl(Setup s)
       size(s.world_size),
       local_ranks(std::max(1, s.local_ranks)),
       root_store(std::move(s.store)),
-      owns_bootstrap(s.owns_bootstrap) {
+      owns_bootstrap(s.owns_bootstrap),
+      world_ranks(std::move(s.world_ranks)),
+      group(std::move(s.group)),
+      reports_to_launcher(s.owns_bootstrap || s.reports) {
   CHORUS_ARG_CHECK(size >= 1 && size <= kMaxWorldSize, "world_size ", size, " is out of range [1, ",
                    kMaxWorldSize, "]");
   CHORUS_ARG_CHECK(rank >= 0 && rank < size, "rank ", rank, " is out of range [0, ", size, ")");
   CHORUS_ARG_CHECK(root_store != nullptr, "the store is null");
+  if (world_ranks.empty())
+    for (int r = 0; r < size; ++r) world_ranks.push_back(r);
   timeout = resolve_timeout(s.options);
   selection.forced = resolve_algorithm(s.options);
   deterministic = s.deterministic ? *s.deterministic : resolve_deterministic(s.options);
@@ -112,8 +118,17 @@ Communicator::Impl::Impl(Setup s)
     store->announce();
     if (world) check_world_size();
     set_up(s);
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {
     // The peers waiting for this rank's keys learn why at once instead of at their deadline.
+    std::exception_ptr named = name_ranks(e, std::current_exception());
+    try {
+      std::rethrow_exception(named);
+    } catch (const std::exception& n) {
+      store->report_failure(n.what());
+    }
+    if (owns_bootstrap && rank == 0) linger_after_failed_setup();
+    std::rethrow_exception(named);
+  } catch (const std::exception& e) {
     store->report_failure(e.what());
     if (owns_bootstrap && rank == 0) linger_after_failed_setup();
     throw;
@@ -126,7 +141,7 @@ void Communicator::Impl::set_up(Setup& s) {
     if (rank == 0) store->set("job", random_job_id());
     job_id = store->get("job", timeout);
   }
-  set_log_rank(rank);
+  set_log_rank(world_ranks[static_cast<size_t>(rank)]);
   tune = std::move(s.tune);
   if (size > 1) {
     transport::Wiring wiring =
@@ -336,7 +351,7 @@ void Communicator::Impl::wait_for_goodbyes() {
   }
 }
 
-std::optional<Communicator> Communicator::Impl::split(int color, int key) {
+std::optional<Communicator> Communicator::Impl::split(int color, int key, std::string_view name) {
   CHORUS_ARG_CHECK(color >= 0 || color == kNoColor, "split: color ", color,
                    " must be >= 0 or kNoColor");
   const int64_t mine[2] = {color, key};
@@ -368,7 +383,46 @@ std::optional<Communicator> Communicator::Impl::split(int color, int key) {
       selection.forced ? std::string(algo::to_string(*selection.forced)) : "auto";
   child.deterministic = deterministic;
   child.tune = tune;
+  for (const auto& [k, parent_rank] : members)
+    child.world_ranks.push_back(world_ranks[static_cast<size_t>(parent_rank)]);
+  child.group = name.empty() ? "split group " + std::to_string(color) : std::string(name);
+  child.reports = reports_to_launcher;
   return Communicator(std::make_shared<Impl>(std::move(child)));
+}
+
+std::string Communicator::Impl::rank_name(int r) const {
+  if (group.empty() || r < 0 || r >= size) return "rank " + std::to_string(r);
+  return detail::concat("rank ", r, " of ", group, " (world rank ",
+                        world_ranks[static_cast<size_t>(r)], ")");
+}
+
+std::exception_ptr Communicator::Impl::name_ranks(const Error& e,
+                                                  std::exception_ptr original) const {
+  if (group.empty()) return original;
+  // Every "rank N" that is not named yet ("world rank N", "rank N of ...") gets the group and its
+  // world rank.
+  const std::string& text = e.message();
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t at = text.find("rank ", i);
+    if (at == std::string::npos) break;
+    size_t end = at + 5;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])) != 0) ++end;
+    const bool number = end > at + 5;
+    const bool word_start = at == 0 || std::isalnum(static_cast<unsigned char>(text[at - 1])) == 0;
+    const bool named =
+        (at >= 6 && text.compare(at - 6, 6, "world ") == 0) || text.compare(end, 4, " of ") == 0;
+    out.append(text, i, at - i);
+    if (number && word_start && !named) {
+      out += rank_name(std::stoi(text.substr(at + 5, end - at - 5)));
+    } else {
+      out.append(text, at, end - at);
+    }
+    i = end;
+  }
+  out.append(text, i, std::string::npos);
+  return relabeled(e, out, e.rank() >= 0 ? rank_name(e.rank()) : std::string());
 }
 
 }  // namespace chorus

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "chorus/communicator.h"
@@ -19,6 +20,9 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
                      std::chrono::milliseconds timeout, const transport::OpStamp& stamp,
                      bool fifo_only) {
   CHORUS_CHECK_EQ(pending_, 0u, "requests left over from the previous operation");
+  CHORUS_CHECK(matches_.empty(), "receives left unmatched by the previous operation");
+  // Every set-aside of the previous operation arrived (nothing was pending); its request goes.
+  for (SetAside& s : set_aside_) s.arrived = true;
   requests_.clear();
   op_name_ = op_name;
   seq_ = seq;
@@ -41,30 +45,165 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
 Exchange::RequestId Exchange::post(transport::Request r) {
   const RequestId id = requests_.size();
   r.stamp = stamp_;
-  if (static_cast<Collective>(stamp_.coll) == Collective::kSend && r.bytes > 0) {
-    // Point-to-point messages pair up by order between two ranks, whatever else either does.
-    r.stamp.seq =
-        r.kind == transport::Request::Kind::kSend ? p2p_sent_[r.peer]++ : p2p_received_[r.peer]++;
-    r.stamp.count = r.bytes;
-  }
   requests_.push_back(r);
   transport::Request& req = requests_.back();
   if (req.bytes == 0) {  // both sides know the size: nothing travels
     req.done = true;
     return id;
   }
+  queue(req);
+  return id;
+}
+
+void Exchange::queue(transport::Request& req) {
   CHORUS_CHECK(req.peer != rank_, "request to self");
   const bool send = req.kind == transport::Request::Kind::kSend;
   // A small send with nothing ahead of it goes out now: the peer may be waiting for it, and the
   // rest of the posting (and the first pass of the wait) is then off its critical path.
   if (send && req.after == nullptr && req.bytes <= kEagerPostBytes && send_q_[req.peer].empty() &&
       link(req.peer).progress_send(req) && req.done)
-    return id;
+    return;
   auto& q = send ? send_q_[req.peer] : recv_q_[req.peer];
   if (send_q_[req.peer].empty() && recv_q_[req.peer].empty()) active_.push_back(req.peer);
   q.push_back(&req);
   ++pending_;
+}
+
+// ---- point-to-point
+// ------------------------------------------------------------------------------
+
+Exchange::RequestId Exchange::post_p2p_send(int peer, const void* src, size_t bytes, int tag,
+                                            bool assist) {
+  transport::Request r;
+  r.kind = transport::Request::Kind::kSend;
+  r.assist = assist;
+  r.fifo_only = fifo_only_;
+  r.peer = peer;
+  r.src = static_cast<const std::byte*>(src);
+  r.bytes = bytes;
+  r.stamp = stamp_;
+  r.stamp.seq = p2p_sent_[static_cast<size_t>(peer)]++;
+  r.stamp.count = bytes;
+  r.stamp.root = tag;
+  const RequestId id = requests_.size();
+  requests_.push_back(r);
+  queue(requests_.back());
   return id;
+}
+
+Exchange::RequestId Exchange::post_p2p_recv(int peer, void* dst, size_t bytes, int tag) {
+  transport::Request r;
+  r.kind = transport::Request::Kind::kRecv;
+  r.peer = peer;
+  r.dst = static_cast<std::byte*>(dst);
+  r.bytes = bytes;
+  r.stamp = stamp_;
+  const RequestId id = requests_.size();
+  requests_.push_back(r);
+  ++pending_;  // until it is bound to a message and that is received
+  matches_.push_back({id, peer, tag, set_aside_.end()});
+  match();
+  return id;
+}
+
+bool Exchange::match() {
+  using transport::OpStamp;
+  bool moved = false;
+  for (SetAside& s : set_aside_)
+    if (!s.arrived && requests_[s.request].done) s.arrived = true;
+  const int n = static_cast<int>(links_.size());
+  for (size_t i = 0; i < matches_.size();) {
+    Match& m = matches_[i];
+    transport::Request& r = requests_[m.request];
+    const bool any = m.peer == kAnySource;
+    // First what was set aside: the oldest message of the tag from the peer (any peer).
+    if (m.from == set_aside_.end())
+      for (auto it = set_aside_.begin(); it != set_aside_.end(); ++it)
+        if (!it->claimed && it->tag == m.tag && (any || it->peer == m.peer)) {
+          it->claimed = true;
+          m.from = it;
+          break;
+        }
+    if (m.from != set_aside_.end()) {
+      if (!m.from->arrived) {
+        ++i;
+        continue;
+      }
+      SetAside& s = *m.from;
+      if (s.data.size() != r.bytes)
+        throw Mismatch(
+            detail::concat("rank ", s.peer, " sent a ", s.data.size(), "-byte message with tag ",
+                           s.tag, " where this rank ", "receives ", r.bytes, " bytes"),
+            rank_, op_name_, seq_, s.peer);
+      if (r.bytes > 0) std::memcpy(r.dst, s.data.data(), r.bytes);
+      r.peer = s.peer;
+      r.done = true;
+      --pending_;
+      set_aside_.erase(m.from);
+      matches_.erase(matches_.begin() + static_cast<std::ptrdiff_t>(i));
+      moved = true;
+      continue;
+    }
+    // Then the next message of each peer it may come from, with nothing received from it now.
+    bool bound = false;
+    for (int k = 0; k < (any ? n : 1) && !bound; ++k) {
+      const int p = any ? (next_any_ + k) % n : m.peer;
+      if (p == rank_ || !recv_q_[static_cast<size_t>(p)].empty()) continue;
+      OpStamp next;
+      if (!link(p).peek(next)) continue;
+      const uint64_t expected = p2p_received_[static_cast<size_t>(p)];
+      const bool p2p =
+          static_cast<Collective>(next.coll) == Collective::kSend && next.seq == expected;
+      if (!p2p && any) continue;  // that peer is in a later operation already
+      if (!p2p || next.root == m.tag) {
+        // Its message (or, from a rank in another operation, what the link reports as a
+        // mismatch): received straight into the buffer.
+        r.peer = p;
+        r.stamp.seq = p2p_received_[static_cast<size_t>(p)]++;
+        r.stamp.count = r.bytes;
+        r.stamp.root = m.tag;
+        --pending_;  // queue() counts it again
+        queue(r);
+        bound = true;
+        if (any) next_any_ = (p + 1) % n;
+        break;
+      }
+      // Another tag: set aside, received into memory of its own.
+      SetAside& s = set_aside_.emplace_back();
+      s.peer = p;
+      s.tag = next.root;
+      s.data.resize(next.count);
+      transport::Request a;
+      a.kind = transport::Request::Kind::kRecv;
+      a.peer = p;
+      a.dst = s.data.data();
+      a.bytes = next.count;
+      a.stamp = next;
+      s.request = requests_.size();
+      requests_.push_back(a);
+      p2p_received_[static_cast<size_t>(p)]++;
+      queue(requests_.back());
+      moved = true;
+    }
+    if (bound) {
+      matches_.erase(matches_.begin() + static_cast<std::ptrdiff_t>(i));
+      moved = true;
+    } else {
+      ++i;
+    }
+  }
+  return moved;
+}
+
+const std::vector<int>& Exchange::awaited() {
+  if (matches_.empty()) return active_;
+  awaited_ = active_;
+  for (const Match& m : matches_)
+    for (int p = 0; p < static_cast<int>(links_.size()); ++p)
+      if (p != rank_ && (m.peer == kAnySource || m.peer == p) &&
+          std::find(awaited_.begin(), awaited_.end(), p) == awaited_.end())
+        awaited_.push_back(p);
+  return awaited_;
 }
 
 Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes, bool assist) {
@@ -150,7 +289,7 @@ Exchange::RequestId Exchange::post_fan_in(int peer, void* dst, size_t bytes, boo
 }
 
 bool Exchange::progress() {
-  bool moved = false;
+  bool moved = !matches_.empty() && match();
   for (size_t i = 0; i < active_.size();) {
     const int peer = active_[i];
     auto& link = this->link(peer);
@@ -231,7 +370,7 @@ void Exchange::wait_until(Done&& done) try {
       idle = 0;
       continue;
     }
-    waiter_.sleep(token, std::min(policy_.sleep_ns, left_ns), active_);
+    waiter_.sleep(token, std::min(policy_.sleep_ns, left_ns), awaited());
   }
 } catch (const transport::StampMismatch& m) {
   throw_mismatch(m);
@@ -261,18 +400,30 @@ void Exchange::throw_mismatch(const transport::StampMismatch& m) const {
 bool Exchange::on_sleep() {
   if (abort_ != nullptr && abort_->load(std::memory_order_acquire))
     throw Error(ErrorKind::kPeerFailure, "the communicator was aborted", rank_, op_name_, seq_);
+  const std::vector<int>& peers = awaited();
   if (waiting_ != nullptr) {
     std::lock_guard lock(waiting_->mu);
-    waiting_->peers = active_;
+    waiting_->peers = peers;
     waiting_->step = step_;
   }
-  const std::vector<int> gone = monitor_.check_peers(active_, stamp_);
+  const std::vector<int> gone = monitor_.check_peers(peers, stamp_);
   if (gone.empty()) return false;
   // Their status was read first, so one more pass sees every message they sent before ending.
   const bool moved = progress();
   for (int p : gone)
     if (!send_q_[p].empty() || !recv_q_[p].empty())
       throw PeerFailure(monitor_.why_gone(p), rank_, op_name_, seq_, p);
+  // A receive waits in vain when its peer is gone, or, from any source, when every peer is.
+  for (const Match& m : matches_) {
+    if (m.from != set_aside_.end()) continue;
+    const bool from_gone = m.peer == kAnySource
+                               ? gone.size() + 1 >= links_.size()
+                               : std::find(gone.begin(), gone.end(), m.peer) != gone.end();
+    if (from_gone) {
+      const int p = m.peer == kAnySource ? gone.front() : m.peer;
+      throw PeerFailure(monitor_.why_gone(p), rank_, op_name_, seq_, p);
+    }
+  }
   return moved;
 }
 
@@ -386,10 +537,18 @@ void Exchange::throw_timeout() const {
     const bool s = !send_q_[peer].empty(), r = !recv_q_[peer].empty();
     waiting += s && r ? " (send+recv)" : s ? " (send)" : " (recv)";
   }
+  for (const Match& m : matches_) {
+    if (!waiting.empty()) waiting += ", ";
+    waiting += m.peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(m.peer);
+    waiting += detail::concat(" (recv, tag ", m.tag, ")");
+  }
   throw Timeout(detail::concat("not complete after ", describe_timeout(timeout_), " in ",
                                algorithm_, " algorithm, step '", step_, "'; still waiting for ",
                                waiting, " (set CHORUS_TIMEOUT to change the deadline)"),
-                rank_, op_name_, seq_, active_.empty() ? -1 : active_.front());
+                rank_, op_name_, seq_,
+                !active_.empty()                                           ? active_.front()
+                : !matches_.empty() && matches_.front().peer != kAnySource ? matches_.front().peer
+                                                                           : -1);
 }
 
 }  // namespace chorus

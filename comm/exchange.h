@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <list>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -69,6 +70,22 @@ class Exchange {
   // memory transport writes each incoming piece straight into `peer`'s FIFO as well, so the result
   // is not read back; elsewhere the send starts once the receive is done.
   RequestId post_forward(RequestId from, int peer);
+
+  // Point-to-point (the Communicator's send, recv and send_recv; only their operations post
+  // these). Messages from one rank to another are numbered in the order sent and carry their
+  // tag; a send goes out as posted. A receive is matched: it takes the oldest message from `peer`
+  // (chorus::kAnySource: from any other rank) that carries `tag`. Messages ahead of it with other
+  // tags are set aside into memory of the Exchange, in order, where later receives look first; so
+  // the messages of one tag from one rank arrive in the order they were sent, whatever other tags
+  // do. A receive whose tag is that of the next message takes it straight into its buffer like
+  // any receive (a set-aside costs one copy more). A receive of another size than the message it
+  // matches fails with chorus::Mismatch. Messages of no bytes travel too (so they match).
+  RequestId post_p2p_send(int peer, const void* src, size_t bytes, int tag, bool assist = false);
+  RequestId post_p2p_recv(int peer, void* dst, size_t bytes, int tag);
+  // The rank whose message a finished point-to-point receive took.
+  int source_of(RequestId id) const { return requests_[id].peer; }
+  // Messages set aside and not received yet (tests).
+  size_t set_aside() const { return set_aside_.size(); }
 
   // Fan-out (transport::Capabilities::fans_out, which is the same on every rank): the same `bytes`
   // at src to every peer, written once into this rank's shared buffer and copied out of it by each
@@ -128,6 +145,14 @@ class Exchange {
 
  private:
   RequestId post(transport::Request r);
+  // Puts a request on its peer's queue (eager small sends go out at once).
+  void queue(transport::Request& req);
+  // Binds point-to-point receives to messages (set aside, or next from a peer); returns whether
+  // anything moved. Runs at the start of every progress pass while receives wait for a match.
+  bool match();
+  // The peers a wait waits for: those with queued requests, and those an unmatched receive may
+  // take from.
+  const std::vector<int>& awaited();
   transport::Link& link(int peer) {
     transport::Link* l = links_[static_cast<size_t>(peer)];
     return l != nullptr ? *l : *(links_[static_cast<size_t>(peer)] = &transport_.link(peer));
@@ -162,6 +187,26 @@ class Exchange {
   std::array<transport::OpStamp, 64> history_{};
   uint64_t history_count_ = 0;
   std::vector<uint64_t> p2p_sent_, p2p_received_;  // per peer: send/recv message numbers
+  // Messages taken out of the way of a receive of another tag, oldest first; `request` is the
+  // receive that copies one in (valid in the operation that set it aside: every operation ends
+  // with its set-asides arrived).
+  struct SetAside {
+    int peer, tag;
+    std::vector<std::byte> data;
+    RequestId request;
+    bool arrived = false;
+    bool claimed = false;  // a receive of this operation takes it once it has arrived
+  };
+  std::list<SetAside> set_aside_;
+  // Receives of this operation not bound to a message yet (post_p2p_recv).
+  struct Match {
+    RequestId request;
+    int peer, tag;
+    std::list<SetAside>::iterator from;  // set_aside_.end(): none yet
+  };
+  std::vector<Match> matches_;
+  std::vector<int> awaited_;
+  int next_any_ = 0;  // where an any-source receive starts looking (round robin)
   std::chrono::steady_clock::time_point last_check_{};
   Waiting* waiting_ = nullptr;
   const std::atomic<bool>* abort_ = nullptr;

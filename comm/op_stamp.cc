@@ -9,7 +9,8 @@ namespace chorus::transport {
 std::string describe(const OpStamp& s) {
   const auto coll = static_cast<Collective>(s.coll);
   if (coll == Collective::kSend)
-    return detail::concat("send/recv message #", s.seq, " (", s.count, " bytes)");
+    return detail::concat("send/recv message #", s.seq, " (", s.count, " bytes",
+                          s.root != 0 ? detail::concat(", tag ", s.root) : std::string(), ")");
   if (coll == Collective::kBarrier) return detail::concat("barrier #", s.seq);
   std::string text = detail::concat(to_string(coll), " #", s.seq, " (count ", s.count, ", ",
                                     to_string(static_cast<DataType>(s.dtype)));

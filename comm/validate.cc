@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chorus/communicator.h"
 #include "chorus/error.h"
 #include "chorus/gpu/runtime.h"
 
@@ -161,12 +162,30 @@ void validate_rooted(const CollArgs& a, int rank, int world) {
   }
 }
 
-// send, recv and send_recv: the peers, and each direction's buffer.
+// A receive's peer: a rank, or kAnySource (any other rank; never of a one-rank group, which
+// has none).
+void require_source(const CollArgs& a, int rank, int world, int value, const char* name) {
+  if (value == kAnySource && world > 1) return;
+  if (value == kAnySource)
+    fail(a, rank, detail::concat(name, " kAnySource: a group of one rank has no other rank"));
+  require_rank(a, rank, world, value, name);
+}
+
+void require_tag(const CollArgs& a, int rank, int tag, const char* name) {
+  if (tag < 0) fail(a, rank, detail::concat(name, " ", tag, " is negative (tags are 0 or more)"));
+}
+
+// send, recv and send_recv: the peers, the tags, and each direction's buffer.
 void validate_point_to_point(const CollArgs& a, int rank, int world) {
   switch (a.coll) {
     case Collective::kSend:
     case Collective::kRecv: {
-      require_rank(a, rank, world, a.peer, "peer");  // this rank too: communicator.cc
+      // This rank too: communicator.cc.
+      if (a.coll == Collective::kSend)
+        require_rank(a, rank, world, a.peer, "peer");
+      else
+        require_source(a, rank, world, a.peer, "peer");
+      require_tag(a, rank, a.tag, "tag");
       const size_t b = checked_bytes(a, rank, a.count, 1, "count");
       if (a.coll == Collective::kSend)
         require_buffer(a, rank, a.send, b, "send");
@@ -176,7 +195,9 @@ void validate_point_to_point(const CollArgs& a, int rank, int world) {
     }
     case Collective::kSendRecv: {
       require_rank(a, rank, world, a.peer, "send_peer");
-      require_rank(a, rank, world, a.recv_peer, "recv_peer");
+      require_source(a, rank, world, a.recv_peer, "recv_peer");
+      require_tag(a, rank, a.tag, "send_tag");
+      require_tag(a, rank, a.recv_tag, "recv_tag");
       const size_t sb = checked_bytes(a, rank, a.count, 1, "send_count");
       const size_t rb = checked_bytes(a, rank, a.recv_count, 1, "recv_count");
       require_buffer(a, rank, a.send, sb, "send");
@@ -298,6 +319,10 @@ MemoryPlacement validate_memory(const CollArgs& a, int rank, int world) {
            detail::concat(first->name, " is ", describe(first_info), " but ", u.name, " is ",
                           describe(info), "; the buffers of one call must be on one device"));
   }
+  const bool any_source = (a.coll == Collective::kRecv && a.peer == kAnySource) ||
+                          (a.coll == Collective::kSendRecv && a.recv_peer == kAnySource);
+  if (placement.device && any_source)
+    fail(a, rank, "a receive from any source (kAnySource) takes host memory only");
   return placement;
 }
 

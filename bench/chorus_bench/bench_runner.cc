@@ -298,9 +298,13 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
   const Options& o = options_;
   const std::optional<ReduceOp> op =
       reduces(collective) ? std::optional<ReduceOp>(o.op) : std::nullopt;
-  const TableInfo info{collective,  n,          o.dtype,       op,        o.iters,       o.warmup,
-                       o.algorithm, o.blocking, o.percentiles, o.explain, o.sweep_algos, o.device,
-                       o.blocks};
+  const TableInfo info{collective,    n,
+                       o.dtype,       op,
+                       o.iters,       o.warmup,
+                       o.algorithm,   o.blocking,
+                       o.percentiles, o.explain,
+                       o.sweep_algos, o.device,
+                       o.blocks,      o.register_memory};
   print(format_table_header(info));
 
   const std::vector<size_t> sizes = size_list(collective, o.sizes, o.dtype, n);
@@ -330,7 +334,26 @@ std::vector<Row> BenchRunner::run(BenchCollective collective) {
     device_recv = gpu::DeviceBuffer(std::max<size_t>(recv_elements * element, 1));
     buffers.send = static_cast<std::byte*>(device_send.data());
     buffers.recv = static_cast<std::byte*>(device_recv.data());
+    if (o.register_memory) {
+      comm_.register_device_memory(device_send.data(), device_send.bytes());
+      comm_.register_device_memory(device_recv.data(), device_recv.bytes());
+    }
   }
+  // Deregistered (collectively) before the buffers are freed, however this function ends.
+  struct Deregister {
+    Communicator& comm;
+    const void* send;
+    const void* recv;
+    ~Deregister() {
+      if (send == nullptr) return;
+      try {
+        comm.deregister_device_memory(send);
+        comm.deregister_device_memory(recv);
+      } catch (...) {
+        // The communicator broke; the buffers outlive it only if freed after it (see docs).
+      }
+    }
+  } deregister{comm_, o.register_memory ? device_send.data() : nullptr, device_recv.data()};
 
   std::vector<Row> rows;
   const auto emit = [&](Row row) {

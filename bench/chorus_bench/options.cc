@@ -116,6 +116,7 @@ const std::vector<Flag>& flags() {
       {0, "sweep-algos", switch_flag(&Options::sweep_algos), false},
       {0, "explain", switch_flag(&Options::explain), false},
       {0, "device", switch_flag(&Options::device), false},
+      {0, "register", switch_flag(&Options::register_memory), false},
   };
   return kFlags;
 }
@@ -200,6 +201,7 @@ ParsedOptions parse_options(std::span<const std::string_view> args) {
   if (o.sweep_algos && !o.algorithm.empty() && o.algorithm != "auto")
     return fail("--sweep-algos runs every algorithm; it cannot be combined with --algo " +
                 o.algorithm);
+  if (o.register_memory && !o.device) return fail("--register needs --device");
   if (o.blocks > 1 && o.percentiles)
     return fail("--blocks times blocks of calls; -I 1 times each call: use one of them");
   if (o.sizes.max_bytes == 0) return fail("-e must be at least 1 byte");
@@ -252,6 +254,9 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
                            stream-ordered on one stream and waited for through its Work (-z 1:
                            each call; -z 0: all of them at the end); with -c 1 the results are
                            copied back and checked
+      --register           with --device: register the buffers with the communicator, so
+                           that ranks of one host read them straight through IPC instead of
+                           through the communicator's own device buffers (docs/GPU.md)
       --json FILE          rank 0 also writes the parameters and every row to FILE as JSON
       --print-env          list every CHORUS_* environment knob (value, default, meaning)
   -h, --help               this text

@@ -129,7 +129,9 @@ std::string format_table_header(const TableInfo& info) {
       : info.algorithm.empty() ? "auto"
                                : info.algorithm.c_str(),
       info.blocking ? "blocking" : "non-blocking");
-  if (info.device) s.insert(s.size() - 1, ", device memory (stream-ordered)");
+  if (info.device)
+    s.insert(s.size() - 1, info.registered ? ", device memory (stream-ordered, registered)"
+                                           : ", device memory (stream-ordered)");
   if (info.sweep_algos)
     s += "# every algorithm forced in turn, then auto; * = the selector's choice for the size\n";
   s += "#\n";
@@ -256,6 +258,7 @@ std::string format_json(const Options& options, int world_size, const std::vecto
   s += std::string("  \"sweep_algos\": ") + (options.sweep_algos ? "true" : "false") + ",\n";
   s += std::string("  \"explain\": ") + (options.explain ? "true" : "false") + ",\n";
   s += std::string("  \"device\": ") + (options.device ? "true" : "false") + ",\n";
+  s += std::string("  \"registered\": ") + (options.register_memory ? "true" : "false") + ",\n";
   s += printf_string("  \"out_of_bounds\": %llu,\n",
                      static_cast<unsigned long long>(total_wrong(rows)));
   s += "  \"avg_busbw_gbps\": " + json_number(average_busbw(rows), "%.6f") + ",\n";

@@ -76,7 +76,7 @@ void report(const char* name, size_t bytes, double ms) {
 int run(const Options& o) {
   const g::Devices devices = g::probe_devices();
   if (devices.count == 0) {
-    std::fprintf(stderr, "chorus-gpu-bandwidth: no device: %s\n", devices.reason.c_str());
+    std::fprintf(stderr, "chorus-gpu-bandwidth: no GPU: %s\n", devices.reason.c_str());
     return 2;
   }
   g::set_device(o.device);

@@ -97,9 +97,11 @@ struct CollArgs {
   DataType dtype = DataType::kF32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
-  int peer = -1;          // send / recv / send_recv's send peer
+  int peer = -1;          // send / recv / send_recv's send peer (recv: kAnySource too)
   size_t recv_count = 0;  // send_recv
-  int recv_peer = -1;     // send_recv
+  int recv_peer = -1;     // send_recv (kAnySource too)
+  int tag = 0;            // send / recv / send_recv's send: the message's tag
+  int recv_tag = 0;       // send_recv's receive
   // Where send, recv and the scratch live: null = host memory; else device memory, touched
   // through these operations (a communicator's IPC path, docs/GPU.md).
   MemoryOps* mem = nullptr;
@@ -155,6 +157,8 @@ struct Context {
   // Fold every reduction in rank order, rounding once per step (CHORUS_DETERMINISTIC): the
   // helpers below honour it; only algorithms that folds_in_rank_order() run with it.
   bool rank_order = false;
+  // Set by a point-to-point receive: the rank whose message it took (Work::source()).
+  int source = -1;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);

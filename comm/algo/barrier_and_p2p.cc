@@ -15,21 +15,26 @@ void barrier_direct(Context& c, const CollArgs&) {
     c.ex.exchange_small(mod(c.rank + k, c.size), &token, 0, mod(c.rank - k, c.size), sink, 0, 1);
 }
 
+// Point-to-point: messages matched by source, tag and order (Exchange::post_p2p_recv).
 void send_direct(Context& c, const CollArgs& a) {
   c.ex.step("send");
-  c.ex.wait(c.ex.post_send(a.peer, a.send, a.bytes(), /*assist=*/true));
+  c.ex.post_p2p_send(a.peer, a.send, a.bytes(), a.tag, /*assist=*/true);
+  c.ex.wait_all();
 }
 
 void recv_direct(Context& c, const CollArgs& a) {
   c.ex.step("recv");
-  c.ex.wait(c.ex.post_recv(a.peer, a.recv, a.bytes()));
+  const auto id = c.ex.post_p2p_recv(a.peer, a.recv, a.bytes(), a.tag);
+  c.ex.wait_all();  // also what was set aside on the way
+  c.source = c.ex.source_of(id);
 }
 
 void send_recv_direct(Context& c, const CollArgs& a) {
   c.ex.step("send+recv");
-  c.ex.post_send(a.peer, a.send, a.bytes());
-  c.ex.post_recv(a.recv_peer, a.recv, a.recv_count * a.elem());
+  c.ex.post_p2p_send(a.peer, a.send, a.bytes(), a.tag);
+  const auto id = c.ex.post_p2p_recv(a.recv_peer, a.recv, a.recv_count * a.elem(), a.recv_tag);
   c.ex.wait_all();
+  c.source = c.ex.source_of(id);
 }
 
 }  // namespace chorus::algo

@@ -78,7 +78,7 @@ struct TcpStore::Impl {
       : host_(std::move(host)),
         port_(port),
         server_rank_(server_rank),
-        served_by_(server_rank >= 0 ? detail::concat("rank ", server_rank) : "its server"),
+        served_by_(server_rank >= 0 ? detail::concat("world rank ", server_rank) : "its server"),
         timeout_(clamp_timeout(timeout)) {}
 
   std::string address() const { return detail::concat(host_, ":", port_); }
@@ -94,13 +94,13 @@ struct TcpStore::Impl {
   void return_connection(Fd fd);
   [[noreturn]] void fail_lost(std::string_view what);
   [[noreturn]] void fail_silent(std::string_view what, Clock::duration waited);
-  // "rank 0, which hosts the bootstrap store at HOST:PORT,"
+  // "world rank 0, which hosts the bootstrap store at HOST:PORT,"
   std::string server() const;
 
   const std::string host_;
   const int port_;
   const int server_rank_;
-  const std::string served_by_;  // "rank 0"
+  const std::string served_by_;  // "world rank 0"
   const Millis timeout_;
   std::mutex mutex_;
   std::vector<Fd> idle_;  // guarded by mutex_

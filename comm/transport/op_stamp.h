@@ -18,7 +18,7 @@ struct OpStamp {
   uint8_t dtype = 0;   // chorus::DataType (send/recv: 0)
   uint8_t op = 0;      // chorus::ReduceOp for reducing collectives, else 0
   uint8_t algo = 0;    // chorus::algo::Algorithm + 1 (0 for send/recv): ranks must agree
-  int32_t root = 0;    // rooted collectives, else 0
+  int32_t root = 0;    // rooted collectives; send/recv: the message's tag; else 0
   bool operator==(const OpStamp&) const = default;
 };
 static_assert(sizeof(OpStamp) == 24);

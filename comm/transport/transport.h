@@ -98,6 +98,11 @@ class Link {
   // Throw chorus::Error on a broken link or a size mismatch (naming the peer).
   virtual bool progress_send(Request& r) = 0;
   virtual bool progress_recv(Request& r) = 0;
+  // The stamp of the next message from the peer, once it has arrived far enough to be told
+  // (its header), without taking anything: the receive posted next takes it as usual. False
+  // when nothing has arrived yet. Called only while no receive from the peer is in progress
+  // (the Exchange matches point-to-point receives by it: Exchange::post_p2p_recv).
+  virtual bool peek(OpStamp& stamp) = 0;
 
   // The small-message path (Exchange::exchange_small), for links that have one. The caller has
   // nothing queued to or from this peer. send_now() sends a whole message of `bytes` host bytes
@@ -196,6 +201,19 @@ class Transport {
   // memory. Transports that cannot move device memory (capabilities().moves_device_memory) refuse
   // a non-null context (chorus::Error).
   virtual void set_device_memory(const DeviceContext* device);
+
+  // Device memory the application registered (Communicator::register_device_memory): a transport
+  // that maps peers' device memory may send from inside it without copying, and peers may keep it
+  // mapped until close_registered_mappings(). Called between operations only. Transports that
+  // map nothing ignore both; register refuses (InvalidArgument) memory it could never share.
+  virtual void register_device_memory(const void* base, size_t bytes) { (void)base, (void)bytes; }
+  // Forgets the registration starting at `base` (false: none), and closes every mapping of
+  // registered peer memory this rank holds. Part of a collective deregistration: once every rank
+  // has done it, no rank maps another's registered memory.
+  virtual bool deregister_device_memory(const void* base) {
+    (void)base;
+    return true;
+  }
 
   // The operation in progress failed and the communicator is broken: stops every transfer still
   // posted, so that nothing writes into (or reads from) the caller's buffers once the failed call

@@ -11,11 +11,10 @@ using ::c10d::OpType;
 using WorkPtr = c10::intrusive_ptr<::c10d::Work>;
 
 // The peer may be this rank: chorus queues a message to self until its receive takes it, which
-// must come after the send (or with it, as the two of a batch or a held-back pair).
+// must come after the send (or with it, as the two of a batch or a held-back pair). Messages
+// match by source, tag and order (chorus/communicator.h, "Point-to-point matching").
 void check_peer(int peer, int size, int tag, const std::string& call) {
-  CHORUS_ARG_CHECK(tag == 0, call, ": tag ", tag,
-                   ": chorus pairs point-to-point messages by their order between two ranks and "
-                   "has no tags (use tag 0)");
+  CHORUS_ARG_CHECK(tag >= 0, call, ": tag ", tag, " is negative (tags are 0 or more)");
   CHORUS_ARG_CHECK(peer >= 0 && peer < size, call, ": rank ", peer, " is out of range [0, ", size,
                    ")");
 }
@@ -30,7 +29,7 @@ WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dst_rank,
   check_peer(dst_rank, size_, tag, call);
   Staging s;
   const Elements e = movable(s.input(t));
-  return hold({make_work(OpType::SEND, call, std::move(s), {t}, -1), e, dst_rank, true});
+  return hold({make_work(OpType::SEND, call, std::move(s), {t}, -1), e, dst_rank, tag, true});
 }
 
 WorkPtr ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
@@ -39,7 +38,21 @@ WorkPtr ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int src_rank,
   check_peer(src_rank, size_, tag, call);
   Staging s;
   const Elements e = movable(s.output(t));
-  return hold({make_work(OpType::RECV, call, std::move(s), {t}, src_rank), e, src_rank, false});
+  return hold(
+      {make_work(OpType::RECV, call, std::move(s), {t}, src_rank), e, src_rank, tag, false});
+}
+
+// recv without a source: chorus's receive from any other rank (kAnySource).
+WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  const std::string call = "recv (any source)";
+  const at::Tensor& t = single(tensors, call, "tensor");
+  CHORUS_ARG_CHECK(tag >= 0, call, ": tag ", tag, " is negative (tags are 0 or more)");
+  CHORUS_ARG_CHECK(size_ > 1, call, ": a group of one rank has no other rank to receive from");
+  Staging s;
+  const Elements e = movable(s.output(t));
+  return hold(
+      {make_work(OpType::RECVANYSOURCE, call, std::move(s), {t}, WorkChorus::kFromAnySource), e,
+       kAnySource, tag, false});
 }
 
 void ProcessGroupChorus::startCoalescing() {
@@ -117,8 +130,9 @@ void ProcessGroupChorus::issue_pending() {
       re = {re.data, re.count * dtype_size(re.dtype), DataType::kU8};
     }
     try {
-      chorus::Work w = comm_->send_recv_async(se.data, se.count, sends[k]->peer, re.data, re.count,
-                                              recvs[k]->peer, se.dtype);
+      chorus::Work w =
+          comm_->send_recv_async(se.data, se.count, sends[k]->peer, re.data, re.count,
+                                 recvs[k]->peer, se.dtype, sends[k]->tag, recvs[k]->tag);
       sends[k]->work->attach({w});
       recvs[k]->work->attach({w});
     } catch (...) {  // refused before it ran: each Work reports it, the others still go
@@ -130,8 +144,8 @@ void ProcessGroupChorus::issue_pending() {
     if (p.work->attached()) continue;
     const Elements& e = p.elements;
     try {
-      p.work->attach({p.is_send ? comm_->send_async(e.data, e.count, e.dtype, p.peer)
-                                : comm_->recv_async(e.data, e.count, e.dtype, p.peer)});
+      p.work->attach({p.is_send ? comm_->send_async(e.data, e.count, e.dtype, p.peer, p.tag)
+                                : comm_->recv_async(e.data, e.count, e.dtype, p.peer, p.tag)});
     } catch (...) {
       p.work->refuse(std::current_exception());
     }

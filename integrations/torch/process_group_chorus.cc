@@ -19,11 +19,6 @@ std::chrono::milliseconds group_timeout(std::chrono::milliseconds timeout) {
   return timeout;
 }
 
-[[noreturn]] void unsupported(const std::string& call, const std::string& python_name) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "chorus backend: ", call, " (", python_name,
-                              ") is not supported");
-}
-
 int check_root(int64_t root, int size, const std::string& call) {
   CHORUS_ARG_CHECK(root >= 0 && root < size, call, ": root rank ", root, " is out of range [0, ",
                    size, ")");
@@ -78,9 +73,9 @@ Works exchange_blocks(Communicator& c, const std::vector<const std::byte*>& send
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout)
-    : ::c10d::ProcessGroup(rank, size) {
+    : ::c10d::ProcessGroup(rank, size), store_(store), timeout_(group_timeout(timeout)) {
   CommOptions options;
-  options.timeout = group_timeout(timeout);
+  options.timeout = timeout_;
   comm_.emplace(rank, size, std::make_shared<C10dStore>(store), options);
 }
 
@@ -236,10 +231,38 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output, at::Tensor& inpu
              });
 }
 
-WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tensor>>&,
-                                                std::vector<at::Tensor>&,
-                                                const ::c10d::AllgatherOptions&) {
-  unsupported("allgather_coalesced", "dist.all_gather_coalesced; use all_gather per tensor");
+// One all_gather over a flat buffer: this rank's inputs packed one after the other are its
+// block, and rank r's block unpacks into output list r.
+WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                std::vector<at::Tensor>& inputs,
+                                                const ::c10d::AllgatherOptions& opts) {
+  const std::string call = "allgather_coalesced";
+  CHORUS_ARG_CHECK(!inputs.empty(), call, ": no input tensors");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], call, "input");
+    CHORUS_ARG_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type(), call, ": input ", i,
+                     " has dtype ", inputs[i].scalar_type(), " but input 0 has ",
+                     inputs[0].scalar_type());
+  }
+  CHORUS_ARG_CHECK(outputs.size() == static_cast<size_t>(size_), call, ": ", outputs.size(),
+                   " output lists for ", size_, " ranks");
+  std::vector<at::Tensor> flat;  // rank-major: what the gathered buffer unpacks into
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    CHORUS_ARG_CHECK(outputs[r].size() == inputs.size(), call, ": output list ", r, " has ",
+                     outputs[r].size(), " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      check_like(outputs[r][i], inputs[0].scalar_type(), inputs[i].numel(), call,
+                 "output " + std::to_string(r) + "/" + std::to_string(i));
+      flat.push_back(outputs[r][i]);
+    }
+  }
+  Staging s;
+  const Elements src = movable(s.packed_input(inputs));
+  const Elements dst = movable(s.packed_output(flat));
+  return run(OpType::ALLGATHER_COALESCED, call, opts.timeout, std::move(s), flat,
+             [&](Communicator& c) {
+               return Works{c.all_gather_async(src.data, dst.data, src.count, src.dtype)};
+             });
 }
 
 WorkPtr ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -413,14 +436,6 @@ WorkPtr ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
 WorkPtr ProcessGroupChorus::barrier(const ::c10d::BarrierOptions& opts) {
   return run(OpType::BARRIER, "barrier", opts.timeout, Staging(), {},
              [](Communicator& c) { return Works{c.barrier_async()}; });
-}
-
-void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions&, bool) {
-  unsupported("monitoredBarrier", "dist.monitored_barrier, which torch implements for gloo only");
-}
-
-WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>&, int) {
-  unsupported("recvAnysource", "dist.recv without src; chorus receives from a named rank");
 }
 
 }  // namespace chorus::torch

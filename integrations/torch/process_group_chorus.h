@@ -84,6 +84,7 @@ class ProcessGroupChorus final : public ::c10d::ProcessGroup {
   c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                  int tag) override;
   c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
+  // Through the group's store; names the ranks that did not arrive (monitored_barrier.cc).
   void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
   // batch_isend_irecv: the sends and receives issued in between run at endCoalescing().
@@ -112,7 +113,8 @@ class ProcessGroupChorus final : public ::c10d::ProcessGroup {
   struct Pending {
     c10::intrusive_ptr<WorkChorus> work;
     Elements elements;
-    int peer;
+    int peer;  // a receive's: kAnySource too
+    int tag;
     bool is_send;
   };
   c10::intrusive_ptr<::c10d::Work> hold(Pending p);
@@ -133,6 +135,9 @@ class ProcessGroupChorus final : public ::c10d::ProcessGroup {
   bool stopping_ = false;
   std::thread hold_back_thread_;  // issues a lone send or receive after kHoldBack
   std::optional<Communicator> comm_;
+  c10::intrusive_ptr<::c10d::Store> store_;  // the group's (monitoredBarrier)
+  std::chrono::milliseconds timeout_;        // the group's, as the communicator's
+  uint64_t monitored_barriers_ = 0;          // monitoredBarrier calls so far
 };
 
 }  // namespace chorus::torch

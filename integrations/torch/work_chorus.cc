@@ -57,8 +57,14 @@ std::exception_ptr WorkChorus::exception() const {
 std::vector<at::Tensor> WorkChorus::result() { return outputs_; }
 
 int WorkChorus::sourceRank() const {
-  CHORUS_ARG_CHECK(source_rank_ >= 0, call_, ": sourceRank() is only defined for a recv");
-  return source_rank_;
+  CHORUS_ARG_CHECK(source_rank_ >= 0 || source_rank_ == kFromAnySource, call_,
+                   ": sourceRank() is only defined for a recv");
+  if (source_rank_ >= 0) return source_rank_;
+  const int source = attached() && works_.size() == 1 ? works_.front().source() : -1;
+  CHORUS_ARG_CHECK(source >= 0, call_,
+                   ": the rank of a receive from any source is known once it has completed "
+                   "(wait() first)");
+  return source;
 }
 
 void WorkChorus::settle() {

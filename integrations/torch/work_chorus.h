@@ -32,7 +32,9 @@ namespace chorus::torch {
 
 class WorkChorus final : public ::c10d::Work {
  public:
-  // `outputs`: what result() and the Future return. `source_rank`: the peer of a recv, else -1.
+  // `outputs`: what result() and the Future return. `source_rank`: the peer of a recv,
+  // kFromAnySource for a receive from any rank (chorus's Work says whose), else -1.
+  static constexpr int kFromAnySource = -2;
   WorkChorus(int rank, ::c10d::OpType type, std::string call, Staging staging,
              std::vector<at::Tensor> outputs, int source_rank = -1);
 

@@ -187,6 +187,11 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_) warn_if_failed(cudaFree(data_), "cudaFree");
 }
 
+void DeviceBuffer::leak() noexcept {
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
 PinnedHostBuffer::PinnedHostBuffer(size_t bytes, bool mapped) : bytes_(bytes) {
   if (bytes == 0) return;
     // Portable: every device may use it. HIP maps host memory coherently only when asked, which a

@@ -65,6 +65,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 DeviceBuffer::~DeviceBuffer() = default;
+void DeviceBuffer::leak() noexcept { bytes_ = 0; }
 
 PinnedHostBuffer::PinnedHostBuffer(size_t bytes, bool) : bytes_(bytes) {
   if (bytes != 0) no_gpu("PinnedHostBuffer");

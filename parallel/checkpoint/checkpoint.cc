@@ -3,6 +3,7 @@
 #include "chorus/parallel/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -419,19 +420,50 @@ CheckpointInfo load_checkpoint(const std::string& dir, CheckpointState& s) {
   return info;
 }
 
+namespace {
+
+// Names compared with their runs of digits as numbers: "h.2.x" < "h.10.x".
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) != 0 &&
+        std::isdigit(static_cast<unsigned char>(b[j])) != 0) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie])) != 0) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je])) != 0) ++je;
+      const std::string da = a.substr(i, ie - i), db = b.substr(j, je - j);
+      if (da.size() != db.size()) return da.size() < db.size();
+      if (da != db) return da < db;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+}  // namespace
+
 void export_checkpoint(const std::string& dir, const std::string& file) {
   Reader reader(dir, read_manifest(dir));
   const Manifest& m = reader.manifest();
-  // Every (name, kind) in the order the files list them, assembled whole.
+  // Every (name, kind), assembled whole, in an order that does not depend on the mesh that saved
+  // it (so that runs on different meshes export the same file): parameters first, then each
+  // kind of optimizer state, names in natural order ("h.2" before "h.10").
   std::vector<std::pair<std::string, std::string>> order;
   std::map<std::pair<std::string, std::string>, std::pair<tensor::Shape, DataType>> meta;
   for (const FileInfo& f : m.files)
     for (const Entry& e : f.entries)
       if (meta.emplace(std::make_pair(e.name, e.kind), std::make_pair(e.shape, e.dtype)).second)
         order.emplace_back(e.name, e.kind);
-  // Parameters first (in the order seen), then the optimizer state.
-  std::stable_partition(order.begin(), order.end(),
-                        [](const auto& k) { return k.second == "param"; });
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    if ((a.second == "param") != (b.second == "param")) return a.second == "param";
+    if (a.second != b.second) return a.second < b.second;
+    return natural_less(a.first, b.first);
+  });
   tensor::nn::NamedTensors out;
   for (const auto& key : order) {
     const auto& [shape, dtype] = meta[key];

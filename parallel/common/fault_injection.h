@@ -12,7 +12,8 @@ enum class Fault {
   kCheckpointWrite,  // "checkpoint_write": world rank 1 fails to write its checkpoint file
 };
 
-// The fault CHORUS_PARALLEL_FAULT names (read on each call; InvalidArgument for an unknown one).
+// The fault CHORUS_PARALLEL_FAULT names: read once per process (a fork reads it again), so that
+// the checks cost a load where they sit in the hot path; InvalidArgument for an unknown name.
 Fault injected_fault();
 
 }  // namespace chorus::parallel

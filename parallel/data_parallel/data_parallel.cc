@@ -7,6 +7,14 @@
 // earlier one waits for it), so every rank issues the same all-reduces in the same order. The
 // finish starts what never became ready (parameters without a gradient) and, unless an optimizer
 // is attached, waits for everything.
+//
+// Folding (a deterministic group): every backward is reduced, so that the micro-batches'
+// gradients are added in the order one process accumulating them adds them. Rank 0's buckets
+// hold the running sum T; a backward adds its contribution to it (the engine's one addition per
+// leaf), the other ranks' buckets hold only their own contribution c_r. A backward under
+// no_sync() reduces onto rank 0 (rank-ordered: ((T + c_0) + c_1) + ... + c_{N-1}), waits, and
+// zeroes the buckets of ranks >= 1 for the next contribution; the last backward all-reduces the
+// same fold, so every rank ends with it.
 #include "chorus/parallel/data_parallel.h"
 
 #include <algorithm>
@@ -45,6 +53,8 @@ struct DistributedDataParallel::Impl {
 
   bool attached = false;
   int no_sync_depth = 0;
+  bool fold = false;             // the group is deterministic: every backward reduces (see above)
+  bool intermediate = false;     // the step in progress reduces onto rank 0 only (no_sync, fold)
   std::set<std::string> unused;  // reported once each
   std::vector<int> hooks;        // grad-ready hook handles, per parameter
   int forward_hook = 0;
@@ -62,6 +72,7 @@ struct DistributedDataParallel::Impl {
 void DistributedDataParallel::Impl::open_step() {
   wait_all();  // a previous step's reductions write the buckets this one accumulates into
   backward = tensor::backward_id();
+  intermediate = fold && no_sync_depth > 0;
   pending.assign(layout.buckets.size(), 0);
   for (size_t b = 0; b < layout.buckets.size(); ++b)
     pending[b] = static_cast<int>(layout.buckets[b].slots.size());
@@ -71,7 +82,7 @@ void DistributedDataParallel::Impl::open_step() {
 }
 
 void DistributedDataParallel::Impl::on_grad_ready(size_t i, Tensor& grad) {
-  if (no_sync_depth > 0) return;
+  if (no_sync_depth > 0 && !fold) return;
   if (tensor::backward_id() != backward) open_step();
   // A gradient that left its bucket (set_grad() by someone) goes back into it.
   Tensor& view = views[i];
@@ -98,9 +109,13 @@ void DistributedDataParallel::Impl::launch(size_t b) {
   if (b == 0 && injected_fault() == Fault::kReduceTwice)  // tests: a bucket reduced twice
     group->all_reduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
                       bucket.dtype, ReduceOp::kSum);
-  work[b] =
-      group->all_reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
-                              bucket.dtype, options.average ? ReduceOp::kAvg : ReduceOp::kSum);
+  if (intermediate)
+    work[b] = group->reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
+                                  bucket.dtype, ReduceOp::kSum, 0);
+  else
+    work[b] =
+        group->all_reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
+                                bucket.dtype, options.average ? ReduceOp::kAvg : ReduceOp::kSum);
   in_flight[b] = 1;
   ++stats.reductions;
 }
@@ -123,7 +138,9 @@ void DistributedDataParallel::Impl::finish() {
   CHORUS_CHECK(next_launch == layout.buckets.size(),
                "DistributedDataParallel: ", layout.buckets.size() - next_launch,
                " buckets never started");
-  if (!attached) wait_all();
+  if (!attached || intermediate) wait_all();
+  if (intermediate && group->rank() != 0)
+    for (Tensor& buf : flat) buf.zero_();  // rank 0 keeps the sum; the next c_r starts at zero
 }
 
 void DistributedDataParallel::Impl::wait_bucket(size_t b) {
@@ -148,6 +165,7 @@ DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Com
   d.module = &module;
   d.group = &group;
   d.options = options;
+  d.fold = group.deterministic();
   tensor::nn::NamedTensors all;
   for (auto& [name, p] : module.named_parameters())
     if (!options.include || options.include(name)) all.emplace_back(name, p);

@@ -9,6 +9,7 @@
 #include "chorus/parallel/mesh_placement.h"
 #include "chorus/topo/discover.h"
 #include "chorus/topo/exchange.h"
+#include "common/kernel_agreement.h"
 
 namespace chorus::parallel {
 
@@ -99,10 +100,19 @@ DeviceMesh::DeviceMesh(Communicator& world, MeshShape shape, MeshOptions options
     k[axis] = 0;
     return shape.rank_of(k);
   };
-  m.dp = world.split(color_without(Axis::kDp), c.dp);
-  m.tp = world.split(color_without(Axis::kTp), c.tp);
-  m.pp = world.split(color_without(Axis::kPp), c.pp);
-  m.mp = world.split(c.dp, c.tp + shape.tp * c.pp);
+  // Groups are numbered along the other axes, fastest first: dp group tp + tp * pp, tp group
+  // dp + dp * pp, pp group tp + tp * dp, mp group dp. Errors name a rank by its group and world
+  // rank ("rank 1 of tp group 0 (world rank 3)").
+  auto name = [](const char* axis, int index) {
+    return std::string(axis) + " group " + std::to_string(index);
+  };
+  m.dp = world.split(color_without(Axis::kDp), c.dp, name("dp", c.tp + shape.tp * c.pp));
+  m.tp = world.split(color_without(Axis::kTp), c.tp, name("tp", c.dp + shape.dp * c.pp));
+  m.pp = world.split(color_without(Axis::kPp), c.pp, name("pp", c.tp + shape.tp * c.dp));
+  m.mp = world.split(c.dp, c.tp + shape.tp * c.pp, name("mp", c.dp));
+  // Before anything computes on the mesh (a pipeline measures its layers, tensor parallelism
+  // runs its layers): every rank uses rank 0's kernels, pinned by rule when deterministic.
+  agree_on_kernels(world);
   CHORUS_INFO(kLogPar, describe());
 }
 

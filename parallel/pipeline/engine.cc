@@ -5,10 +5,12 @@
 // on the last virtual stage, the micro-batch's loss; a backward consumes them. Actions run in
 // the schedule's order; each run of communication actions is one group (communicate()), posted
 // at once, asynchronously, on three channels; a compute step waits for the receives it needs,
-// and sends are waited for at the end of the step. The
-// lm_head's copy of the token embedding on the last stage hands its gradient to the first stage
-// micro-batch by micro-batch; the first stage adds it to the embedding's gradient just before
-// that micro-batch's embedding backward: the order one process accumulates in.
+// and sends are waited for at the end of the step. The lm_head's copy of the token embedding
+// on the last stage hands its gradient to the first stage micro-batch by micro-batch; on the
+// first stage it enters that micro-batch's backward ahead of the embedding's own share
+// (tensor::with_leaf_grad, recorded in forward and filled by the receive): the pieces and the
+// order of one process's backward, so the token embedding's gradient of a micro-batch is the
+// same sum, added to the accumulated one in one step.
 #include <chrono>
 #include <map>
 #include <optional>
@@ -16,11 +18,11 @@
 #include <tuple>
 
 #include "chorus/error.h"
-#include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
 #include "chorus/parallel/pipeline.h"
 #include "chorus/parallel/trace.h"
 #include "chorus/tensor/autograd.h"
+#include "chorus/tensor/ops.h"
 
 namespace chorus::parallel {
 
@@ -60,11 +62,12 @@ struct PipelineEngine::Impl {
   // The step in progress, per (micro, chunk).
   struct Slot {
     Tensor input, output, loss, grad_out;
+    Tensor tied_grad;  // first stage: the lm_head's share of the embedding's gradient
   };
   std::map<std::pair<int, int>, Slot> slots;
   std::vector<Work> sends;
   std::vector<Tensor> send_buffers;
-  double loss_sum = 0;
+  std::vector<double> losses;  // per micro-batch (scaled), this step
   Batch batch;
   uint64_t step = 0;
   Tracer* tracer = nullptr;
@@ -117,8 +120,13 @@ struct PipelineEngine::Impl {
         return stage_of(V - 1);  // kRecvTiedGrad
     }
   }
+  Tensor& tied_grad(int micro, int chunk) {
+    Tensor& t = slots[{micro, chunk}].tied_grad;
+    if (!t.defined()) t = Tensor::empty_like(model->wte->weight);
+    return t;
+  }
   Tensor receive_buffer(const PipeAction& a) {
-    if (a.op == PipeOp::kRecvTiedGrad) return Tensor::empty_like(model->wte->weight);
+    if (a.op == PipeOp::kRecvTiedGrad) return tied_grad(a.micro, a.chunk);
     return Tensor::empty(activation_shape());
   }
   void received(const PipeAction& a, Tensor buf) {
@@ -128,16 +136,8 @@ struct PipelineEngine::Impl {
       slot.input = buf;
     } else if (a.op == PipeOp::kRecvGrad) {
       slot.grad_out = buf;
-    } else {  // kRecvTiedGrad: added now, before this micro-batch's embedding backward
-      Tensor w = model->wte->weight;
-      if (!w.grad().defined()) {
-        w.set_grad(buf);
-      } else {
-        Tensor g = w.mutable_grad();
-        kernels::reduce(g.dtype(), ReduceOp::kSum, g.data_ptr(), g.data_ptr(), buf.data_ptr(),
-                        static_cast<size_t>(g.numel()));
-      }
     }
+    // kRecvTiedGrad: received into the slot's tied_grad, which this micro-batch's backward reads.
   }
 
   // One group of communication actions (a run of them in the schedule), posted at once: on each
@@ -222,6 +222,7 @@ struct PipelineEngine::Impl {
     Tensor x;
     if (k == 0) {
       x = model->embed(batch(a.micro).first);
+      if (tied) x = tensor::with_leaf_grad(x, model->wte->weight, tied_grad(a.micro, a.chunk));
     } else {
       CHORUS_CHECK(slot.input.defined(), "pipeline: forward of micro-batch ", a.micro,
                    " without its input");
@@ -234,8 +235,10 @@ struct PipelineEngine::Impl {
       const int64_t n = targets.numel();
       Tensor logits = model->head(y);
       Tensor loss = model->wte->tied_loss(logits.view({n, logits.size(-1)}), targets.reshape({n}));
-      if (schedule.micro_batches > 1) loss = tensor::scale(loss, 1.0 / schedule.micro_batches);
-      loss_sum += loss.item();
+      const double scale =
+          options.loss_scale > 0 ? options.loss_scale : 1.0 / schedule.micro_batches;
+      if (scale != 1.0) loss = tensor::scale(loss, scale);
+      losses[static_cast<size_t>(a.micro)] = loss.item();
       slot.loss = loss;
     } else {
       slot.output = y;
@@ -263,6 +266,7 @@ struct PipelineEngine::Impl {
     slot.output = Tensor();
     slot.loss = Tensor();
     slot.grad_out = Tensor();
+    slot.tied_grad = Tensor();
   }
 };
 
@@ -276,9 +280,9 @@ PipelineEngine::PipelineEngine(tensor::nn::GPT& model, DeviceMesh& mesh, Pipelin
   e.p = e.pp->size();
   e.s = e.pp->rank();
   e.tied = e.p > 1;
-  e.act = e.pp->split(0, e.s);
-  e.grad = e.pp->split(0, e.s);
-  e.tied_comm = e.pp->split(0, e.s);
+  e.act = e.pp->split(0, e.s, e.pp->group_name() + " activations");
+  e.grad = e.pp->split(0, e.s, e.pp->group_name() + " gradients");
+  e.tied_comm = e.pp->split(0, e.s, e.pp->group_name() + " tied gradients");
   e.schedule = make_schedule(options.schedule, e.p, options.chunks, options.micro_batches, e.tied);
   validate(e.schedule);  // throws on a broken schedule, before any work
   e.V = e.p * e.schedule.chunks;
@@ -364,7 +368,7 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
   e.slots.clear();
   e.batch = batch;
   e.step = step;
-  e.loss_sum = 0;
+  e.losses.assign(static_cast<size_t>(e.schedule.micro_batches), 0.0);
   e.options_micro_batch = batch(0).first.size(0);
   const std::vector<PipeAction>& list = e.schedule.actions[static_cast<size_t>(e.s)];
   size_t last_backward = 0;
@@ -406,9 +410,10 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
   e.sends.clear();
   e.send_buffers.clear();
   e.slots.clear();
-  // The loss lives on the last stage; every stage returns it.
-  double loss = e.s == e.p - 1 ? e.loss_sum : 0.0;
-  e.pp->broadcast(&loss, &loss, 1, DataType::kF64, e.p - 1);
+  // The losses live on the last stage; every stage returns them.
+  e.pp->broadcast(e.losses.data(), e.losses.data(), e.losses.size(), DataType::kF64, e.p - 1);
+  double loss = 0;
+  for (double l : e.losses) loss += l;
   e.stats.total_seconds = seconds_since(t0);
   return loss;
 }
@@ -446,6 +451,8 @@ tensor::nn::NamedTensors PipelineEngine::gather_parameters() {
 }
 
 PipelineEngine::Stats PipelineEngine::stats() const { return impl_->stats; }
+
+const std::vector<double>& PipelineEngine::losses() const { return impl_->losses; }
 
 void PipelineEngine::set_tracer(Tracer* tracer) { impl_->tracer = tracer; }
 

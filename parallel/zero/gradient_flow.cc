@@ -12,6 +12,15 @@
 //      (parameter_flow.cc); once the unit's last gradient is final its parameters are released.
 // Stages 2-3 add the reduced shard of every backward to shard_grad (the first since zero_grad()
 // is written there directly), and free the full buffer as soon as its reduce-scatter is done.
+//
+// Folding (a deterministic dp group): the sum over micro-batches is the fold one process makes,
+// ((T + c_0) + c_1) + ... + c_{N-1} per micro-step, T the running sum and c_r rank r's
+// contribution. Stage 1 keeps T on rank 0 as DDP does (data_parallel.cc): a backward under
+// no_sync() reduces onto rank 0 and ranks >= 1 zero their buckets; the last one reduce-scatters
+// the same fold. Stages 2-3 keep T where it is sharded: each backward's buffer goes out by an
+// all-to-all (the reduce-scatter's traffic), and the owner adds the N copies of its shard to
+// shard_grad in rank order (tensor::accumulate_grad, as the engine adds). The sum is divided by
+// N (averaging) once, when step() or clip_grad_norm() first reads it.
 #include <algorithm>
 
 #include "chorus/error.h"
@@ -31,6 +40,7 @@ void ZeroOptimizer::Impl::install_gradient_hooks() {
 void ZeroOptimizer::Impl::open_step() {
   wait_all_reduces();
   backward = tensor::backward_id();
+  intermediate = fold && options.stage == 1 && no_sync_depth > 0;
   ready.assign(params.size(), 0);
   for (ZeroGroup& g : groups) {
     g.pending = static_cast<int>(g.slots.size());
@@ -41,7 +51,7 @@ void ZeroOptimizer::Impl::open_step() {
 }
 
 void ZeroOptimizer::Impl::on_grad_ready(size_t i, Tensor& grad) {
-  if (options.stage == 1 && no_sync_depth > 0) return;
+  if (options.stage == 1 && no_sync_depth > 0 && !fold) return;
   if (tensor::backward_id() != backward) open_step();
   const auto [gi, si] = where[i];
   ZeroGroup& g = groups[gi];
@@ -80,10 +90,15 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
   const size_t es = dtype_size(g.dtype);
   auto* flat = static_cast<std::byte*>(g.flat_grad.data_ptr());
   g.launched = true;
-  if (options.stage == 1) {
+  const ReduceOp op = options.average ? ReduceOp::kAvg : ReduceOp::kSum;
+  if (options.stage == 1 && intermediate) {
+    // Folding under no_sync(): onto rank 0's running sum.
+    g.reduce =
+        dp->reduce_async(flat, flat, static_cast<size_t>(g.numel), g.dtype, ReduceOp::kSum, 0);
+  } else if (options.stage == 1) {
     // In place: this rank's reduced shard lands at [lo, hi) of the gradient buffer.
-    g.reduce = dp->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard, g.dtype,
-                                        ReduceOp::kAvg);
+    g.reduce =
+        dp->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard, g.dtype, op);
   } else {
     // Free the buffers of reduce-scatters that are done, and keep at most kInFlight full
     // buffers alive: beyond that, the oldest is waited for (bounded memory for less overlap).
@@ -96,10 +111,16 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
         wait_reduce(o);
         --in_flight;
       }
-    Tensor target = g.shard_grad;
-    if (!g.shard_grad_fresh) target = g.reduce_into = Tensor::empty({g.hi - g.lo}, g.dtype);
-    g.shard_grad_fresh = false;
-    g.reduce = dp->reduce_scatter_async(flat, target.data_ptr(), shard, g.dtype, ReduceOp::kAvg);
+    if (fold) {
+      // Every rank's copy of this rank's shard comes in; wait_reduce adds them in rank order.
+      g.inbox = Tensor::empty({g.numel}, g.dtype);
+      g.reduce = dp->all_to_all_async(flat, g.inbox.data_ptr(), shard, g.dtype);
+    } else {
+      Tensor target = g.shard_grad;
+      if (!g.shard_grad_fresh) target = g.reduce_into = Tensor::empty({g.hi - g.lo}, g.dtype);
+      g.shard_grad_fresh = false;
+      g.reduce = dp->reduce_scatter_async(flat, target.data_ptr(), shard, g.dtype, op);
+    }
     // The buffer now belongs to the reduce-scatter: a later backward binds a fresh one
     // (prepare_backward), and this one goes once the reduce-scatter is done (wait_reduce).
     g.grads_bound = false;
@@ -124,6 +145,12 @@ void ZeroOptimizer::Impl::finish_backward() {
   }
   CHORUS_CHECK(next_launch == groups.size(), "ZeroOptimizer: ", groups.size() - next_launch,
                " groups never reduced");
+  if (intermediate) {
+    // Rank 0 keeps the running sum; the next contribution of the others starts at zero.
+    wait_all_reduces();
+    if (rank != 0)
+      for (ZeroGroup& g : groups) g.flat_grad.zero_();
+  }
 }
 
 void ZeroOptimizer::Impl::wait_reduce(size_t gi) {
@@ -131,6 +158,12 @@ void ZeroOptimizer::Impl::wait_reduce(size_t gi) {
   if (!g.reducing) return;
   g.reducing = false;
   g.reduce.wait();
+  if (g.inbox.defined()) {
+    const int64_t shard = g.hi - g.lo;
+    for (int r = 0; r < ranks; ++r)
+      tensor::accumulate_grad(g.shard_grad, g.inbox.narrow(0, r * shard, shard));
+    g.inbox = Tensor();
+  }
   if (g.reduce_into.defined()) {
     kernels::reduce(g.dtype, ReduceOp::kSum, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
                     g.reduce_into.data_ptr(), static_cast<size_t>(g.hi - g.lo));
@@ -149,6 +182,15 @@ void ZeroOptimizer::Impl::wait_reduce(size_t gi) {
 
 void ZeroOptimizer::Impl::wait_all_reduces() {
   for (size_t g = 0; g < groups.size(); ++g) wait_reduce(g);
+}
+
+void ZeroOptimizer::Impl::finish_gradients() {
+  wait_all_reduces();
+  if (!fold || options.stage == 1 || !options.average || averaged) return;
+  averaged = true;
+  for (ZeroGroup& g : groups)
+    kernels::divide(g.dtype, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
+                    static_cast<size_t>(g.hi - g.lo), ranks);
 }
 
 void ZeroOptimizer::Impl::poll_reduces() {

@@ -10,7 +10,9 @@
 #include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
 #include "chorus/tensor/autograd.h"
+#include "chorus/tensor/optim.h"
 #include "common/fault_injection.h"
+#include "common/global_norm.h"
 #include "common/kernel_agreement.h"
 #include "common/replica_check.h"
 #include "zero/zero_state.h"
@@ -56,6 +58,7 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   z.options = options;
   z.ranks = dp.size();
   z.rank = dp.rank();
+  z.fold = dp.deterministic();
   CHORUS_ARG_CHECK(!options.include || options.stage < 3,
                    "ZeroOptimizer: stage 3 gathers whole units and takes no parameter filter");
   tensor::nn::NamedTensors all;
@@ -220,7 +223,7 @@ tensor::optim::AdamW& ZeroOptimizer::shard_optimizer() { return *impl_->optimize
 
 void ZeroOptimizer::step() {
   Impl& z = *impl_;
-  z.wait_all_reduces();
+  z.finish_gradients();
   z.optimizer->step();
   if (z.options.stage == 3) return;  // the next forward gathers the updated shards
   std::vector<Work> gathers;
@@ -237,6 +240,7 @@ void ZeroOptimizer::step() {
 void ZeroOptimizer::zero_grad() {
   Impl& z = *impl_;
   z.wait_all_reduces();
+  z.averaged = false;
   for (ZeroGroup& g : z.groups) {
     if (z.options.stage == 1) {
       g.flat_grad.zero_();
@@ -254,22 +258,17 @@ int64_t ZeroOptimizer::step_count() const { return impl_->optimizer->step_count(
 double ZeroOptimizer::clip_grad_norm(double max_norm, Communicator* model_parallel,
                                      const std::function<bool(const std::string&)>& counted) {
   Impl& z = *impl_;
-  z.wait_all_reduces();
-  double sq = 0;
+  z.finish_gradients();
+  std::vector<Tensor> grads;
   for (const auto& [name, piece] : z.optimizer->params())
-    if (!counted || counted(name))
-      for (double v : piece.grad().to_vector()) sq += v * v;
-  double total = 0;
-  z.dp->all_reduce(&sq, &total, 1, DataType::kF64, ReduceOp::kSum);
-  if (model_parallel != nullptr)
-    model_parallel->all_reduce(&total, &total, 1, DataType::kF64, ReduceOp::kSum);
-  const double norm = std::sqrt(total);
+    if (!counted || counted(name)) grads.push_back(piece.grad());
+  std::vector<Communicator*> groups{z.dp};
+  if (model_parallel != nullptr) groups.push_back(model_parallel);
+  const double norm = global_norm(grads, groups);
   if (max_norm <= 0 || !std::isfinite(norm) || norm <= max_norm) return norm;
   const double factor = max_norm / (norm + 1e-6);
-  for (const auto& [name, piece] : z.optimizer->params()) {
-    Tensor g = piece.grad();
-    g.copy_(tensor::scale(g, factor));
-  }
+  for (const auto& [name, piece] : z.optimizer->params())
+    tensor::optim::scale_grad(piece.grad(), factor);
   return norm;
 }
 
@@ -367,7 +366,8 @@ ZeroOptimizer::Memory ZeroOptimizer::memory() const {
   };
   for (const ZeroGroup& g : z.groups) {
     m.parameter_bytes += bytes(g.flat_param) + bytes(g.shard_param);
-    m.gradient_bytes += bytes(g.flat_grad) + bytes(g.shard_grad) + bytes(g.reduce_into);
+    m.gradient_bytes +=
+        bytes(g.flat_grad) + bytes(g.shard_grad) + bytes(g.reduce_into) + bytes(g.inbox);
   }
   for (const auto& [n, t] : z.optimizer->state_dict())
     if (n != "step") m.optimizer_bytes += bytes(t);

@@ -37,6 +37,9 @@ struct ZeroGroup {
                                  // stage 2: staging, allocated per backward; stage 3: per backward
   Tensor shard_grad;             // stages 2-3: the own shard's reduced gradient (hi - lo)
   bool shard_grad_fresh = true;  // the next reduce-scatter writes shard_grad instead of adding
+  // Folding, stages 2-3: every rank's copy of this shard, received by an all-to-all (numel),
+  // added to shard_grad in rank order once it is in.
+  Tensor inbox;
 
   // The step in progress.
   int pending = 0;  // gradients still to come in this backward
@@ -64,6 +67,11 @@ struct ZeroOptimizer::Impl {
   size_t next_launch = 0;                        // groups [0, next_launch) have started
   uint64_t backward = 0;                         // backward_id() of the step's backward
   int no_sync_depth = 0;
+  // A deterministic dp group folds the micro-batches' gradients in the order one process adds
+  // them (gradient_flow.cc): stage 1 onto rank 0 under no_sync(), stages 2-3 onto each shard's
+  // owner; `intermediate` marks a stage-1 backward under no_sync().
+  bool fold = false, intermediate = false;
+  bool averaged = false;  // stages 2-3 folding: the step's sum has been divided by the ranks
   std::unique_ptr<tensor::optim::AdamW> optimizer;  // over this rank's pieces
   std::vector<int> grad_hooks;
   std::vector<std::pair<tensor::nn::Module*, int>> module_hooks;
@@ -84,6 +92,9 @@ struct ZeroOptimizer::Impl {
   void wait_reduce(size_t g);
   void wait_all_reduces();
   void poll_reduces();
+  // Waits for every reduction and, stages 2-3 folding with averaging, divides the step's sum by
+  // the ranks (once): the gradients as step() and clip_grad_norm() read them.
+  void finish_gradients();
 
   // parameter_flow.cc (stage 3)
   void install_unit_hooks();

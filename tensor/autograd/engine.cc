@@ -26,6 +26,28 @@ thread_local int t_backward_depth = 0;
 thread_local uint64_t t_backward_id = 0;  // of the outermost backward running, 0 outside
 std::atomic<uint64_t> g_next_backward_id{1};
 thread_local std::vector<std::function<void()>> t_callbacks;
+// This backward's contribution to each leaf it reaches, collected apart from the leaf's grad()
+// and added to it in one step (or made its grad(), when it has none) when the leaf is final.
+// Shared by the backwards nested in the outermost one (checkpointed regions), so that a leaf
+// gets one contribution per outermost backward.
+thread_local std::unordered_map<TensorImpl*, Tensor> t_contributions;
+// The leaves the outermost backward running counts (its phase 1), null outside one.
+thread_local const std::unordered_map<TensorImpl*, int>* t_outer_leaves = nullptr;
+
+// Makes a leaf's pending contribution its grad() or adds it there. A nested backward leaves the
+// outermost one's leaves to it (their contribution is not complete yet); its own (a
+// checkpointed region's stand-in input) it finishes at once.
+void add_contribution(TensorImpl& leaf) {
+  if (t_backward_depth > 1 && t_outer_leaves != nullptr && t_outer_leaves->count(&leaf) > 0) return;
+  auto it = t_contributions.find(&leaf);
+  if (it == t_contributions.end()) return;
+  Tensor c = std::move(it->second);
+  t_contributions.erase(it);
+  if (leaf.autograd.grad.defined())
+    accumulate_grad(leaf.autograd.grad, c);
+  else
+    leaf.autograd.grad = std::move(c);
+}
 
 // Marks one backward on this thread; the outermost runs the queued callbacks when it ends
 // normally (finish()) and drops them when it unwinds.
@@ -37,6 +59,8 @@ class BackwardScope {
   ~BackwardScope() {
     if (--t_backward_depth == 0) {
       t_callbacks.clear();
+      t_contributions.clear();
+      t_outer_leaves = nullptr;
       t_backward_id = 0;
     }
   }
@@ -44,6 +68,12 @@ class BackwardScope {
   BackwardScope& operator=(const BackwardScope&) = delete;
   void finish() {
     if (t_backward_depth != 1) return;
+    // Leaves that only nested backwards reached: their contributions go in now.
+    while (!t_contributions.empty()) {
+      auto it = t_contributions.begin();
+      TensorImpl* leaf = it->first;
+      add_contribution(*leaf);
+    }
     for (size_t i = 0; i < t_callbacks.size(); ++i) {
       std::function<void()> cb = std::move(t_callbacks[i]);
       cb();
@@ -97,16 +127,25 @@ Tensor GradSink::grad_for_write(size_t i, bool* fresh) {
     }
     return g;
   }
-  Tensor& g = e.leaf->autograd.grad;
-  if (!g.defined()) {
-    g = Tensor::empty(e.leaf->shape, e.leaf->dtype, e.leaf->storage->device());
+  const Tensor& g = e.leaf->autograd.grad;
+  CHORUS_CHECK(!g.defined() || (g.is_contiguous() && g.shape() == e.leaf->shape),
+               "a leaf's grad must be a contiguous tensor of its shape");
+  // The contribution collects in a buffer of its own (as an interior tensor's gradient does),
+  // which becomes grad() or is added to it once the leaf is final.
+  auto [it, inserted] = t_contributions.try_emplace(e.leaf.get());
+  if (inserted) {
+    it->second = Tensor::empty(e.leaf->shape, e.leaf->dtype, e.leaf->storage->device());
     *fresh = true;
-  } else {
-    CHORUS_CHECK(g.is_contiguous() && g.shape() == e.leaf->shape,
-                 "a leaf's grad must be a "
-                 "contiguous tensor of its shape");
   }
-  return g;
+  return it->second;
+}
+
+void accumulate_grad(const Tensor& grad, const Tensor& contribution) {
+  CHORUS_ARG_CHECK(grad.shape() == contribution.shape() && grad.dtype() == contribution.dtype(),
+                   "accumulate_grad: ", to_string(grad.shape()), " ", to_string(grad.dtype()),
+                   " vs ", to_string(contribution.shape()), " ", to_string(contribution.dtype()));
+  // On the grad's device; f32 and f64 add elementwise, 16-bit types add in f32 and round once.
+  copy_tensor(grad, contribution, /*accumulate=*/true);
 }
 
 bool needs_grad(std::initializer_list<Tensor> inputs) {
@@ -210,6 +249,8 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
     }
   }
 
+  if (t_backward_depth == 1) t_outer_leaves = &leaf_deps;
+
   // Phase 2: run ready nodes, newest first.
   Node* first = root.grad_fn().get();
   first->grad_ = Tensor::empty(root.shape(), root.dtype(), root.device());
@@ -237,7 +278,10 @@ void Engine::backward(const Tensor& root, const Tensor& seed_in) {
       if (e.node) {
         if (--node_deps[e.node.get()] == 0) ready.push(e.node);
       } else if (e.leaf) {
-        if (--leaf_deps[e.leaf.get()] == 0) run_hooks(*e.leaf);
+        if (--leaf_deps[e.leaf.get()] == 0) {
+          add_contribution(*e.leaf);
+          run_hooks(*e.leaf);
+        }
       }
     }
   }

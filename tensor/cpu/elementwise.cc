@@ -4,6 +4,7 @@
 #include "cpu/elementwise.h"
 
 #include <cmath>
+#include <vector>
 
 #include "chorus/half.h"
 #include "cpu/simd.h"
@@ -134,13 +135,19 @@ inline void axpy_any(double* y, double s, const double* x, int64_t n) { axpy_f64
 
 template <class T>
 double sum_impl(const T* x, int64_t n, bool squares) {
-  // Per-thread partials in double: sums feed losses and gradient norms, where f32 accumulation
-  // over millions of elements would drift.
-  double partial[256] = {};
-  parallel_for(n, 1, [&](int64_t b, int64_t e, int t) {
-    double acc = 0;
-    for (int64_t i = b; i < e; ++i) acc += squares ? double(x[i]) * double(x[i]) : double(x[i]);
-    partial[t] = acc;
+  // Partials in double (sums feed losses and gradient norms, where f32 accumulation over
+  // millions of elements would drift), one per block of kBlock elements, added in block order:
+  // the same bits whatever the thread count.
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+  parallel_for(blocks, kBlock, [&](int64_t b0, int64_t b1, int) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      double acc = 0;
+      for (int64_t i = blk * kBlock; i < std::min(n, (blk + 1) * kBlock); ++i)
+        acc += squares ? double(x[i]) * double(x[i]) : double(x[i]);
+      partial[static_cast<size_t>(blk)] = acc;
+    }
   });
   double total = 0;
   for (double p : partial) total += p;

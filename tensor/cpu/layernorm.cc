@@ -3,8 +3,9 @@
 //   backward  dnorm = dout * w
 //             dx += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
 //             dw += sum_rows(dout * norm),  db += sum_rows(dout)
-// Rows are independent, so they are split over the team; dw/db get one partial per thread,
-// summed at the end (no atomics, deterministic for a fixed thread count).
+// Rows are independent, so they are split over the team; dw/db get one partial per block of
+// kPartialRows rows, summed in block order at the end: no atomics, and the same bits whatever
+// the thread count.
 #include "cpu/layernorm.h"
 
 #include <cmath>
@@ -105,14 +106,18 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int64_t N, int64_t C) {
-  const int teams = std::max(1, pool_threads());
-  // Per-thread dw/db partials: [thread][0 = dw, 1 = db][C].
-  std::vector<T> partial(static_cast<size_t>(teams) * 2 * C, T(0));
-  parallel_for(N, 6 * C, [&](int64_t r0, int64_t r1, int t) {
-    T* pw = partial.data() + static_cast<size_t>(t) * 2 * C;
-    bwd_any(r0, r1, dinp, pw, pw + C, dout, inp, weight, mean, rstd, C);
+  constexpr int64_t kPartialRows = 32;
+  const int64_t blocks = (N + kPartialRows - 1) / kPartialRows;
+  // Per-block dw/db partials: [block][0 = dw, 1 = db][C].
+  std::vector<T> partial(static_cast<size_t>(blocks) * 2 * C, T(0));
+  parallel_for(blocks, kPartialRows * 6 * C, [&](int64_t b0, int64_t b1, int) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      T* pw = partial.data() + static_cast<size_t>(blk) * 2 * C;
+      bwd_any(blk * kPartialRows, std::min(N, (blk + 1) * kPartialRows), dinp, pw, pw + C, dout,
+              inp, weight, mean, rstd, C);
+    }
   });
-  for (int t = 0; t < teams; ++t) {
+  for (int64_t t = 0; t < blocks; ++t) {
     const T* pw = partial.data() + static_cast<size_t>(t) * 2 * C;
     for (int64_t i = 0; i < C; ++i) {
       if (dweight) dweight[i] += pw[i];

@@ -68,6 +68,7 @@ struct Plan {
 std::mutex g_mutex;
 std::atomic<bool> g_chosen{false};
 Plan g_plan;
+bool g_set = false;  // the plan came from set_bf16_gemm_mode (pinning keeps it)
 
 std::string class_name(int c) {
   return std::string(kPatternNames[c / 2]) + (c % 2 ? ".large" : ".small");
@@ -276,6 +277,7 @@ Plan measure(const std::array<int, kBf16Classes>& forced) {
 
 void store(const Plan& p, const char* how) {
   g_plan = p;
+  g_set = std::string(how) == "set";
   g_chosen.store(true, std::memory_order_release);
   CHORUS_INFO(kLogTune, "tensor bf16 gemm: using ", plan_string(p), " (", how, ")");
 }
@@ -305,7 +307,8 @@ Bf16Method bf16_method(int shape_class) { return plan().method[shape_class]; }
 bool bf16_operands_as_bf16() { return plan().bf16_operands; }
 
 void pin_bf16_gemm_choice() {
-  if (g_chosen.load(std::memory_order_acquire)) return;
+  // A plan the program set stays; a measured one (or none yet) gives way to the rule.
+  if (g_chosen.load(std::memory_order_acquire) && g_set) return;
   // The knob's forced classes; every other class native (f32 where the kernel is missing).
   auto forced = parse_mode(kBf16Knob.get(), kBf16Knob.name());
   const Bf16Method fallback = blocked_bf16_available() ? Bf16Method::kNative : Bf16Method::kF32;

@@ -28,6 +28,7 @@ struct Registry {
   std::vector<std::unique_ptr<gemm_impl::SgemmBackend>> backends;
   std::vector<double> gflops;  // 0 until measured
   std::atomic<gemm_impl::SgemmBackend*> chosen{nullptr};
+  bool measured = false;  // `chosen` came from timing (pin_gemm_choices replaces such a choice)
 };
 
 // Runs an sgemm on `be` over the team: the backend's own split, or one call per row block.
@@ -97,6 +98,7 @@ void select_by_measurement(Registry& r) {
   }
   gemm_impl::SgemmBackend* winner = available[gemm_impl::first_within_margin(seconds)];
   r.chosen.store(winner, std::memory_order_release);
+  r.measured = true;
   CHORUS_INFO(kLogTune, "tensor gemm: using ", winner->name(), " (measured)");
 }
 
@@ -215,6 +217,7 @@ void set_gemm_backend(const std::string& name) {
     if (be->name() == name) {
       CHORUS_ARG_CHECK(be->available(), "gemm backend ", name, " unavailable: ", be->note());
       r.chosen.store(be.get(), std::memory_order_release);
+      r.measured = false;
       return;
     }
   throw InvalidArgument("unknown gemm backend '" + name + "'");
@@ -224,10 +227,15 @@ void pin_gemm_choices() {
   {
     std::lock_guard lock(registry_mutex());
     Registry& r = registry();  // applies a forced CHORUS_TENSOR_GEMM
-    if (r.chosen.load() == nullptr)
+    if (r.chosen.load() == nullptr || r.measured) {
+      if (r.measured)
+        CHORUS_INFO(kLogTune, "tensor gemm: the measured ", r.chosen.load()->name(),
+                    " gives way to the pinned builtin");
       for (auto& be : r.backends)
         if (std::string(be->name()) == "builtin")
           r.chosen.store(be.get(), std::memory_order_release);
+      r.measured = false;
+    }
   }
   gemm_impl::pin_bf16_gemm_choice();
 }

@@ -1,12 +1,14 @@
 // The IPC path for device buffers, in the parts that run without a device: the path selection
-// (device_memory.h), the device rendezvous slot encoding, the cache of mapped peer allocations
-// and the set-up agreement (shm_device.h), the shm transport refusing device memory where IPC is
+// (device_memory.h), the device rendezvous slot encoding, the outbox's chunk bookkeeping, the
+// registered ranges, the cache of mapped peer allocations and the set-up agreement
+// (shm_device.h), the shm transport refusing device memory where IPC is
 // impossible, and the memory-operations seam of the algorithms: every algorithm run with a
 // MemoryOps standing in for device memory (host memory behind it, the calls counted) leaves
 // exactly the bytes the plain host run leaves.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -21,7 +23,9 @@
 #include "exchange.h"
 #include "multiproc.h"
 #include "transport/factory.h"
+#include "transport/registered_memory.h"
 #include "transport/shm/shm_device.h"
+#include "transport/shm/shm_transport.h"
 
 namespace chorus::testing {
 namespace {
@@ -83,8 +87,9 @@ TEST(GpuPathSelection, SignatureIsEmptyWithoutGpuSupportOrDriver) {
 
 TEST(DeviceRendezvousSlot, RoundTripsAndFitsTheSmallestSlot) {
   using namespace transport::shm;
-  static_assert(kDeviceRendezvousPayload <= 64, "CHORUS_SHM_SLOT_BYTES may be as small as 64");
-  alignas(64) std::byte slot[sizeof(SlotHeader) + 64] = {};
+  static_assert(kDeviceRendezvousPayload <= kMinSlotBytes,
+                "CHORUS_SHM_SLOT_BYTES may be as small as kMinSlotBytes");
+  alignas(64) std::byte slot[sizeof(SlotHeader) + kMinSlotBytes] = {};
   auto* h = reinterpret_cast<SlotHeader*>(slot);
   h->kind = SlotKind::kDeviceRendezvous;
   h->total = 12345;
@@ -94,17 +99,122 @@ TEST(DeviceRendezvousSlot, RoundTripsAndFitsTheSmallestSlot) {
     d.handle.bytes[i] = static_cast<unsigned char>(i * 7 + 1);
   d.offset = (uint64_t{1} << 40) + 256;
   d.addr = 0x7f0012345600ull;
+  d.piece_offset = (uint64_t{3} << 33) + 64;
+  d.piece_bytes = (uint64_t{1} << 24) + 4;
   d.device = 7;
+  d.origin = Origin::kRegistered;
   encode(d, h, slot + sizeof(SlotHeader));
   const DeviceRendezvous e = decode(h, slot + sizeof(SlotHeader));
   EXPECT_EQ(e.handle.bytes, d.handle.bytes);
   EXPECT_EQ(e.offset, d.offset);
   EXPECT_EQ(e.addr, d.addr);
+  EXPECT_EQ(e.piece_offset, d.piece_offset);
+  EXPECT_EQ(e.piece_bytes, d.piece_bytes);
   EXPECT_EQ(e.device, d.device);
+  EXPECT_EQ(e.origin, Origin::kRegistered);
   // What the slot's owner wrote stays.
   EXPECT_EQ(h->kind, SlotKind::kDeviceRendezvous);
   EXPECT_EQ(h->total, 12345u);
   EXPECT_EQ(h->stamp.seq, 77u);
+}
+
+TEST(DeviceRendezvousSlot, SlotsSmallerThanARendezvousAreRefused) {
+  ::setenv("CHORUS_SHM_SLOT_BYTES", "64", 1);
+  EXPECT_THROW(transport::ShmOptions::from_env(), InvalidArgument);
+  ::setenv("CHORUS_SHM_SLOT_BYTES", "128", 1);
+  EXPECT_EQ(transport::ShmOptions::from_env().slot_bytes, 128u);
+  ::unsetenv("CHORUS_SHM_SLOT_BYTES");
+}
+
+// ---- the outbox: a chunk is reused only once the receiver has acknowledged its piece
+// ------------------------------------------------------------
+
+TEST(OutboxChunks, PiecesTakeTheChunksInTurnAndWaitForTheirAcknowledgement) {
+  transport::shm::OutboxChunks chunks(1000);
+  // A message of 2500 bytes: pieces of 1000, 1000, 500.
+  EXPECT_EQ(chunks.piece_bytes(0, 2500), 1000u);
+  EXPECT_EQ(chunks.piece_bytes(2000, 2500), 500u);
+  uint64_t acknowledged = 0;
+  ASSERT_EQ(chunks.next_free(acknowledged), 0);
+  chunks.carry(0, 1);  // piece 1 in chunk 0
+  ASSERT_EQ(chunks.next_free(acknowledged), 1);
+  EXPECT_EQ(chunks.offset_of(1), 1000u);
+  chunks.carry(1, 2);  // piece 2 in chunk 1
+  // Chunk 0 still holds piece 1 until the receiver acknowledges it.
+  EXPECT_EQ(chunks.next_free(acknowledged), -1);
+  acknowledged = 1;
+  ASSERT_EQ(chunks.next_free(acknowledged), 0);
+  chunks.carry(0, 3);
+  // Chunk 1 (piece 2) is next and not acknowledged: the acknowledgement of piece 1 alone does
+  // not free it.
+  EXPECT_EQ(chunks.next_free(acknowledged), -1);
+  acknowledged = 2;
+  EXPECT_EQ(chunks.next_free(acknowledged), 1);
+}
+
+// ---- registered device memory
+// ---------------------------------------------------------------------
+
+TEST(RegisteredRanges, ContainsOnlyWhatLiesInsideOneRange) {
+  transport::RegisteredRanges r;
+  alignas(64) static std::byte a[4096], b[4096];
+  EXPECT_TRUE(r.empty());
+  r.add(a, 1024);
+  r.add(b + 512, 1024);
+  EXPECT_TRUE(r.contains(a, 1024));
+  EXPECT_TRUE(r.contains(a + 1000, 24));
+  EXPECT_FALSE(r.contains(a + 1000, 25));  // runs past the end
+  EXPECT_FALSE(r.contains(a + 1024, 1));   // just past it
+  EXPECT_FALSE(r.contains(b, 1));          // before the second range
+  EXPECT_TRUE(r.contains(b + 512, 1));
+  EXPECT_TRUE(r.contains(b + 1535, 1));
+  EXPECT_FALSE(r.contains(b + 1536, 1));
+  EXPECT_FALSE(r.remove(a + 1));  // a range is named by its start
+  EXPECT_TRUE(r.remove(a));
+  EXPECT_FALSE(r.contains(a, 1));
+  EXPECT_TRUE(r.contains(b + 512, 1024));
+}
+
+TEST(RegisteredRanges, RefusesEmptyAndOverlappingRanges) {
+  transport::RegisteredRanges r;
+  alignas(64) static std::byte a[4096];
+  EXPECT_THROW(r.add(a, 0), InvalidArgument);
+  EXPECT_THROW(r.add(nullptr, 64), InvalidArgument);
+  r.add(a + 1024, 1024);
+  EXPECT_THROW(r.add(a + 2047, 8), InvalidArgument);
+  EXPECT_THROW(r.add(a + 1000, 25), InvalidArgument);
+  EXPECT_THROW(r.add(a, 4096), InvalidArgument);
+  r.add(a + 2048, 8);  // touching is not overlapping
+  r.add(a + 1000, 24);
+  EXPECT_TRUE(r.contains(a + 1000, 24));
+  EXPECT_TRUE(r.contains(a + 1024, 1024));
+  EXPECT_FALSE(r.contains(a + 1000, 25));  // spans two adjacent ranges: not inside one
+}
+
+// The Communicator's registration calls, where device buffers do not move through IPC (no device
+// here): the bookkeeping and the refusals are the same, and deregistration is a collective that
+// completes on every rank.
+TEST(RegisteredDeviceMemory, BookkeepingAndCollectiveDeregistration) {
+  if (gpu::probe_devices().count > 0) GTEST_SKIP() << "comm_gpu_test covers this with a device";
+  run_ranks(3, [](Communicator& comm) {
+    std::vector<float> a(1000, 1.0f), b(64, 2.0f);
+    comm.register_device_memory(a.data(), a.size() * sizeof(float));
+    EXPECT_THROW(comm.register_device_memory(a.data() + 10, 4), InvalidArgument);  // overlaps
+    EXPECT_THROW(comm.register_device_memory(b.data(), 0), InvalidArgument);
+    comm.register_device_memory(b.data(), b.size() * sizeof(float));
+    // Refused before any communication: a pointer this rank never registered.
+    EXPECT_THROW(comm.deregister_device_memory(a.data() + 1), InvalidArgument);
+    comm.all_reduce(a, ReduceOp::kSum);
+    EXPECT_EQ(a[999], 3.0f);
+    // Every rank deregisters: rank 0 a pointer, the others nothing of theirs.
+    comm.deregister_device_memory(comm.rank() == 0 ? a.data() : nullptr);
+    comm.deregister_device_memory(b.data());
+    EXPECT_THROW(comm.deregister_device_memory(b.data()), InvalidArgument);  // already gone
+    // Re-registering what was deregistered is allowed; the communicator works on.
+    comm.register_device_memory(b.data(), b.size() * sizeof(float));
+    comm.all_reduce(b, ReduceOp::kSum);
+    EXPECT_EQ(b[0], 6.0f);
+  });
 }
 
 // ---- the cache of mapped peer allocations

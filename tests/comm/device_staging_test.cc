@@ -124,7 +124,8 @@ void call(Communicator& comm, const algo::CollArgs& a) {
     case Collective::kSend:
       return comm.send(a.send, a.count, a.dtype, a.peer);
     case Collective::kRecv:
-      return comm.recv(a.recv, a.count, a.dtype, a.peer);
+      (void)comm.recv(a.recv, a.count, a.dtype, a.peer);
+      return;
     case Collective::kSendRecv:
       return comm.send_recv(a.send, a.count, a.peer, a.recv, a.recv_count, a.recv_peer, a.dtype);
     default:

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -51,9 +52,10 @@ bool finishes_alone(Exchange& ex, Exchange::RequestId id, int for_ms) {
 TEST(FifoPath, LargeSendsCopyThroughTheFifoInsteadOfSingleCopy) {
   int go[2];  // rank 0 -> rank 1: "post your receive now", outside the transport
   ASSERT_EQ(::pipe(go), 0);
+  SharedBetweenRanks<std::atomic<bool>> no_single_copy;
   run_wired(2, [&](int rank, transport::Wiring& w, Exchange& ex) {
     if (w.transport->capabilities().single_copy_from == SIZE_MAX) {
-      std::printf("single copy is unavailable here: both paths are the FIFO\n");
+      *no_single_copy = true;
       return;
     }
     for (int round = 0; round < 2; ++round) {
@@ -82,6 +84,7 @@ TEST(FifoPath, LargeSendsCopyThroughTheFifoInsteadOfSingleCopy) {
   });
   ::close(go[0]);
   ::close(go[1]);
+  if (*no_single_copy) GTEST_SKIP() << "single copy is unavailable here: both paths are the FIFO";
 }
 
 }  // namespace

@@ -385,6 +385,60 @@ TEST(Reliability, RankThatStopsCallingIsNamed) {
   });
 }
 
+// A group made by split() names every rank its errors mention by the group and the world rank,
+// its own included: world rank 3 waiting in a group for world rank 1 must not say "rank 0".
+// Groups of 4 ranks by parity: world ranks 1 and 3 are ranks 0 and 1 of "tp group 1".
+TEST(Reliability, AGroupsErrorsNameItsRanksByGroupAndWorldRank) {
+  run_ranks(4, [](Communicator& comm) {
+    const int r = comm.rank();
+    std::optional<Communicator> tp = comm.split(r % 2, r, "tp group " + std::to_string(r % 2));
+    ASSERT_TRUE(tp.has_value());
+    EXPECT_EQ(tp->group_name(), "tp group " + std::to_string(r % 2));
+    EXPECT_EQ(tp->world_rank(0), r % 2);
+    EXPECT_EQ(tp->world_rank(1), r % 2 + 2);
+    EXPECT_EQ(comm.group_name(), "");
+    EXPECT_EQ(comm.world_rank(3), 3);
+    std::optional<Communicator> unnamed = comm.split(r % 2, r);
+    EXPECT_EQ(unnamed->group_name(), "split group " + std::to_string(r % 2));
+    float v[4] = {1, 1, 1, 1};
+    if (r % 2 == 0) {  // group 0 works
+      tp->all_reduce(v, v, 4, DataType::kF32, ReduceOp::kSum);
+      EXPECT_EQ(v[0], 2.0f);
+      return;
+    }
+    const std::string me =
+        r == 1 ? "rank 0 of tp group 1 (world rank 1)" : "rank 1 of tp group 1 (world rank 3)";
+    const std::string peer =
+        r == 1 ? "rank 1 of tp group 1 (world rank 3)" : "rank 0 of tp group 1 (world rank 1)";
+    // A mismatch: both sides name both ranks.
+    tp->set_algorithm("direct");
+    auto e = error_of([&] {
+      if (r == 1)
+        tp->all_reduce(v, v, 4, DataType::kF32, ReduceOp::kSum);
+      else
+        tp->broadcast(v, v, 4, DataType::kF32, 1);
+      tp->barrier();
+    });
+    ASSERT_TRUE(e);
+    EXPECT_TRUE(contains(e->what(), "[" + me + ", ")) << e->what();
+    EXPECT_TRUE(contains(e->what(), peer)) << e->what();
+    EXPECT_EQ(e->rank_label(), me);
+    // A timeout in the default-named group: world rank 3 waits for world rank 1, which never calls.
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;
+    }
+    unnamed->set_timeout(std::chrono::milliseconds(400));
+    auto t = error_of([&] { unnamed->recv(v, 4, DataType::kF32, 0); });
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->kind(), ErrorKind::kTimeout) << t->what();
+    EXPECT_TRUE(contains(t->what(), "[rank 1 of split group 1 (world rank 3), recv #0]"))
+        << t->what();
+    EXPECT_TRUE(contains(t->what(), "still waiting for rank 0 of split group 1 (world rank 1)"))
+        << t->what();
+  });
+}
+
 TEST(Reliability, TwoProcessesClaimingOneRankAreRejected) {
   const fs::path dir = fresh_dir("chorus-duprank");
   RunOptions options;

@@ -59,6 +59,9 @@ class DeviceArena {
   // A piece of `bytes`; throws when the arena is full.
   std::byte* take(size_t bytes);
   static constexpr size_t kGuard = 64;
+  // The whole allocation (one cudaMalloc / hipMalloc).
+  void* base() const { return buffer_.data(); }
+  size_t bytes() const { return buffer_.bytes(); }
 
  private:
   gpu::DeviceBuffer buffer_;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,21 @@ std::string to_hex(const std::array<unsigned char, N>& bytes) {
     s += kDigits[b & 15];
   }
   return s;
+}
+
+// The IPC peer program: CHORUS_GPU_IPC_PEER when set, else the one beside this test binary (where
+// a build or a gpu-pack puts it), else the path it was built at.
+std::string peer_program() {
+  if (const char* env = std::getenv("CHORUS_GPU_IPC_PEER"); env != nullptr && *env != '\0')
+    return env;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string beside(self, static_cast<size_t>(n));
+    beside = beside.substr(0, beside.rfind('/') + 1) + "gpu_ipc_peer";
+    if (::access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  return CHORUS_GPU_IPC_PEER;
 }
 
 // Starts `argv`; returns its pid.
@@ -83,10 +99,9 @@ TEST_P(GpuIpc, PeersOpenBufferAndEvent) {
   std::vector<pid_t> pids;
   for (int rank = 1; rank <= peers; ++rank) {
     const int device = (device_ + rank) % devices;
-    pids.push_back(
-        spawn({CHORUS_GPU_IPC_PEER, mem, event, std::to_string(rank), std::to_string(world),
-               std::to_string(device), std::to_string(kSliceBytes)}));
-    ASSERT_GT(pids.back(), 0) << "could not start " << CHORUS_GPU_IPC_PEER;
+    pids.push_back(spawn({peer_program(), mem, event, std::to_string(rank), std::to_string(world),
+                          std::to_string(device), std::to_string(kSliceBytes)}));
+    ASSERT_GT(pids.back(), 0) << "could not start " << peer_program();
   }
   for (size_t k = 0; k < pids.size(); ++k)
     EXPECT_EQ(wait_for(pids[k], 120), 0) << "peer rank " << k + 1 << " failed (see its stderr)";

@@ -53,7 +53,7 @@ void resume(const Scheme& from, int dp_from, const Scheme& to, int dp_to, bool e
   tensor::pin_gemm_choices();
   // The data-parallel width decides the data; both meshes must see the same batches.
   ASSERT_EQ(dp_from, dp_to) << "the tests resume with the same number of replicas";
-  const TrainResult ref = reference_run(spec, dp_from, from.accumulate());
+  const TrainResult ref = reference_run(spec, dp_from);
   TrainSpec first = spec;
   first.save_dir = dir;
   first.save_after = 1;

@@ -16,8 +16,9 @@ namespace {
 
 using tensor::Tensor;
 
-// Every process of a run (the reference in this one, the ranks in its forks) computes on one
-// thread with the pinned kernels, so that their arithmetic is the same.
+// Every process of a run (the reference in this one, the ranks in its forks) computes with the
+// pinned kernels, on one thread (the count changes no bit; one keeps the forks from crowding the
+// cores).
 RunOptions deterministic_env() {
   RunOptions o;
   o.env["CHORUS_DETERMINISTIC"] = "1";
@@ -34,7 +35,7 @@ void pin_reference_kernels() {
 void expect_bit_identical(int dp, const TrainSpec& spec, const Scheme& scheme,
                           RunOptions options = deterministic_env()) {
   pin_reference_kernels();
-  const TrainResult ref = reference_run(spec, dp, scheme.accumulate());
+  const TrainResult ref = reference_run(spec, dp);
   run_ranks(
       dp,
       [&](Communicator& world) {
@@ -62,6 +63,19 @@ INSTANTIATE_TEST_SUITE_P(Sizes, DataParallelEquivalence,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// The averaging reductions (the default): each replica scales by 1 / accumulation and the sum is
+// divided by dp once; at a power of two that is the one-process run's mean, bit for bit.
+TEST(DataParallel, AveragingEqualsTheOneProcessMeanAtPowersOfTwo) {
+  TrainSpec spec;
+  spec.average = true;
+  spec.accumulation = 4;
+  expect_bit_identical(2, spec, Scheme{0});
+  spec.accumulation = 1;
+  expect_bit_identical(4, spec, Scheme{0});
+  spec.accumulation = 4;
+  expect_bit_identical(2, spec, Scheme{2});
+}
+
 TEST(DataParallel, AutocastBf16AndCheckpointingStayBitIdentical) {
   TrainSpec spec;
   spec.autocast = DataType::kBF16;
@@ -74,7 +88,7 @@ TEST(DataParallel, DefaultModeMatchesWithinTolerance) {
   TrainSpec spec;
   spec.steps = 20;
   pin_reference_kernels();
-  const TrainResult ref = reference_run(spec, 4, Accumulate::kLocalThenReduce);
+  const TrainResult ref = reference_run(spec, 4);
   RunOptions options;
   options.env["CHORUS_TENSOR_THREADS"] = "1";
   options.env["CHORUS_ALGO"] = "ring";  // not rank order: the sums really differ
@@ -93,7 +107,7 @@ TEST(DataParallel, DefaultModeBf16MatchesWithinTolerance) {
   spec.steps = 10;
   spec.autocast = DataType::kBF16;
   pin_reference_kernels();
-  const TrainResult ref = reference_run(spec, 2, Accumulate::kLocalThenReduce);
+  const TrainResult ref = reference_run(spec, 2);
   RunOptions options;
   options.env["CHORUS_TENSOR_THREADS"] = "1";
   options.env["CHORUS_ALGO"] = "ring";
@@ -111,7 +125,7 @@ TEST(DataParallel, TheCheckCatchesABucketReducedTwice) {
   TrainSpec spec;
   spec.steps = 2;
   pin_reference_kernels();
-  const TrainResult ref = reference_run(spec, 3, Accumulate::kLocalThenReduce);
+  const TrainResult ref = reference_run(spec, 3);
   RunOptions options = deterministic_env();
   options.env["CHORUS_PARALLEL_FAULT"] = "ddp_reduce_twice";
   run_ranks(

@@ -142,7 +142,7 @@ void expect_pipeline_bit_identical(int world, const TrainSpec& spec, const Schem
   tensor::set_num_threads(1);
   tensor::pin_gemm_choices();
   const int dp = world / (scheme.pp * scheme.tp);
-  const TrainResult ref = reference_run(spec, dp, Accumulate::kLocalThenReduce);
+  const TrainResult ref = reference_run(spec, dp);
   run_ranks(
       world,
       [&](Communicator& w) {
@@ -198,7 +198,7 @@ TEST(Pipeline, MixedMeshesOnEightRanksMatchOneProcess) {
     int dp, tp, pp;
   };
   for (const Mesh& m : {Mesh{2, 2, 1}, Mesh{1, 2, 2}, Mesh{2, 1, 2}, Mesh{2, 2, 2}}) {
-    const TrainResult ref = reference_run(spec, m.dp, Accumulate::kLocalThenReduce);
+    const TrainResult ref = reference_run(spec, m.dp);
     RunOptions options;
     options.env["CHORUS_TENSOR_THREADS"] = "1";
     run_ranks(

@@ -149,7 +149,7 @@ void expect_close_to_reference(int world, const TrainSpec& spec, const Scheme& s
                                double tolerance, RunOptions options = {}) {
   tensor::set_num_threads(1);
   tensor::pin_gemm_choices();
-  const TrainResult ref = reference_run(spec, world / scheme.tp, scheme.accumulate());
+  const TrainResult ref = reference_run(spec, world / scheme.tp);
   options.env["CHORUS_TENSOR_THREADS"] = "1";
   run_ranks(
       world,
@@ -184,7 +184,7 @@ TEST(TensorParallel, TheCheckCatchesAWrongHeadSlice) {
   spec.steps = 2;
   tensor::set_num_threads(1);
   tensor::pin_gemm_choices();
-  const TrainResult ref = reference_run(spec, 1, Accumulate::kLocalThenReduce);
+  const TrainResult ref = reference_run(spec, 1);
   RunOptions options;
   options.env["CHORUS_PARALLEL_FAULT"] = "tp_head_slice";
   run_ranks(

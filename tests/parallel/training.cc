@@ -6,7 +6,6 @@
 #include <map>
 #include <sstream>
 
-#include "chorus/kernels/cpu.h"
 #include "chorus/parallel/checkpoint.h"
 #include "chorus/parallel/data_parallel.h"
 #include "chorus/parallel/mesh.h"
@@ -38,12 +37,14 @@ std::unique_ptr<GPT> make_model(const TrainSpec& spec) {
   return model;
 }
 
-// The scaled loss of micro-batch (step, rank, k); backward from it accumulates its gradients.
-Tensor micro_loss(const GPT& model, const TrainSpec& spec, int step, int rank, int k) {
+// The loss of micro-batch (step, rank, k) scaled by `scale`; backward from it accumulates its
+// gradients.
+Tensor micro_loss(const GPT& model, const TrainSpec& spec, int step, int rank, int k,
+                  double scale) {
   const auto [x, y] = micro_batch(spec, step, rank, k);
   tensor::AutocastGuard autocast(spec.autocast);
   Tensor loss = model.loss(x, y, static_cast<uint64_t>(step));
-  return spec.accumulation == 1 ? loss : tensor::scale(loss, 1.0 / spec.accumulation);
+  return scale == 1.0 ? loss : tensor::scale(loss, scale);
 }
 
 NamedTensors copy_of(const NamedTensors& in) {
@@ -62,15 +63,16 @@ NamedTensors moments_of(const NamedTensors& state, const NamedTensors& params) {
   return out;
 }
 
-// dst = fold over the sources in order, one rounding per step (what the deterministic
-// reductions do, 16-bit types included), then / divisor: the deterministic kAvg.
-void fold_average(Tensor& dst, const std::vector<Tensor>& srcs, int divisor) {
-  const auto count = static_cast<size_t>(dst.numel());
-  dst.copy_(srcs[0]);
-  for (size_t r = 1; r < srcs.size(); ++r)
-    kernels::reduce(dst.dtype(), ReduceOp::kSum, dst.data_ptr(), dst.data_ptr(), srcs[r].data_ptr(),
-                    count);
-  kernels::divide(dst.dtype(), dst.data_ptr(), dst.data_ptr(), count, divisor);
+// The step's loss: the scaled micro-batch losses of every replica (each replica's in `mine`,
+// gathered over `dp`) added in the order of the global batch.
+double global_loss(Communicator& dp, const std::vector<double>& mine) {
+  const size_t m = mine.size(), n = static_cast<size_t>(dp.size());
+  std::vector<double> all(m * n);
+  dp.all_gather(mine.data(), all.data(), m, DataType::kF64);
+  double loss = 0;
+  for (size_t k = 0; k < m; ++k)
+    for (size_t r = 0; r < n; ++r) loss += all[r * m + k];
+  return loss;
 }
 
 }  // namespace
@@ -89,50 +91,24 @@ std::pair<Tensor, Tensor> micro_batch(const TrainSpec& spec, int step, int rank,
           Tensor::from_vector(std::span<const int64_t>(y), {B, T})};
 }
 
-TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode) {
+TrainResult reference_run(const TrainSpec& spec, int dp) {
   std::unique_ptr<GPT> model = make_model(spec);
   const NamedTensors params = model->named_parameters();
   tensor::optim::AdamW opt(params, adamw_of(spec));
+  const int micro_batches = dp * spec.accumulation;
   TrainResult result;
   for (int step = 0; step < spec.steps; ++step) {
-    // grads[r][i]: rank r's gradient of parameter i (for kReduceThenLocal: of one micro-step).
-    std::vector<Tensor> total(params.size());
-    double loss_sum = 0;
-    std::vector<double> rank_loss(static_cast<size_t>(dp), 0.0);
-    const int outer = mode == Accumulate::kLocalThenReduce ? 1 : spec.accumulation;
-    const int inner = mode == Accumulate::kLocalThenReduce ? spec.accumulation : 1;
-    for (int o = 0; o < outer; ++o) {
-      std::vector<std::vector<Tensor>> grads(static_cast<size_t>(dp));
+    double loss = 0;
+    for (int k = 0; k < spec.accumulation; ++k)
       for (int r = 0; r < dp; ++r) {
-        model->zero_grad();
-        for (int i = 0; i < inner; ++i) {
-          const int k = mode == Accumulate::kLocalThenReduce ? i : o;
-          Tensor loss = micro_loss(*model, spec, step, r, k);
-          rank_loss[static_cast<size_t>(r)] += loss.item();
-          loss.backward();
-        }
-        for (const auto& [n, p] : params) grads[static_cast<size_t>(r)].push_back(p.grad().clone());
+        Tensor l = micro_loss(*model, spec, step, r, k, 1.0 / micro_batches);
+        loss += l.item();
+        l.backward();
       }
-      for (size_t i = 0; i < params.size(); ++i) {
-        std::vector<Tensor> srcs;
-        for (int r = 0; r < dp; ++r) srcs.push_back(grads[static_cast<size_t>(r)][i]);
-        Tensor reduced = Tensor::empty_like(srcs[0]);
-        fold_average(reduced, srcs, dp);
-        if (!total[i].defined()) {
-          total[i] = reduced;
-        } else {
-          kernels::reduce(total[i].dtype(), ReduceOp::kSum, total[i].data_ptr(),
-                          total[i].data_ptr(), reduced.data_ptr(),
-                          static_cast<size_t>(reduced.numel()));
-        }
-      }
-    }
-    for (size_t i = 0; i < params.size(); ++i) Tensor(params[i].second).set_grad(total[i]);
     if (spec.clip > 0) result.norms.push_back(tensor::optim::clip_grad_norm(opt, spec.clip));
     opt.step();
     opt.zero_grad();
-    for (double l : rank_loss) loss_sum += l;
-    result.losses.push_back(loss_sum / dp);
+    result.losses.push_back(loss);
   }
   result.parameters = copy_of(params);
   result.optimizer_state = moments_of(opt.state_dict(), params);
@@ -144,6 +120,9 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
       world, {.dp = world.size() / (scheme.tp * scheme.pp), .tp = scheme.tp, .pp = scheme.pp},
       {.placement = parallel::MeshOptions::Placement::kRankOrder});
   Communicator& dp = mesh.dp();
+  // Each micro-batch's loss: scaled by the step's micro-batch count over all replicas, the
+  // gradients summed; or, averaging, by this replica's count, the reductions dividing by dp.
+  const double scale = 1.0 / (spec.average ? spec.accumulation : dp.size() * spec.accumulation);
   std::unique_ptr<GPT> model = make_model(spec);
   if (scheme.tp > 1) parallel::tensor_parallel(*model, mesh.tp());
   std::unique_ptr<parallel::PipelineEngine> pipe;
@@ -154,7 +133,8 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
         parallel::PipelineOptions{.schedule = scheme.schedule,
                                   .chunks = scheme.chunks,
                                   .micro_batches = spec.accumulation,
-                                  .balance = "uniform"});
+                                  .balance = "uniform",
+                                  .loss_scale = scale});
     include = [&pipe](const std::string& name) { return pipe->owns(name); };
   }
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
@@ -162,15 +142,17 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (scheme.zero_stage == 0) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(
-        *model, dp, parallel::DDPOptions{.include = include});
+        *model, dp, parallel::DDPOptions{.average = spec.average, .include = include});
     opt = std::make_unique<tensor::optim::AdamW>(
         pipe ? pipe->parameters() : model->named_parameters(), adamw_of(spec));
     ddp->attach(*opt);
   } else {
-    zero = std::make_unique<parallel::ZeroOptimizer>(
-        *model, dp,
-        parallel::ZeroOptions{
-            .stage = scheme.zero_stage, .adamw = adamw_of(spec), .include = include});
+    zero =
+        std::make_unique<parallel::ZeroOptimizer>(*model, dp,
+                                                  parallel::ZeroOptions{.stage = scheme.zero_stage,
+                                                                        .adamw = adamw_of(spec),
+                                                                        .average = spec.average,
+                                                                        .include = include});
   }
   TrainResult result;
   parallel::CheckpointState ckpt{.model = model.get(),
@@ -184,21 +166,22 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
     if (pipe) pipe->sync_tied_weights();
   }
   for (int step = first; step < spec.steps; ++step) {
-    double local = 0;
+    std::vector<double> losses(static_cast<size_t>(spec.accumulation), 0.0);
     if (pipe) {
       tensor::AutocastGuard autocast(spec.autocast);
-      local = pipe->forward_backward([&](int m) { return micro_batch(spec, step, dp.rank(), m); },
-                                     static_cast<uint64_t>(step),
-                                     [&](bool last, const std::function<void()>& backward) {
-                                       if (last) return backward();
-                                       if (ddp) {
-                                         auto quiet = ddp->no_sync();
-                                         backward();
-                                       } else {
-                                         auto quiet = zero->no_sync();
-                                         backward();
-                                       }
-                                     });
+      pipe->forward_backward([&](int m) { return micro_batch(spec, step, dp.rank(), m); },
+                             static_cast<uint64_t>(step),
+                             [&](bool last, const std::function<void()>& backward) {
+                               if (last) return backward();
+                               if (ddp) {
+                                 auto quiet = ddp->no_sync();
+                                 backward();
+                               } else {
+                                 auto quiet = zero->no_sync();
+                                 backward();
+                               }
+                             });
+      losses = pipe->losses();
     } else {
       for (int k = 0; k < spec.accumulation; ++k) {
         const bool last = k + 1 == spec.accumulation;
@@ -206,8 +189,8 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
         std::optional<parallel::ZeroOptimizer::NoSync> zero_quiet;
         if (!last && ddp) ddp_quiet.emplace(ddp->no_sync());
         if (!last && zero) zero_quiet.emplace(zero->no_sync());
-        Tensor loss = micro_loss(*model, spec, step, dp.rank(), k);
-        local += loss.item();
+        Tensor loss = micro_loss(*model, spec, step, dp.rank(), k, scale);
+        losses[static_cast<size_t>(k)] = loss.item();
         loss.backward();
       }
     }
@@ -222,9 +205,11 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
       zero->zero_grad();
     }
     if (pipe) pipe->sync_tied_weights();
-    double mean = 0;
-    dp.all_reduce(&local, &mean, 1, DataType::kF64, ReduceOp::kAvg);
-    result.losses.push_back(mean);
+    // Averaging, a replica's losses are scaled by 1 / accumulation: / dp (exact for the powers
+    // of two such runs use) makes them the one-process run's.
+    if (spec.average)
+      for (double& l : losses) l /= dp.size();
+    result.losses.push_back(global_loss(dp, losses));
     if (step == spec.save_after) {
       ckpt.step = step + 1;
       parallel::save_checkpoint(spec.save_dir, ckpt);

@@ -1,20 +1,17 @@
 // The training runs the parallel schemes are checked against, and the runs themselves.
 //
-// A run trains a tiny GPT for `steps` steps with AdamW. Each step, each of the `dp` ranks takes
-// `accumulation` micro-batches; micro-batch (step, rank, k) is a pure function of the seed, so
-// the one-process reference can take the very same ones. The loss of a micro-batch is scaled by
-// 1/accumulation (a power of two in the tests: exact). A step's reported loss is the mean over
-// ranks of each rank's sum of scaled micro-batch losses.
+// A run trains a tiny GPT for `steps` steps with AdamW. Each step, each of the `dp` replicas
+// takes `accumulation` micro-batches; micro-batch (step, rank, k) is a pure function of the
+// seed. The step's micro-batches in the order of the global batch are j = k * dp + rank: the
+// one-process run takes them in that order.
 //
-// The reference (one process, plain tensor engine, no communication) computes what data
-// parallelism promises, with the deterministic communicator's arithmetic: gradients of the ranks
-// added in rank order (chorus::kernels::reduce_n, the fold the ordered algorithms make) and
-// divided by dp (chorus::kernels::divide, kAvg's division). Where the accumulation happens
-// depends on the scheme:
-//   kLocalThenReduce  (DDP, ZeRO-1 with no_sync): each rank accumulates its micro-batches in the
-//                     engine, then the ranks' sums are reduced once;
-//   kReduceThenLocal  (ZeRO-2, ZeRO-3): every micro-step is reduced across ranks, and the reduced
-//                     gradients are added up over the micro-steps.
+// The reference is the one-process run itself: one model, the plain tensor engine, no
+// communication, accumulating the dp x accumulation micro-batches of a step in that order, each
+// loss scaled by 1 / (dp x accumulation), then clipping (when asked) and stepping AdamW. A step's
+// reported loss is the sum of the scaled micro-batch losses in that order (the global batch's
+// mean). The parallel runs scale and sum the same way (the gradients summed over replicas, not
+// averaged), unless TrainSpec::average asks for the averaging reductions: then each replica
+// scales by 1 / accumulation and the reductions divide by dp.
 #pragma once
 
 #include <cstdint>
@@ -39,13 +36,15 @@ struct TrainSpec {
   bool checkpointing = false;
   DataType param_dtype = DataType::kF32;  // the model converted with Module::to
   double clip = 0;  // > 0: gradients clipped to this global norm before each step
+  // Parallel runs: the reductions average over the replicas (DDPOptions / ZeroOptions::average)
+  // and each replica scales its losses by 1 / accumulation; equal to the one-process run when
+  // dp is a power of two (the division by dp is then exact).
+  bool average = false;
   // Checkpoints: saved after step `save_after` (>= 0) into save_dir; a run with load_dir starts
   // from that checkpoint (its losses then begin at the saved step).
   std::string save_dir = {}, load_dir = {};
   int save_after = -1;
 };
-
-enum class Accumulate { kLocalThenReduce, kReduceThenLocal };
 
 // "ddp", "zero1", "zero2", "zero3", with "+tp2" etc. for tensor parallelism.
 struct Scheme {
@@ -59,9 +58,6 @@ struct Scheme {
     return (zero_stage == 0 ? "ddp" : "zero" + std::to_string(zero_stage)) +
            (tp > 1 ? "+tp" + std::to_string(tp) : "") +
            (pp > 1 ? "+pp" + std::to_string(pp) + "/" + schedule : "");
-  }
-  Accumulate accumulate() const {
-    return zero_stage >= 2 ? Accumulate::kReduceThenLocal : Accumulate::kLocalThenReduce;
   }
 };
 
@@ -77,8 +73,8 @@ struct TrainResult {
 std::pair<tensor::Tensor, tensor::Tensor> micro_batch(const TrainSpec& spec, int step, int rank,
                                                       int k);
 
-// The one-process run equal to `dp` ranks (see above).
-TrainResult reference_run(const TrainSpec& spec, int dp, Accumulate mode);
+// The one-process run of the micro-batches `dp` replicas take (see above).
+TrainResult reference_run(const TrainSpec& spec, int dp);
 
 // This rank's part of the parallel run over `world` (dp = world / (tp pp)). Collective. With
 // pp > 1 the micro-batches of a step go through a pipeline (PipelineEngine) and the parameters

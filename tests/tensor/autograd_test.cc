@@ -1,6 +1,8 @@
 // The tape: accumulation, no_grad, grad-ready hooks, graph shapes.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/ops.h"
 #include "gradcheck.h"
@@ -26,6 +28,37 @@ TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
     for (int64_t n = 0; n < 5; ++n) col += xv[n * 4 + j];
     EXPECT_NEAR(g1[j], col, 1e-12);
   }
+}
+
+// A leaf used twice in a graph gets two pieces per backward; over two backwards its gradient is
+// ga + gb, each backward's whole gradient added in one step (not ((ga + p1) + p2)), whether the
+// gradient starts undefined or bound to zeros. The grouping data parallelism reproduces.
+TEST(Autograd, ABackwardAddsItsWholeGradientToALeafInOneStep) {
+  Tensor w = randn({8, 64}, 11);
+  w.set_requires_grad(true);
+  const Tensor xa = randn({16, 64}, 12), xb = randn({16, 64}, 13), xc = randn({16, 64}, 14);
+  auto loss = [&](const Tensor& x, const Tensor& y) {
+    return add(sum(linear(x, w)), sum(gelu(linear(y, w))));
+  };
+  loss(xa, xb).backward();
+  const Tensor ga = w.grad().clone();
+  w.set_grad({});
+  loss(xb, xc).backward();
+  const Tensor gb = w.grad().clone();
+  Tensor expected = ga.clone();
+  accumulate_grad(expected, gb);
+  w.set_grad({});
+  loss(xa, xb).backward();
+  loss(xb, xc).backward();
+  EXPECT_EQ(std::memcmp(w.grad().data_ptr(), expected.data_ptr(), expected.nbytes()), 0);
+  // Bound to zeros (a data-parallel bucket): 0 + ga + gb.
+  w.bind_grad(Tensor::zeros({8, 64}, w.dtype()));
+  Tensor from_zero = Tensor::zeros({8, 64}, w.dtype());
+  accumulate_grad(from_zero, ga);
+  accumulate_grad(from_zero, gb);
+  loss(xa, xb).backward();
+  loss(xb, xc).backward();
+  EXPECT_EQ(std::memcmp(w.grad().data_ptr(), from_zero.data_ptr(), from_zero.nbytes()), 0);
 }
 
 TEST(Autograd, NoGradRecordsNothing) {

@@ -11,6 +11,7 @@
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/checkpoint.h"
 #include "chorus/tensor/data.h"
+#include "chorus/tensor/gemm.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/optim.h"
 #include "chorus/tensor/serialize.h"
@@ -151,6 +152,50 @@ TEST(Nn, ActivationCheckpointingGivesEqualGradientsWithLessMemory) {
               static_cast<long long>(peak_plain), static_cast<long long>(peak_ckpt),
               100.0 * double(peak_ckpt) / double(peak_plain));
   EXPECT_LT(peak_ckpt, peak_plain * 3 / 4);
+}
+
+// Our kernels split their work into pieces fixed by the shapes, so the thread count changes no
+// bit: three steps of AdamW with accumulation and clipping, at 1, 2 and 3 threads (a model large
+// enough for every kernel to use the team). Our f32 GEMM, not a library's that timing may pick
+// (one called per thread's rows rounds by its own blocking).
+TEST(Nn, TrainingGivesTheSameBitsAtEveryThreadCount) {
+  const int threads_before = num_threads();
+  const std::string backend_before = gemm_backend();
+  set_gemm_backend("builtin");
+  const GPTConfig cfg{.vocab = 256, .context = 32, .layers = 2, .heads = 4, .width = 64};
+  auto train = [&](int threads) {
+    set_num_threads(threads);
+    GPT model(cfg);
+    model.init(5);
+    optim::AdamW opt(model.named_parameters(), {.lr = 1e-2});
+    for (int step = 0; step < 3; ++step) {
+      for (int k = 0; k < 2; ++k) {
+        std::vector<int64_t> ids(8 * 32), targets(8 * 32);
+        for (size_t i = 0; i < ids.size(); ++i) {
+          ids[i] = static_cast<int64_t>((i * 7 + static_cast<size_t>(step * 3 + k)) % 256);
+          targets[i] = static_cast<int64_t>((i * 11 + 5) % 256);
+        }
+        const Tensor x = Tensor::from_vector(std::span<const int64_t>(ids), {8, 32});
+        const Tensor y = Tensor::from_vector(std::span<const int64_t>(targets), {8, 32});
+        scale(model.loss(x, y), 0.5).backward();
+      }
+      optim::clip_grad_norm(opt, 0.5);
+      opt.step();
+      opt.zero_grad();
+    }
+    std::vector<Tensor> out;
+    for (const auto& [name, p] : model.named_parameters()) out.push_back(p.detach().clone());
+    return out;
+  };
+  const std::vector<Tensor> one = train(1);
+  for (int threads : {2, 3}) {
+    const std::vector<Tensor> got = train(threads);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(std::memcmp(got[i].data_ptr(), one[i].data_ptr(), one[i].nbytes()), 0)
+          << "parameter " << i << " at " << threads << " threads";
+  }
+  set_num_threads(threads_before);
+  set_gemm_backend(backend_before);
 }
 
 TEST(Nn, AdamWMatchesReferenceUpdate) {

@@ -14,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "culprit.h"
 #include "exit_queue.h"
 #include "exit_status.h"
+#include "failure_reports.h"
 #include "job_id.h"
 #include "options.h"
 #include "rank_spawn.h"
@@ -26,6 +28,40 @@ namespace chorus::run {
 namespace {
 
 Options parse(std::vector<std::string> args) { return parse_options(args); }
+
+// The rank the failure reports lead to: through chains, by majority, and not past a loop or a
+// rank on another node.
+TEST(Culprit, FollowsTheReportsToTheRankEveryoneWaitedFor) {
+  // Rank 1 stopped: 3 and 0 waited for it, 2 for 3; 3 exited first.
+  std::vector<RankEnd> ends = {{0, true, true, false},
+                               {1, true, false, true},
+                               {2, true, true, false},
+                               {3, true, true, false}};
+  FailureReports reports;
+  for (const char* line : {"failed 3 1", "failed 0 1", "failed 2 3"}) reports.add_line(line);
+  std::optional<Culprit> c = find_culprit(ends, reports, 3);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_EQ(c->waiting, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(c->reports, "0 -> 1, 2 -> 3, 3 -> 1");
+  // A crash that blames itself is the origin of the ranks that blame it.
+  FailureReports crash;
+  for (const char* line : {"failed 2 2", "failed 0 2", "failed 1 0"}) crash.add_line(line);
+  c = find_culprit(ends, crash, 0);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->index, 2u);
+  // A loop, or a rank that is not here, ends the path where it is; no reports, no culprit.
+  FailureReports loop;
+  for (const char* line : {"failed 0 1", "failed 1 0", "failed 2 9"}) loop.add_line(line);
+  c = find_culprit(ends, loop, 0);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->index, 1u) << "0 -> 1 -> 0 ends at 1, 1 -> 0 at 0, 2 -> 9 at 2: a tie goes to "
+                             "where the first failure leads";
+  c = find_culprit(ends, loop, 2);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->index, 2u);
+  EXPECT_FALSE(find_culprit(ends, FailureReports(), 0).has_value());
+}
 
 TEST(Options, AcceptsEveryFlagForm) {
   const Options o =

@@ -533,8 +533,59 @@ TEST(ChorusRun, StoppedStoreHostEndsTheJobWithinTheTimeoutAndTheBounds) {
       << r.err;
   EXPECT_NE(r.err.find("rank 0 killed by signal 15 (SIGTERM)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("still waiting for rank 0"), std::string::npos) << r.err;
+  // Not only the first to exit: the rank they waited for.
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex(R"(likely culprit: rank 0 \(pid \d+\), which ranks 1-2 failed waiting for)")))
+      << r.err;
   EXPECT_LT(r.seconds, kTimeout + kTeardown + kGrace + 1.5) << r.err;
   std::printf("the job ended %.2f s after it started\n", r.seconds);
+}
+
+// A rank stops (SIGSTOP) inside a device mesh: the others fail at the timeout, each naming the
+// rank it waited for by its group and world rank, and chorus-run names the stopped rank as the
+// likely culprit (not the first rank to exit), saying how it decided.
+void expect_stopped_rank_named(const std::vector<std::string>& mesh, int stopped,
+                               const std::string& waited_for) {
+  constexpr double kTimeout = 2, kTeardown = 2, kGrace = 0.5;
+  std::vector<std::string> args = {"-n", "4", "--grace", "0.5", kCommProbe, "init", "mesh"};
+  args.insert(args.end(), mesh.begin(), mesh.end());
+  for (const std::string& a : {std::string("mesh-steps"), std::string("3"), std::string("stop"),
+                               std::to_string(stopped), std::string("mesh-loop")})
+    args.push_back(a);
+  const Result r = Launch(args, {"CHORUS_TIMEOUT=2", "CHORUS_DETERMINISTIC=1"}).finish(30s);
+  EXPECT_NE(r.exit_code, 0);
+  const std::string culprit =
+      "chorus-run: likely culprit: rank " + std::to_string(stopped) + " (pid";
+  EXPECT_NE(r.err.find(culprit), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("it was stopped (SIGSTOP or a debugger) when chorus-run ended it"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(from the failure reports, each rank -> the rank its error names: "),
+            std::string::npos)
+      << r.err;
+  // The errors name the stopped rank in its group and in the world.
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("still waiting for " + waited_for)))
+      << waited_for << "\n"
+      << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(\[rank \d of (dp|tp|pp) group \d \(world rank \d\), [a-z_]+ #\d+\])")))
+      << r.err;
+  EXPECT_LT(r.seconds, kTimeout + kTeardown + kGrace + 1.5) << r.err;
+}
+
+TEST(ChorusRun, AStoppedRankOfADataAndPipelineMeshIsNamed) {
+  // dp 2 x pp 2, rank order: world rank = dp + 2 pp. World rank 1 is dp 1 of dp group 0 and
+  // stage 0 of pp group 1, which world ranks 0 (dp) and 3 (pp) wait for.
+  expect_stopped_rank_named({"2", "1", "2"}, 1,
+                            R"(rank (1 of dp group 0|0 of pp group 1) \(world rank 1\))");
+}
+
+TEST(ChorusRun, AStoppedRankOfATensorAndPipelineMeshIsNamed) {
+  // tp 2 x pp 2: world rank = tp + 2 pp. World rank 2 is tp 0 of tp group 1 and stage 1 of pp
+  // group 0; world rank 3, its tp partner, waits for it.
+  expect_stopped_rank_named({"1", "2", "2"}, 2,
+                            R"(rank (0 of tp group 1|1 of pp group 0) \(world rank 2\))");
 }
 
 // Start-up failures are attributed to the rank that died first, even when the ranks that fail

@@ -11,6 +11,11 @@
 //   stop R          stop this process (SIGSTOP)
 //   kill R          kill this process (SIGKILL)
 //   kill-after R MS kill this process MS milliseconds from now, whatever it does then
+//   mesh D T P      make a dp x tp x pp device mesh of the communicator (rank order)
+//   mesh-steps N    N steps of traffic on the mesh: an all-reduce over tp, one value passed
+//                   down the pipeline (stage s receives from s-1, sends to s+1), one all-reduce
+//                   over dp
+//   mesh-loop       mesh steps until one fails
 
 #include <signal.h>
 #include <unistd.h>
@@ -24,6 +29,7 @@
 #include <thread>
 
 #include "chorus/communicator.h"
+#include "chorus/parallel/mesh.h"
 
 namespace {
 
@@ -46,6 +52,16 @@ void all_reduce(chorus::Communicator& comm) {
   if (v != static_cast<float>(comm.size())) fail("wrong all-reduce result " + std::to_string(v));
 }
 
+// One step of a training-like pattern over every axis of the mesh.
+void mesh_step(chorus::parallel::DeviceMesh& mesh) {
+  all_reduce(mesh.tp());
+  chorus::Communicator& pp = mesh.pp();
+  float v = 1;
+  if (pp.rank() > 0) pp.recv(&v, 1, chorus::DataType::kF32, pp.rank() - 1);
+  if (pp.rank() + 1 < pp.size()) pp.send(&v, 1, chorus::DataType::kF32, pp.rank() + 1);
+  all_reduce(mesh.dp());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,13 +73,24 @@ int main(int argc, char** argv) {
   };
   auto number = [&](int i) { return std::atoi(arg(i).c_str()); };
   std::optional<chorus::Communicator> comm;
+  std::optional<chorus::parallel::DeviceMesh> mesh;  // over *comm
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string_view action = argv[i];
       if (action == "init") {
         comm.emplace(chorus::Communicator::from_env());
       } else if (action == "fini") {
+        mesh.reset();
         comm.reset();
+      } else if (action == "mesh") {
+        const int dp = number(++i), tp = number(++i), pp = number(++i);
+        mesh.emplace(comm.value(), chorus::parallel::MeshShape{.dp = dp, .tp = tp, .pp = pp},
+                     chorus::parallel::MeshOptions{
+                         .placement = chorus::parallel::MeshOptions::Placement::kRankOrder});
+      } else if (action == "mesh-steps") {
+        for (int n = number(++i); n > 0; --n) mesh_step(mesh.value());
+      } else if (action == "mesh-loop") {
+        for (;;) mesh_step(mesh.value());
       } else if (action == "all-reduce") {
         for (int n = number(++i); n > 0; --n) all_reduce(comm.value());
       } else if (action == "loop") {
@@ -92,6 +119,7 @@ int main(int argc, char** argv) {
   } catch (const chorus::Error& e) {
     const std::string what = e.what();
     const auto failed = Clock::now();
+    mesh.reset();
     comm.reset();
     fail(what, failed);
   }

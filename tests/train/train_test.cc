@@ -1,5 +1,7 @@
-// chorus-train as a user runs it: flags that cannot work, a 3D run equal to one process, a run
-// that stops, saves and resumes on another mesh, and checkpoint conversion.
+// chorus-train as a user runs it: flags that cannot work, a 3D run equal to one process, the
+// deterministic mode's promises (reruns save the same bits; every mesh of data and pipeline
+// parallelism saves the one-process run's bits), a run that stops, saves and resumes on another
+// mesh, and checkpoint conversion.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -40,6 +42,97 @@ std::string temp_dir() {
 }
 
 const std::string kModel = "--layers 4 --width 32 --heads 2 --context 16 --batch 8 ";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// What a run saves, exported as one file of named tensors (every parameter and its optimizer
+// state, by name: the same file whatever the mesh), and its --log-json; empty on failure.
+struct Saved {
+  std::string tensors, log;
+};
+Saved run_and_save(int ranks, const std::string& flags, const std::string& dir) {
+  fs::remove_all(dir + "/ckpt");
+  const CommandResult r = run_command(
+      train(ranks, flags + " --quiet --save " + dir + "/ckpt --log-json " + dir + "/log.json"));
+  EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.out;
+  if (r.exit_code != 0) return {};
+  // --convert anywhere on the line, the other flags without effect.
+  const CommandResult c = run_command(std::string(CHORUS_TRAIN_BIN) + " --quiet --convert " + dir +
+                                      "/ckpt " + dir + "/model.tensors --steps 3");
+  EXPECT_EQ(c.exit_code, 0) << c.out;
+  return {read_file(dir + "/model.tensors"), read_file(dir + "/log.json")};
+}
+
+// A --log-json without what depends on the clock.
+std::string without_timings(const std::string& log) {
+  return std::regex_replace(log, std::regex(R"(, "step_ms": [^}]*)"), "");
+}
+
+// The deterministic mode pins every kernel choice before anything computes (a pipeline's layer
+// measurement included): five runs of the same command save the same bits, with no backend
+// forced. Autocast bf16, whose kernels a clock would choose per shape class, makes a choice by
+// timing show.
+TEST(ChorusTrain, DeterministicRerunsSaveTheSameBits) {
+  ::unsetenv("CHORUS_TENSOR_GEMM");
+  ::unsetenv("CHORUS_TENSOR_BF16_GEMM");
+  const std::string dir = temp_dir();
+  const std::string flags =
+      "--deterministic --dtype bf16 --layers 2 --width 32 --heads 2 --context 8 --batch 8 "
+      "--steps 1 ";
+  struct Mesh {
+    int ranks;
+    std::string flags;
+  };
+  // Nothing is timed: no rank measures a kernel (which would log its rate), the pipeline's cut
+  // included; every rank uses the pinned ones.
+  const CommandResult logged =
+      run_command("CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNE,PAR " +
+                  train(6, flags + "--dp 3 --pp 2 --micro-batches 2 --batch 12 --quiet"));
+  ASSERT_EQ(logged.exit_code, 0) << logged.out;
+  EXPECT_EQ(logged.out.find("GFLOP/s"), std::string::npos) << logged.out;
+  EXPECT_NE(logged.out.find("kernels agreed with rank 0: gemm builtin"), std::string::npos)
+      << logged.out;
+  for (const Mesh& m :
+       {Mesh{6, "--dp 3 --pp 2 --micro-batches 2 --batch 12"},
+        Mesh{8, "--dp 2 --tp 2 --pp 2 --micro-batches 2"}, Mesh{4, "--dp 4 --zero 3"}}) {
+    const Saved first = run_and_save(m.ranks, flags + m.flags, dir);
+    ASSERT_FALSE(first.tensors.empty()) << m.flags;
+    for (int rerun = 1; rerun < 5; ++rerun)
+      EXPECT_TRUE(run_and_save(m.ranks, flags + m.flags, dir).tensors == first.tensors)
+          << m.flags << ": rerun " << rerun << " saved other bits";
+  }
+  fs::remove_all(dir);
+}
+
+// The one-process run is the reference: with the same global batch cut into the same
+// micro-batches, data parallelism (DDP and every ZeRO stage) and pipelines save its bits and
+// log its losses and gradient norms bit for bit (clipping on: the norm is exact).
+TEST(ChorusTrain, EveryMeshSavesTheOneProcessBits) {
+  const std::string dir = temp_dir();
+  const std::string flags =
+      "--deterministic --layers 3 --width 32 --heads 2 --context 8 --batch 12 --steps 2 ";
+  const Saved one = run_and_save(1, flags + "--micro-batches 12", dir);
+  ASSERT_FALSE(one.tensors.empty());
+  // Losses with the digits that read back to the same double.
+  EXPECT_TRUE(std::regex_search(one.log, std::regex(R"("loss": [0-9]\.[0-9]{15,})"))) << one.log;
+  struct Mesh {
+    int ranks;
+    std::string flags;
+  };
+  for (const Mesh& m :
+       {Mesh{2, "--dp 2 --micro-batches 6"}, Mesh{3, "--dp 3 --micro-batches 4 --zero 1"},
+        Mesh{4, "--dp 4 --micro-batches 3 --zero 2"}, Mesh{2, "--dp 2 --micro-batches 6 --zero 3"},
+        Mesh{2, "--pp 2 --micro-batches 12"}, Mesh{3, "--pp 3 --micro-batches 12 --schedule gpipe"},
+        Mesh{4, "--dp 2 --pp 2 --micro-batches 6 --zero 1"}}) {
+    const Saved got = run_and_save(m.ranks, flags + m.flags, dir);
+    EXPECT_TRUE(got.tensors == one.tensors) << m.flags << " saved other bits than one process";
+    EXPECT_EQ(without_timings(got.log), without_timings(one.log)) << m.flags;
+  }
+  fs::remove_all(dir);
+}
 
 TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
   struct Case {

@@ -67,6 +67,17 @@ int report(const std::vector<RankProcess>& ranks, const JobOutcome& outcome, dou
   const RankProcess& first = ranks[*outcome.first_failure];
   std::fprintf(stderr, "chorus-run: rank %d (pid %d) failed first: %s\n", first.rank, first.pid,
                describe_wait_status(first.status).c_str());
+  if (outcome.culprit) {
+    // The rank the failed ranks were waiting for, and how that was decided.
+    const Culprit& c = *outcome.culprit;
+    const RankProcess& r = ranks[c.index];
+    std::fprintf(stderr,
+                 "chorus-run: likely culprit: rank %d (pid %d), which %s %s failed waiting for "
+                 "(from the failure reports, each rank -> the rank its error names: %s); it had "
+                 "not failed itself: %s\n",
+                 r.rank, r.pid, c.waiting.size() == 1 ? "rank" : "ranks",
+                 format_ranks(c.waiting).c_str(), c.reports.c_str(), outcome.culprit_state.c_str());
+  }
 
   std::map<std::string, std::vector<int>> others;
   for (const RankProcess& r : ranks)

@@ -38,7 +38,8 @@ Supervisor::Supervisor(std::vector<RankProcess>& ranks, ExitQueue& exits, Failur
       signals_(signals),
       output_(output),
       grace_(grace),
-      signalled_(ranks.size(), false) {}
+      signalled_(ranks.size(), false),
+      stopped_(ranks.size(), false) {}
 
 JobOutcome Supervisor::run() {
   std::vector<pollfd> fds;
@@ -68,24 +69,41 @@ JobOutcome Supervisor::run() {
 void Supervisor::attribute_first_failure() {
   if (!outcome_.first_failure || reports_ == nullptr) return;
   reports_->read();  // the last reports
-  size_t current = *outcome_.first_failure;
-  std::vector<bool> seen(ranks_.size(), false);
-  for (;;) {
-    seen[current] = true;
-    const std::optional<int> cause = reports_->cause_of(ranks_[current].rank);
-    if (!cause) break;
-    size_t next = ranks_.size();
-    for (size_t i = 0; i < ranks_.size(); ++i)
-      if (ranks_[i].rank == *cause) next = i;
-    // On another node, a loop, a rank that did not fail, or one that chorus-run stopped: the
-    // origin is not known better than by the exit order.
-    if (next == ranks_.size() || seen[next] || is_clean_exit(ranks_[next].status) ||
-        signalled_[next])
-      break;
-    current = next;
+  std::vector<RankEnd> ends;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const bool failed = !is_clean_exit(ranks_[i].status);
+    ends.push_back({ranks_[i].rank, failed, failed && !signalled_[i], stopped_[i]});
   }
-  outcome_.first_failure = current;
+  const std::optional<Culprit> c = find_culprit(ends, *reports_, *outcome_.first_failure);
+  if (!c || c->index == *outcome_.first_failure) return;
+  if (ends[c->index].failed_itself) {
+    outcome_.first_failure = c->index;  // it failed first; the others followed before it died
+  } else {
+    outcome_.culprit = c;  // still running when the others gave up, or gone before they were
+    outcome_.culprit_state =
+        !signalled_[c->index]    ? "it exited (code 0) while they still waited for it"
+        : ends[c->index].stopped ? "it was stopped (SIGSTOP or a debugger) when chorus-run ended it"
+                                 : "it was still running (slow or hung) when chorus-run ended it";
+  }
 }
+
+namespace {
+
+// Whether /proc says the process is stopped (state T: a signal or a debugger stopped it).
+bool is_stopped(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return false;
+  char line[512] = {};
+  const size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold anything).
+  const char* close = nullptr;
+  for (size_t i = 0; i < n; ++i)
+    if (line[i] == ')') close = line + i;
+  return close != nullptr && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+}  // namespace
 
 void Supervisor::handle_signals() {
   // SIGCHLD needs nothing: exits come through the exit queue, in order.
@@ -151,6 +169,7 @@ void Supervisor::on_deadline() {
 void Supervisor::signal_running(int signal) {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (!ranks_[i].running) continue;
+    if (!signalled_[i]) stopped_[i] = is_stopped(ranks_[i].pid);
     signal_rank(ranks_[i].pid, signal);
     signalled_[i] = true;
   }

@@ -10,8 +10,9 @@
 //   terminating -> one second later: SIGKILL
 // Signals go to each rank's process group: the rank and whatever it started; what is left of a
 // group when its rank exits is killed then (and the guard told to let go of it). The first failure
-// is the first rank to exit with one, followed to the rank it blames (failure_reports.h) while
-// that one failed by itself.
+// is the first rank to exit with one, unless the ranks' reports (failure_reports.h) lead to
+// another rank that failed by itself (culprit.h); when they lead to a rank that had not failed
+// (stopped or slow: chorus-run had to end it), that rank is the job's likely culprit.
 // A signal forwarded from the user starts the same sequence at the grace phase.
 #pragma once
 
@@ -19,8 +20,10 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "culprit.h"
 #include "exit_queue.h"
 #include "failure_reports.h"
 #include "job_guard.h"
@@ -40,6 +43,11 @@ struct JobOutcome {
   std::optional<size_t> first_failure;  // index into the ranks, by time of reaping
   int interrupted_by = 0;               // the last signal forwarded to the ranks, 0 if none
   bool terminated = false;              // chorus-run had to SIGTERM or SIGKILL ranks
+  // The rank the failed ranks were waiting for, when it is not the first failure and had not
+  // failed by itself, and how it ended ("stopped (SIGSTOP or a debugger) when chorus-run ended
+  // it after the grace period", ...).
+  std::optional<Culprit> culprit;
+  std::string culprit_state;
 };
 
 class Supervisor {
@@ -78,6 +86,7 @@ class Supervisor {
   std::optional<Clock::time_point> deadline_;
   JobOutcome outcome_;
   std::vector<bool> signalled_;  // by rank index: chorus-run signalled it while it ran
+  std::vector<bool> stopped_;    // by rank index: stopped when chorus-run first signalled it
 };
 
 // Kills every running rank's process group and reaps it (used when the job cannot start).

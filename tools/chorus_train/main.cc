@@ -22,34 +22,30 @@ int main(int argc, char** argv) {
       std::fputs(train::usage().c_str(), stdout);
       return 0;
     }
-  if (!args.empty() && args[0] == "--convert") {
-    // One process, no communicator: a checkpoint directory to one file, or back.
-    if (args.size() != 3) {
-      std::fprintf(stderr,
-                   "chorus-train: --convert CHECKPOINT_DIR FILE (export) or --convert FILE "
-                   "CHECKPOINT_DIR (import)\n");
-      return 2;
-    }
-    try {
-      if (std::filesystem::is_directory(args[1])) {
-        parallel::export_checkpoint(args[1], args[2]);
-        std::printf("exported %s to %s\n", args[1].c_str(), args[2].c_str());
-      } else {
-        parallel::import_checkpoint(args[1], args[2]);
-        std::printf("imported %s into %s\n", args[1].c_str(), args[2].c_str());
-      }
-      return 0;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "chorus-train: %s\n", e.what());
-      return 1;
-    }
-  }
   train::Options options;
   try {
     options = train::parse_options(args);
   } catch (const train::UsageError& e) {
     std::fprintf(stderr, "chorus-train: %s\n", e.message.c_str());
     return 2;
+  }
+  if (!options.convert_from.empty()) {
+    // One process, no communicator: a checkpoint directory to one file, or back.
+    const std::string& from = options.convert_from;
+    const std::string& to = options.convert_to;
+    try {
+      if (std::filesystem::is_directory(from)) {
+        parallel::export_checkpoint(from, to);
+        std::printf("exported %s to %s\n", from.c_str(), to.c_str());
+      } else {
+        parallel::import_checkpoint(from, to);
+        std::printf("imported %s into %s\n", from.c_str(), to.c_str());
+      }
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "chorus-train: %s\n", e.what());
+      return 1;
+    }
   }
   if (options.show_schedule) {
     // The mesh the flags name (unnamed axes 1), checked like a run's, then its schedule.

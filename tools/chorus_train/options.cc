@@ -78,8 +78,9 @@ Training:
   --weight-decay X         AdamW's (default 0.1; matrices only)
   --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling
   --checkpoint-activations recompute each block in backward
-  --deterministic          rank-ordered reductions and pinned kernels: bit-identical reruns
-                           (CHORUS_DETERMINISTIC=1)
+  --deterministic          rank-ordered reductions and pinned kernels (CHORUS_DETERMINISTIC=1):
+                           bit-identical reruns; any dp and pp saves the bits of one process
+                           with the same --batch in dp x --micro-batches micro-batches
   --seed N                 initialisation and data (default 1234)
   --threads N              compute threads per rank (default: CHORUS_TENSOR_THREADS, else this
                            rank's cores shared among the ranks on its host)
@@ -88,8 +89,9 @@ Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
   --load DIR               resume from a checkpoint (any mesh: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
-  --convert DIR FILE       (alone) export a checkpoint as one file of named tensors;
-  --convert FILE DIR       or import one as a checkpoint
+  --convert DIR FILE       export a checkpoint as one file of named tensors, or import one
+  --convert FILE DIR       as a checkpoint, then stop (one process; anywhere on the line, the
+                           other flags then have no effect)
   --trace FILE             a Chrome-trace timeline of every rank's step (Perfetto, chrome://tracing)
   --quiet                  no per-step lines
   -h, --help               this text
@@ -151,6 +153,17 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--schedule-svg", [&](auto&, auto& v) { o.schedule_svg = v; });
 
   for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--convert") {
+      if (i + 2 >= args.size() || args[i + 1].rfind("--", 0) == 0 ||
+          args[i + 2].rfind("--", 0) == 0)
+        fail(
+            "--convert needs a checkpoint directory and a file (export), or a file and a "
+            "directory (import)");
+      o.convert_from = args[i + 1];
+      o.convert_to = args[i + 2];
+      i += 2;
+      continue;
+    }
     std::string flag = args[i], v;
     bool inline_value = false;
     if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
@@ -179,6 +192,7 @@ Options parse_options(const std::vector<std::string>& args) {
     }
     set(flag, v);
   }
+
   if (o.save_every > 0 && o.save.empty()) fail("--save-every needs --save DIR");
   if (!o.schedule_svg.empty() && !o.show_schedule) fail("--schedule-svg needs --show-schedule");
   if (o.min_lr > o.lr) fail("--min-lr is above --lr");

@@ -38,13 +38,16 @@ struct Options {
   std::string log_json, trace;
   bool quiet = false;
   int threads = 0;  // tensor threads per rank; 0: CHORUS_TENSOR_THREADS, else cores / local ranks
+  // --convert FROM TO: a checkpoint directory to one file of named tensors, or back; nothing
+  // else runs (empty: train).
+  std::string convert_from, convert_to;
   // Print the pipeline schedule the flags describe (and draw it as SVG), then stop: no ranks.
   bool show_schedule = false;
   std::string schedule_svg;
 };
 
-// Parses argv (without the program name). Throws UsageError for anything malformed, an unknown
-// flag (naming the nearest valid one), or a value out of range.
+// Parses argv (without the program name), flags in any order. Throws UsageError for anything
+// malformed, an unknown flag (naming the nearest valid one), or a value out of range.
 struct UsageError {
   std::string message;
 };

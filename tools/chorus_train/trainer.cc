@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -88,6 +89,27 @@ int compute_threads(const Options& o) {
   return std::max(1, cores / local);
 }
 
+// The step's loss: the scaled losses of every replica's micro-batches, added in the order of
+// the global batch (replica r's k-th is number k * dp + r), so that every mesh prints the bits
+// one process accumulating the same micro-batches prints.
+double global_loss(Communicator& dp, const std::vector<double>& mine) {
+  const size_t m = mine.size(), n = static_cast<size_t>(dp.size());
+  std::vector<double> all(m * n);
+  dp.all_gather(mine.data(), all.data(), m, DataType::kF64);
+  double loss = 0;
+  for (size_t k = 0; k < m; ++k)
+    for (size_t r = 0; r < n; ++r) loss += all[r * m + k];
+  return loss;
+}
+
+// A double as JSON with the digits that read back to the same bits.
+std::string exact(double v) {
+  std::ostringstream os;
+  os.precision(std::numeric_limits<double>::max_digits10);
+  os << v;
+  return os.str();
+}
+
 }  // namespace
 
 int run(const Options& o, const Mesh& m, Communicator& world) {
@@ -113,11 +135,18 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   if (m.tp > 1) parallel::tensor_parallel(model, mesh.tp());
   std::unique_ptr<parallel::PipelineEngine> pipe;
   std::function<bool(const std::string&)> include;
+  // Every micro-batch's loss is scaled by 1 / (the step's micro-batches over all replicas) and
+  // the replicas' gradients summed: the mean over the global batch, computed as one process
+  // accumulating the same micro-batches computes it.
+  const int global_micro = m.dp * m.micro_batches;
+  const double loss_scale = 1.0 / global_micro;
   if (m.pp > 1) {
     pipe = std::make_unique<parallel::PipelineEngine>(
         model, mesh,
-        parallel::PipelineOptions{
-            .schedule = o.schedule, .chunks = m.chunks, .micro_batches = m.micro_batches});
+        parallel::PipelineOptions{.schedule = o.schedule,
+                                  .chunks = m.chunks,
+                                  .micro_batches = m.micro_batches,
+                                  .loss_scale = loss_scale});
     include = [&pipe](const std::string& name) { return pipe->owns(name); };
   }
   const tensor::optim::AdamWOptions adamw{.lr = o.lr, .weight_decay = o.weight_decay};
@@ -126,13 +155,15 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (o.zero == 0) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(
-        model, dp, parallel::DDPOptions{.include = include});
+        model, dp, parallel::DDPOptions{.average = false, .include = include});
     opt = std::make_unique<tensor::optim::AdamW>(
         pipe ? pipe->parameters() : model.named_parameters(), adamw);
     ddp->attach(*opt);
   } else {
     zero = std::make_unique<parallel::ZeroOptimizer>(
-        model, dp, parallel::ZeroOptions{.stage = o.zero, .adamw = adamw, .include = include});
+        model, dp,
+        parallel::ZeroOptions{
+            .stage = o.zero, .adamw = adamw, .average = false, .include = include});
   }
   const DataType autocast = o.dtype == "bf16"  ? DataType::kBF16
                             : o.dtype == "f16" ? DataType::kF16
@@ -254,28 +285,32 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     if (opt) opt->set_lr(lr);
     if (zero) zero->set_lr(lr);
     const auto [x_all, y_all] = sampler.batch(step);
+    // The batch in dp x micro_batches micro-batches; replica r's k-th is number k * dp + r, so
+    // that every micro-step takes the next dp of them in order (the order the folding reductions
+    // of the deterministic mode add gradients in).
     auto micro = [&](int k) {
-      const int64_t row = dp.rank() * local + k * micro_rows;
+      const int64_t row = (static_cast<int64_t>(k) * m.dp + dp.rank()) * micro_rows;
       return std::make_pair(x_all.narrow(0, row, micro_rows).contiguous(),
                             y_all.narrow(0, row, micro_rows).contiguous());
     };
-    double loss = 0;
+    std::vector<double> micro_losses(static_cast<size_t>(m.micro_batches), 0.0);
     {
       std::optional<parallel::Tracer::Span> fb;
       if (tracer) fb.emplace(tracer->span("forward and backward"));
       tensor::AutocastGuard guard(autocast);
       if (pipe) {
-        loss = pipe->forward_backward(micro, static_cast<uint64_t>(step),
-                                      [&](bool last, const std::function<void()>& backward) {
-                                        if (last) return backward();
-                                        if (ddp) {
-                                          auto quiet = ddp->no_sync();
-                                          backward();
-                                        } else {
-                                          auto quiet = zero->no_sync();
-                                          backward();
-                                        }
-                                      });
+        pipe->forward_backward(micro, static_cast<uint64_t>(step),
+                               [&](bool last, const std::function<void()>& backward) {
+                                 if (last) return backward();
+                                 if (ddp) {
+                                   auto quiet = ddp->no_sync();
+                                   backward();
+                                 } else {
+                                   auto quiet = zero->no_sync();
+                                   backward();
+                                 }
+                               });
+        micro_losses = pipe->losses();
       } else {
         for (int k = 0; k < m.micro_batches; ++k) {
           std::optional<parallel::DistributedDataParallel::NoSync> q1;
@@ -286,8 +321,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
           }
           const auto [x, y] = micro(k);
           Tensor l = model.loss(x, y, static_cast<uint64_t>(step));
-          if (m.micro_batches > 1) l = tensor::scale(l, 1.0 / m.micro_batches);
-          loss += l.item();
+          if (global_micro > 1) l = tensor::scale(l, loss_scale);
+          micro_losses[static_cast<size_t>(k)] = l.item();
           (scaler ? scaler->scale(l) : l).backward();
         }
       }
@@ -317,7 +352,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     }
     if (pipe) pipe->sync_tied_weights();
     update.reset();
-    dp.all_reduce(&loss, &loss, 1, DataType::kF64, ReduceOp::kAvg);
+    const double loss = global_loss(dp, micro_losses);
     step_span.reset();
     for (const auto& [label, c] : traced) tracer->collect(*c, label);
     const double step_s = seconds(t0);
@@ -346,9 +381,10 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     }
     std::fflush(stdout);
     if (json)
-      *json << "{\"step\": " << step << ", \"loss\": " << loss << ", \"grad_norm\": " << norm
-            << ", \"lr\": " << lr << ", \"step_ms\": " << 1e3 * step_s
-            << ", \"tokens_per_s\": " << tokens_s << ", \"mfu\": " << mfu << "}" << std::endl;
+      *json << "{\"step\": " << step << ", \"loss\": " << exact(loss)
+            << ", \"grad_norm\": " << exact(norm) << ", \"lr\": " << exact(lr)
+            << ", \"step_ms\": " << 1e3 * step_s << ", \"tokens_per_s\": " << tokens_s
+            << ", \"mfu\": " << mfu << "}" << std::endl;
   }
   if (!o.save.empty()) save(std::max<int64_t>(o.steps, first));
   if (tracer) {

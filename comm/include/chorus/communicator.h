@@ -19,7 +19,23 @@
 // Other overlaps between send and recv are rejected. Every call has an *_async form returning a
 // Work; the blocking form is the async one plus wait(). Operations on one communicator complete
 // in the order they were issued, and every rank must issue the same collectives in the same
-// order (point-to-point calls pair by order between each two ranks).
+// order (point-to-point messages match by source, tag and order: see below).
+//
+// Point-to-point matching. send, recv and send_recv take a tag (default 0), as MPI and gloo do.
+// A receive takes the oldest message from its peer that carries its tag; with kAnySource as the
+// peer, the oldest such message of any other rank that has arrived (Work::source() and the
+// blocking recv() say whose). Messages of one tag from one rank are received in the order they
+// were sent; a message with another tag ahead of a receive is set aside (copied into the
+// communicator's memory) for a later receive of its tag, so tags may be received in any order.
+// A message and the receive it matches must have the same size (chorus::Mismatch otherwise).
+// Receives between ranks that use one tag, tag 0 included, take each message straight into
+// their buffer as before: tags cost a copy only when a message must step aside. Operations
+// still run one at a time in issue order, so a receive that waits for a message its peer sends
+// only after a later call of this rank waits until the timeout; a send completes once its
+// message is out (large ones once the receiver has read or set it aside). Any-source receives
+// take messages of other ranks only (not those sent to self), and are host memory only;
+// messages sent to self match by tag like the others. Tags are 0 or more; the stream-ordered
+// forms use tag 0.
 //
 // Point-to-point with oneself: send, recv and send_recv accept this rank as the peer, as NCCL
 // does (a one-rank group from split() runs a send_recv pattern unchanged). A send to self waits
@@ -93,6 +109,10 @@ class Work {
   std::exception_ptr error() const;
   // The algorithm that ran (or was chosen), e.g. "ring"; empty for a default Work.
   std::string algorithm() const;
+  // The rank whose message a completed receive (recv_async, send_recv_async) took: the peer it
+  // named, or for kAnySource the sender it matched. -1 for other operations, while it runs, and
+  // after a failure.
+  int source() const;
 
   struct State;
   explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -126,6 +146,8 @@ class SelfMessages;  // comm/self_messages.h
 
 // Returned by split() to ranks that pass kNoColor.
 inline constexpr int kNoColor = -1;
+// The peer of a receive that takes a message from any other rank (see "Point-to-point matching").
+inline constexpr int kAnySource = -1;
 
 // Deterministic mode (CommOptions::deterministic, CHORUS_DETERMINISTIC=1). all_reduce,
 // reduce_scatter and reduce then add the ranks' contributions in rank order: element e of the
@@ -192,11 +214,14 @@ class Communicator {
   // send holds size() blocks of `count`; block j goes to rank j, whose recv block i it fills.
   [[nodiscard]] Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype);
   [[nodiscard]] Work barrier_async();
-  [[nodiscard]] Work send_async(const void* send, size_t count, DataType dtype, int peer);
-  [[nodiscard]] Work recv_async(void* recv, size_t count, DataType dtype, int peer);
+  // Point-to-point (see "Point-to-point matching"): `peer` of a receive may be kAnySource.
+  [[nodiscard]] Work send_async(const void* send, size_t count, DataType dtype, int peer,
+                                int tag = 0);
+  [[nodiscard]] Work recv_async(void* recv, size_t count, DataType dtype, int peer, int tag = 0);
   // Sends to send_peer and receives from recv_peer at once (no ordering deadlock).
   [[nodiscard]] Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
-                                     size_t recv_count, int recv_peer, DataType dtype);
+                                     size_t recv_count, int recv_peer, DataType dtype,
+                                     int send_tag = 0, int recv_tag = 0);
 
   // ---- stream-ordered forms (see "Streams" above) ------------------------------------------
   [[nodiscard]] Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
@@ -237,10 +262,11 @@ class Communicator {
   void scatter(const void* send, void* recv, size_t recv_count, DataType dtype, int root);
   void all_to_all(const void* send, void* recv, size_t count, DataType dtype);
   void barrier();
-  void send(const void* buf, size_t count, DataType dtype, int peer);
-  void recv(void* buf, size_t count, DataType dtype, int peer);
+  void send(const void* buf, size_t count, DataType dtype, int peer, int tag = 0);
+  // Returns the rank whose message it took (`peer`, or the sender for kAnySource).
+  int recv(void* buf, size_t count, DataType dtype, int peer, int tag = 0);
   void send_recv(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
-                 int recv_peer, DataType dtype);
+                 int recv_peer, DataType dtype, int send_tag = 0, int recv_tag = 0);
 
   // ---- typed forms ---------------------------------------------------------------------------
   // The calls above on typed buffers (typed_buffer.h): vectors, arrays and spans of T or const T
@@ -445,8 +471,14 @@ class Communicator {
   // ---- groups --------------------------------------------------------------------------------
   // Collective over this communicator: ranks passing the same color form a new communicator,
   // ordered by (key, rank). kNoColor returns nullopt. Uses this communicator's store; no new
-  // rendezvous.
-  std::optional<Communicator> split(int color, int key);
+  // rendezvous. `name` names the group in its errors ("tp group 0"; default "split group
+  // <color>"): a group's errors name each rank they mention as "rank 1 of tp group 0 (world rank
+  // 3)", and its failures reach chorus-run in world ranks, as the world's do.
+  std::optional<Communicator> split(int color, int key, std::string_view name = {});
+  // The name split() gave this group (empty for a world communicator), and the world rank of
+  // each of its ranks (a world communicator's own ranks; nested splits go back to the world).
+  const std::string& group_name() const;
+  int world_rank(int rank) const;
 
   // ---- algorithms ----------------------------------------------------------------------------
   // Forces an algorithm ("ring", "tree", "direct", ...) for later calls, or "auto". A "/fifo"
@@ -468,6 +500,24 @@ class Communicator {
 
   // Waits for every queued operation (errors stay with their Work handles).
   void synchronize();
+
+  // ---- device memory the application keeps (docs/GPU.md, "Buffer lifetime") -----------------
+  // Between ranks of one host, peers read a rank's device memory through IPC; by default only
+  // device memory the communicator owns (each message copied through it), so that the application
+  // may free and reallocate its buffers at any time. Registered memory goes straight to the peers
+  // instead (no copy), who keep it mapped: the application keeps it allocated until a
+  // deregistration that covers it, or the communicator's destruction, has returned on every rank.
+  // Registration is local (no peer takes part) and waits for the operations issued before it;
+  // `[ptr, ptr + bytes)` must be device memory of one plain allocation (cudaMalloc / hipMalloc)
+  // and overlap no other registration (InvalidArgument otherwise). Where device buffers do not
+  // move through IPC (pinned-host staging, other hosts, no device) it records nothing.
+  void register_device_memory(const void* ptr, size_t bytes);
+  // Collective: every rank calls it, each with a pointer it registered (or nullptr for none), in
+  // the same place among its operations. Returns once no rank maps any rank's registered memory
+  // (all of it, not only this pointer's; what stays registered is mapped again when next used):
+  // `ptr` may then be freed. InvalidArgument, before anything is done, for a pointer that was not
+  // registered here.
+  void deregister_device_memory(const void* ptr);
 
   // ---- failure handling ----------------------------------------------------------------------
   // Deadline for operations issued from now on (0 = back to CommOptions / CHORUS_TIMEOUT;

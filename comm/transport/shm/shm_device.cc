@@ -43,18 +43,14 @@ bool signatures_allow_ipc(std::span<const std::string> signatures, std::string* 
 }
 
 void encode(const DeviceRendezvous& d, SlotHeader* h, std::byte* payload) {
-  h->offset = d.offset;
-  h->addr = d.addr;
-  h->bytes = static_cast<uint32_t>(d.device);
-  std::memcpy(payload, d.handle.bytes.data(), d.handle.bytes.size());
+  (void)h;
+  std::memcpy(payload, &d, sizeof d);
 }
 
 DeviceRendezvous decode(const SlotHeader* h, const std::byte* payload) {
+  (void)h;
   DeviceRendezvous d;
-  d.offset = h->offset;
-  d.addr = h->addr;
-  d.device = static_cast<int32_t>(h->bytes);
-  std::memcpy(d.handle.bytes.data(), payload, d.handle.bytes.size());
+  std::memcpy(&d, payload, sizeof d);
   return d;
 }
 

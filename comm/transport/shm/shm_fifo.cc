@@ -20,7 +20,7 @@ using shm::payload;
 ShmLink::ShmLink(ShmTransport& owner, int peer, pid_t peer_pid, const shm::Layout& layout,
                  std::byte* own_base, std::byte* peer_base, int rank,
                  std::vector<std::byte>& staging, size_t cma_threshold, size_t ipc_mappings,
-                 shm::FanBuffer::Reader& fan_in)
+                 size_t ipc_chunk_bytes, shm::FanBuffer::Reader& fan_in)
     : owner_(owner),
       peer_(peer),
       peer_pid_(peer_pid),
@@ -35,7 +35,8 @@ ShmLink::ShmLink(ShmTransport& owner, int peer, pid_t peer_pid, const shm::Layou
       staging_(staging),
       cma_threshold_(cma_threshold),
       own_pid_(::getpid()),
-      mappings_(ipc_mappings) {}
+      mappings_(ipc_mappings),
+      ipc_chunk_bytes_(ipc_chunk_bytes) {}
 
 bool ShmLink::progress_send(Request& r) {
   if (r.shared) [[unlikely]]
@@ -164,7 +165,7 @@ bool ShmLink::recv_host(Request& r) {
       const shm::DeviceRendezvous d = shm::decode(h, payload(h));
       consume_slot();
       receive_device_into_host(r, d);
-      acknowledge(r);
+      acknowledge_piece(r, d.piece_bytes);
       return true;
     }
     if (h->kind == shm::SlotKind::kInline) {

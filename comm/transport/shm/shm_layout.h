@@ -31,9 +31,10 @@
 // (payload after the header: `bytes` at `offset` of a `total`-byte message) or RENDEZVOUS
 // (payload stays in the sender's memory at `addr`; the receiver reads it with process_vm_readv
 // and then bumps `rndv_done`, which the sender waits for before its send completes — a single
-// copy for large messages) or DEVICE RENDEZVOUS (payload in the sender's device memory: the slot
-// carries the IPC handle of its allocation, shm_device.h; the receiver maps it, copies or reduces
-// on its device and then bumps `rndv_done` like a rendezvous).
+// copy for large messages) or DEVICE RENDEZVOUS (a piece of the message in the sender's device
+// memory: the slot carries the IPC handle of its allocation and the piece's place, shm_device.h;
+// the receiver maps it, copies or reduces on its device and then bumps `rndv_done` like a
+// rendezvous).
 #pragma once
 
 #include <atomic>
@@ -45,7 +46,7 @@
 
 namespace chorus::transport::shm {
 
-inline constexpr uint64_t kSegmentMagic = 0x63686f7275730007ull;  // "chorus", layout v7
+inline constexpr uint64_t kSegmentMagic = 0x63686f7275730008ull;  // "chorus", layout v8
 
 // What a rank tells its peers about itself through its own segment (see PeerStatus).
 struct alignas(64) SegmentHeader {
@@ -66,6 +67,9 @@ struct alignas(64) SegmentHeader {
   int32_t cause_rank;                        // failed: the rank whose failure caused ours (or us)
   std::atomic<uint64_t> ops_done;            // operations this rank completed on the communicator
   char error[1024];                          // failed: the error text, NUL-terminated
+  // Set once this rank has closed every peer device allocation it mapped (the transport's end):
+  // a peer frees memory it exported to this rank only after that (shm_device.h).
+  alignas(64) std::atomic<uint32_t> ipc_closed;
   // Raised by any peer that fails, so an operation's start needs one load to notice.
   alignas(64) std::atomic<uint32_t> alarm;
   // The collective this rank is in (seqlock: `version` odd while `current` is being written), so

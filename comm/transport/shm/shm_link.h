@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -32,7 +33,9 @@ class ShmLink : public Link {
  public:
   ShmLink(ShmTransport& owner, int peer, pid_t peer_pid, const shm::Layout& layout,
           std::byte* own_base, std::byte* peer_base, int rank, std::vector<std::byte>& staging,
-          size_t cma_threshold, size_t ipc_mappings, shm::FanBuffer::Reader& fan_in);
+          size_t cma_threshold, size_t ipc_mappings, size_t ipc_chunk_bytes,
+          shm::FanBuffer::Reader& fan_in);
+  ~ShmLink() override;  // shm_link_device.cc
 
   // The device context of the operation being run (null: host memory); see Transport.
   void set_device(const DeviceContext* device) { device_ = device; }
@@ -41,6 +44,12 @@ class ShmLink : public Link {
 
   bool progress_send(Request& r) override;
   bool progress_recv(Request& r) override;
+  bool peek(OpStamp& stamp) override {
+    const auto* h = slot_header(in_slots_, received_);
+    if (h->seq.load(std::memory_order_acquire) != received_ + 1) return false;
+    stamp = h->stamp;
+    return true;
+  }
   // A message that fits one slot (INLINE, or EAGER in one piece) with none of a Request's
   // bookkeeping. Sizes that go single copy (CHORUS_SHM_CMA_THRESHOLD) stay with the requests.
   bool send_now(const void* src, size_t bytes, const OpStamp& stamp) override;
@@ -48,6 +57,16 @@ class ShmLink : public Link {
   bool recv_now(void* dst, size_t bytes, const OpStamp& stamp) override;
   void put(const void* src, uint64_t remote, size_t bytes) override;
   bool fan_recv_now(void* dst, size_t bytes, const OpStamp& stamp) override;
+
+  // Device memory at the transport's end (shm_device.h): closes every peer allocation mapped
+  // here; whether this rank sent the peer device memory of its own to map; and, when the peer
+  // never closed its mappings, keeps the outbox allocated rather than free memory it may map.
+  void close_mappings() { mappings_.clear(); }
+  void close_registered_mappings() {
+    mappings_.erase_if([](const shm::PeerMapping& m) { return m.registered; });
+  }
+  bool exported() const { return exported_; }
+  void leak_outbox();
 
  private:
   // ---- the slot FIFO (shm_fifo.cc) --------------------------------------------------------------
@@ -74,8 +93,31 @@ class ShmLink : public Link {
   // ---- device memory (shm_device.h; shm_link_device.cc) -----------------------------------------
   bool send_device(Request& r);
   bool send_device_through_fifo(Request& r);
+  // Publishes the whole message as one piece read straight from the caller's buffer (registered
+  // memory, or a peer in this process).
+  bool send_device_direct(Request& r);
+  bool send_through_outbox(Request& r);
+  // The link's outbox (shm_device.h): device memory for the pieces of messages to the peer,
+  // exported once; the copy into the chunk being filled; that chunk's place and piece.
+  struct Outbox {
+    gpu::DeviceBuffer buffer;
+    gpu::IpcMemHandle handle;
+    int device = -1;
+    shm::OutboxChunks chunks;
+    gpu::Event filled;  // ends the copy into chunk `filling`
+    int filling = -1;   // the chunk whose copy is queued and whose piece is not yet published
+    size_t filling_offset = 0, filling_bytes = 0;  // that piece, in its message
+  };
+  Outbox& outbox();
   const std::byte* map_peer(const shm::DeviceRendezvous& d, int device);
   bool recv_device(Request& r);
+  // A piece of a device rendezvous is in place: the sender may reuse its memory.
+  void acknowledge_piece(Request& r, size_t bytes) {
+    in_ctrl_->rndv_done.fetch_add(1, std::memory_order_release);
+    peer_bell_.ring();
+    r.progress.offset += bytes;
+    r.done = r.progress.offset == r.bytes;
+  }
   void deliver_to_device(Request& r, size_t offset, const std::byte* data, size_t n);
   gpu::Event& sync_event();
   // A device rendezvous received into host memory (this rank passed host buffers): copied out on
@@ -84,11 +126,12 @@ class ShmLink : public Link {
 
   static constexpr uint8_t kAwaitingAck = 1;
   static constexpr uint8_t kAwaitingCopy = 2;  // receive: the device copy / reduce is queued
-  static constexpr uint8_t kThroughFifo = 3;   // send: device memory that cannot be exported
+  static constexpr uint8_t kThroughFifo = 3;   // send: a small device message, through the slots
   static constexpr uint8_t kFanning = 4;  // shared send: joined its message (token: its number)
   // Receive of an assisted rendezvous (token: its number, addr: the message in the sender's
   // memory): the sender writes its part.
   static constexpr uint8_t kAwaitingAssist = 5;
+  static constexpr uint8_t kThroughOutbox = 6;  // send: device memory in pieces through the outbox
 
   // From this size a receive shares the copy with a sender that offers to (the second system
   // call and the hand-shake cost about what a 64 KiB copy does).
@@ -159,8 +202,11 @@ class ShmLink : public Link {
   pid_t own_pid_;
   std::optional<gpu::Event> copy_done_;  // made at the first device copy (needs a device)
   std::optional<gpu::Event> sync_done_;
-  shm::LruCache<shm::MappingKey, gpu::IpcMapping> mappings_;
+  shm::LruCache<shm::MappingKey, shm::PeerMapping> mappings_;
   gpu::DeviceBuffer bounce_;
+  size_t ipc_chunk_bytes_;
+  std::unique_ptr<Outbox> outbox_;  // made at the first piece sent through it
+  bool exported_ = false;           // a piece of this rank's device memory went to the peer
 };
 
 }  // namespace chorus::transport

@@ -1,8 +1,12 @@
 // chorus — the shm link's device-memory paths (shm_device.h, docs/GPU.md): device rendezvous
-// through IPC, device memory through the FIFO where it cannot be exported, host messages into
-// device memory and device messages into host memory; and the transport's device context.
+// pieces through IPC (from the link's outbox, or straight from registered memory), small device
+// messages through the FIFO, host messages into device memory and device messages into host
+// memory; and the transport's device context and registered memory.
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "chorus/error.h"
 #include "chorus/kernels/gpu.h"
@@ -15,31 +19,81 @@
 namespace chorus::transport {
 namespace {
 constexpr auto kHostCopyTimeout = std::chrono::minutes(5);
+
+// Checks a device rendezvous piece against the receive it lands in: the next bytes, in bounds.
+void check_piece(const shm::DeviceRendezvous& d, const Request& r, int peer) {
+  CHORUS_CHECK(d.piece_offset == r.progress.offset && d.piece_bytes > 0 &&
+                   d.piece_bytes <= r.bytes - r.progress.offset,
+               "device piece [", d.piece_offset, ", +", d.piece_bytes, ") from rank ", peer,
+               " does not continue the ", r.bytes, "-byte message at ", r.progress.offset);
+}
 }  // namespace
 
 using shm::payload;
 
-// Sends from device memory: every non-empty message is a device rendezvous, or, from memory
-// the runtime cannot export (managed memory, memory pools), eager slots copied out of the
-// device.
+ShmLink::~ShmLink() = default;
+
+void ShmLink::leak_outbox() {
+  if (outbox_) outbox_->buffer.leak();
+}
+
+ShmLink::Outbox& ShmLink::outbox() {
+  if (outbox_) {
+    CHORUS_CHECK_EQ(outbox_->device, device_->device, "outbox to rank ", peer_,
+                    " is on another device");
+    return *outbox_;
+  }
+  auto box = std::make_unique<Outbox>();
+  try {
+    box->buffer = gpu::DeviceBuffer(shm::OutboxChunks::kChunks * ipc_chunk_bytes_);
+    box->handle = gpu::ipc_mem_handle(box->buffer.data());
+  } catch (const Error& e) {
+    throw Error(
+        ErrorKind::kTransport,
+        detail::concat("cannot make the device outbox for rank ", peer_, " (",
+                       shm::OutboxChunks::kChunks, " x ", ipc_chunk_bytes_, " bytes on device ",
+                       device_->device, "): ", e.message(),
+                       "; lower CHORUS_GPU_IPC_CHUNK_BYTES, or set CHORUS_GPU_PATH=staging"),
+        -1, {}, -1, peer_);
+  }
+  box->device = device_->device;
+  box->chunks = shm::OutboxChunks(ipc_chunk_bytes_);
+  outbox_ = std::move(box);
+  return *outbox_;
+}
+
+// Sends from device memory: a message of at most one slot through the FIFO (copied out of the
+// device), a larger one as device rendezvous pieces: straight from the caller's buffer when it is
+// registered or the peer shares this process, else through the outbox.
 bool ShmLink::send_device(Request& r) {
   if (r.progress.phase == kAwaitingAck || r.bytes == 0) return send_host(r);
   if (r.progress.phase == kThroughFifo) return send_device_through_fifo(r);
+  if (r.progress.phase == kThroughOutbox) return send_through_outbox(r);
+  if (r.bytes <= layout_.slot_bytes) {
+    r.progress.phase = kThroughFifo;
+    return send_device_through_fifo(r);
+  }
+  if (peer_pid_ == own_pid_ || owner_.registered_.contains(r.src, r.bytes))
+    return send_device_direct(r);
+  r.progress.phase = kThroughOutbox;
+  return send_through_outbox(r);
+}
+
+bool ShmLink::send_device_direct(Request& r) {
   if (!slot_free()) return false;
   shm::DeviceRendezvous d;
   d.addr = reinterpret_cast<uint64_t>(r.src);
   d.device = device_->device;
-  if (peer_pid_ != own_pid_) {
-    try {
-      const gpu::AllocationRange range = gpu::allocation_range(r.src);
-      d.handle = gpu::ipc_mem_handle(range.base);
-      d.offset = static_cast<uint64_t>(r.src - static_cast<const std::byte*>(range.base));
-    } catch (const Error& e) {
-      CHORUS_INFO(kLogShm, "to rank ", peer_,
-                  " through the FIFO (unshareable device memory: ", e.message(), ")");
-      r.progress.phase = kThroughFifo;
-      return send_device_through_fifo(r);
-    }
+  d.piece_bytes = r.bytes;
+  if (peer_pid_ == own_pid_) {
+    d.origin = shm::Origin::kSameProcess;
+  } else {
+    // Registration checked that IPC exports this memory.
+    const gpu::AllocationRange range = gpu::allocation_range(r.src);
+    d.handle = gpu::ipc_mem_handle(range.base);
+    d.offset = static_cast<uint64_t>(r.src - static_cast<const std::byte*>(range.base));
+    d.origin = shm::Origin::kRegistered;
+    exported_ = true;
   }
   auto* h = slot_header(out_slots_, sent_);
   h->kind = shm::SlotKind::kDeviceRendezvous;
@@ -51,6 +105,62 @@ bool ShmLink::send_device(Request& r) {
   publish(h);
   peer_bell_.ring();
   return true;
+}
+
+// The message in pieces: each copied into a free chunk of the outbox on the communicator's
+// stream, published once that copy has run, and the chunk reused once the receiver acknowledged
+// it. Done when the last piece is acknowledged.
+bool ShmLink::send_through_outbox(Request& r) {
+  Outbox& box = outbox();
+  bool moved = false;
+  for (;;) {
+    if (box.filling >= 0) {
+      if (!box.filled.query() || !slot_free()) break;
+      shm::DeviceRendezvous d;
+      d.handle = box.handle;
+      d.offset = box.chunks.offset_of(box.filling);
+      d.addr = reinterpret_cast<uint64_t>(box.buffer.data()) + d.offset;
+      d.piece_offset = box.filling_offset;
+      d.piece_bytes = box.filling_bytes;
+      d.device = box.device;
+      d.origin = shm::Origin::kOutbox;
+      auto* h = slot_header(out_slots_, sent_);
+      h->kind = shm::SlotKind::kDeviceRendezvous;
+      h->total = r.bytes;
+      h->stamp = r.stamp;
+      shm::encode(d, h, payload(h));
+      box.chunks.carry(box.filling, ++rndv_sent_);
+      r.progress.token = rndv_sent_;
+      box.filling = -1;
+      --owner_.device_copies_;
+      exported_ = true;
+      publish(h);
+      moved = true;
+      continue;
+    }
+    if (r.progress.offset < r.bytes) {
+      const int chunk = box.chunks.next_free(out_ctrl_->rndv_done.load(std::memory_order_acquire));
+      if (chunk < 0) break;
+      const size_t n = box.chunks.piece_bytes(r.progress.offset, r.bytes);
+      gpu::memcpy_async(static_cast<std::byte*>(box.buffer.data()) + box.chunks.offset_of(chunk),
+                        r.src + r.progress.offset, n, device_->stream);
+      box.filled.record(device_->stream);
+      box.filling = chunk;
+      box.filling_offset = r.progress.offset;
+      box.filling_bytes = n;
+      r.progress.offset += n;
+      ++owner_.device_copies_;  // the copy ends without a peer ringing: poll
+      moved = true;
+      continue;
+    }
+    if (out_ctrl_->rndv_done.load(std::memory_order_acquire) >= r.progress.token) {
+      r.done = true;
+      moved = true;
+    }
+    break;
+  }
+  if (moved) peer_bell_.ring();
+  return moved;
 }
 
 bool ShmLink::send_device_through_fifo(Request& r) {
@@ -76,15 +186,18 @@ bool ShmLink::send_device_through_fifo(Request& r) {
   return moved;
 }
 
-// The peer's message as this process addresses it on `device`: its own address between ranks
-// of one process, else through the peer's allocation mapped on `device` (cached).
+// The peer's piece as this process addresses it on `device`: its own address between ranks of
+// one process, else through the peer's allocation mapped on `device` (cached).
 const std::byte* ShmLink::map_peer(const shm::DeviceRendezvous& d, int device) {
-  if (peer_pid_ == own_pid_) return reinterpret_cast<const std::byte*>(d.addr);
+  if (d.origin == shm::Origin::kSameProcess) return reinterpret_cast<const std::byte*>(d.addr);
+  CHORUS_CHECK(peer_pid_ != own_pid_ || d.origin == shm::Origin::kSameProcess,
+               "device piece from rank ", peer_, " of this process names an IPC handle");
   shm::MappingKey key{d.handle.bytes, device};
-  gpu::IpcMapping* m = mappings_.find(key);
+  shm::PeerMapping* m = mappings_.find(key);
   if (m == nullptr) {
     try {
-      m = &mappings_.insert(key, gpu::IpcMapping(d.handle));
+      m = &mappings_.insert(
+          key, shm::PeerMapping{gpu::IpcMapping(d.handle), d.origin == shm::Origin::kRegistered});
     } catch (const Error& e) {
       throw Error(ErrorKind::kTransport,
                   detail::concat("cannot map rank ", peer_, "'s device memory (device ", d.device,
@@ -94,7 +207,7 @@ const std::byte* ShmLink::map_peer(const shm::DeviceRendezvous& d, int device) {
                   -1, {}, -1, peer_);
     }
   }
-  return static_cast<const std::byte*>(m->data()) + d.offset;
+  return static_cast<const std::byte*>(m->mapping.data()) + d.offset;
 }
 
 // Receives into device memory, from any kind of slot.
@@ -102,7 +215,8 @@ bool ShmLink::recv_device(Request& r) {
   if (r.progress.phase == kAwaitingCopy) {
     if (!copy_done_->query()) return false;
     --owner_.device_copies_;
-    acknowledge(r);
+    r.progress.phase = 0;
+    acknowledge_piece(r, r.progress.token);
     return true;
   }
   bool moved = false;
@@ -112,16 +226,19 @@ bool ShmLink::recv_device(Request& r) {
     check_slot(h, r);
     if (h->kind == shm::SlotKind::kDeviceRendezvous) {
       const shm::DeviceRendezvous d = shm::decode(h, payload(h));
+      check_piece(d, r, peer_);
       consume_slot();
       const std::byte* src = map_peer(d, device_->device);
+      const size_t at = d.piece_offset;
       if (r.kind == Request::Kind::kRecv)
-        gpu::memcpy_async(r.dst, src, r.bytes, device_->stream);
+        gpu::memcpy_async(r.dst + at, src, d.piece_bytes, device_->stream);
       else
-        kernels::gpu::reduce(r.dtype, r.op, r.dst, r.local, src, r.bytes / dtype_size(r.dtype),
-                             device_->stream);
+        kernels::gpu::reduce(r.dtype, r.op, r.dst + at, r.local + at, src,
+                             d.piece_bytes / dtype_size(r.dtype), device_->stream);
       if (!copy_done_) copy_done_.emplace();
       copy_done_->record(device_->stream);
       r.progress.phase = kAwaitingCopy;
+      r.progress.token = d.piece_bytes;  // acknowledged once the copy has run
       ++owner_.device_copies_;
       return true;
     }
@@ -181,6 +298,7 @@ gpu::Event& ShmLink::sync_event() {
 }
 
 void ShmLink::receive_device_into_host(Request& r, const shm::DeviceRendezvous& d) {
+  check_piece(d, r, peer_);
   // A host-memory receive of device memory may run on any thread.
   gpu::DeviceGuard on(d.device);
   // Bounded like any wait, though the operation's own deadline is not known here.
@@ -188,18 +306,19 @@ void ShmLink::receive_device_into_host(Request& r, const shm::DeviceRendezvous& 
                               std::chrono::steady_clock::now() + kHostCopyTimeout};
   gpu::Event done;
   const std::byte* src = map_peer(d, d.device);
+  const size_t at = d.piece_offset;
   if (r.kind == Request::Kind::kRecv) {
-    gpu::memcpy_async(r.dst, src, r.bytes, context.stream);
+    gpu::memcpy_async(r.dst + at, src, d.piece_bytes, context.stream);
     finish_device_work(context, done);
     return;
   }
   if (staging_.size() < kStagingBytes) staging_.resize(kStagingBytes);
   const size_t piece = kStagingBytes / 64 * 64;
-  for (size_t off = 0; off < r.bytes; off += piece) {
-    const size_t n = std::min(piece, r.bytes - off);
+  for (size_t off = 0; off < d.piece_bytes; off += piece) {
+    const size_t n = std::min(piece, d.piece_bytes - off);
     gpu::memcpy_async(staging_.data(), src + off, n, context.stream);
     finish_device_work(context, done);
-    shm::deliver(r, off, staging_.data(), n);
+    shm::deliver(r, at + off, staging_.data(), n);
   }
 }
 
@@ -219,6 +338,70 @@ gpu::Stream ShmTransport::host_copy_stream(int device) {
     if (d == device) return s.get();
   host_copy_streams_.emplace_back(device, gpu::OwnedStream());
   return host_copy_streams_.back().second.get();
+}
+
+void ShmTransport::register_device_memory(const void* base, size_t bytes) {
+  if (!device_ipc_) return;  // nothing is mapped: staging moves every device buffer
+  try {
+    const gpu::AllocationRange range = gpu::allocation_range(base);
+    (void)gpu::ipc_mem_handle(range.base);
+    CHORUS_ARG_CHECK(static_cast<const std::byte*>(base) + bytes <=
+                         static_cast<const std::byte*>(range.base) + range.bytes,
+                     "register_device_memory: [", base, ", +", bytes,
+                     ") runs past the end of its allocation (", range.bytes, " bytes at ",
+                     range.base, ")");
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error& e) {
+    throw InvalidArgument(
+        detail::concat("register_device_memory: [", base, ", +", bytes,
+                       ") cannot be shared with peers through IPC (", e.message(),
+                       "): only plain device allocations (cudaMalloc / hipMalloc) can; other "
+                       "memory goes through the communicator's own buffers unregistered"),
+        rank_);
+  }
+  registered_.add(base, bytes);
+}
+
+bool ShmTransport::deregister_device_memory(const void* base) {
+  const bool found = base == nullptr || registered_.remove(base);
+  for (int p : members_)
+    if (p != rank_ && links_[p]) links_[p]->close_registered_mappings();
+  return found;
+}
+
+void ShmTransport::close_device_memory() noexcept {
+  if (!device_ipc_ || links_.empty()) return;  // nothing was mapped or exported
+  std::vector<int> waiting;
+  for (int p : members_) {
+    if (p == rank_ || !links_[p]) continue;
+    links_[p]->close_mappings();
+    if (links_[p]->exported()) waiting.push_back(p);
+  }
+  header()->ipc_closed.store(1, std::memory_order_release);
+  if (waiting.empty()) return;
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + (abandoned_ ? std::chrono::seconds(1) : std::chrono::seconds(10));
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    std::erase_if(waiting, [&](int p) {
+      return peer_header(p).ipc_closed.load(std::memory_order_acquire) != 0 || !process_alive(p);
+    });
+    if (waiting.empty() || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  if (waiting.empty()) return;
+  std::string who;
+  for (int p : waiting) {
+    links_[p]->leak_outbox();
+    who += detail::concat(who.empty() ? "" : ", ", p);
+  }
+  CHORUS_WARN(kLogShm, "rank ", rank_, ": rank(s) ", who,
+              " still map device memory of this rank at the communicator's end; its outbox to "
+              "them stays allocated (registered memory must stay allocated too until they "
+              "end)");
 }
 
 }  // namespace chorus::transport

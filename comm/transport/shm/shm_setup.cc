@@ -28,7 +28,7 @@ namespace chorus::transport {
 namespace {
 
 const IntKnob kSlotBytes{"CHORUS_SHM_SLOT_BYTES", 64 << 10,
-                         "payload bytes per shm FIFO slot (multiple of 64)"};
+                         "payload bytes per shm FIFO slot (multiple of 64, at least 128)"};
 const IntKnob kDepth{"CHORUS_SHM_DEPTH", 8, "slots per shm FIFO (per ordered pair of ranks)"};
 // 32 KiB: from there the single copy beats the FIFO's two for every collective at np=2
 // (docs/PERFORMANCE.md, "The single-copy threshold"); below it the system call costs more.
@@ -51,6 +51,12 @@ const StringKnob kHostId{"CHORUS_HOST_ID", "",
 
 const IntKnob kCmaChunkBytes{"CHORUS_SHM_CMA_CHUNK_BYTES", 4 << 20,
                              "pipelining unit when every peer is read single-copy"};
+// Two chunks per peer this rank sends device memory to (shm_device.h): 32 MiB of device memory per
+// such peer. A piece costs the sender a device copy and both sides an event poll, so pieces must
+// be large for the copies to dominate.
+const IntKnob kIpcChunkBytes{"CHORUS_GPU_IPC_CHUNK_BYTES", 16 << 20,
+                             "bytes of one of the two chunks of a rank's device outbox per peer "
+                             "(the IPC path's pieces of device messages)"};
 const IntKnob kIpcMappings{"CHORUS_GPU_IPC_MAPPINGS", 64,
                            "peer device allocations kept mapped (IPC) per peer; the least "
                            "recently used is unmapped beyond it"};
@@ -89,8 +95,10 @@ ShmOptions ShmOptions::from_env() {
   o.cma = kCma.get() != 0;
   o.fan_slot_bytes = static_cast<size_t>(kFanSlotBytes.get());
   o.fan_depth = static_cast<size_t>(kFanDepth.get());
-  CHORUS_ARG_CHECK(o.slot_bytes >= 64 && o.slot_bytes % 64 == 0 && o.slot_bytes <= (1u << 30),
-                   "CHORUS_SHM_SLOT_BYTES=", o.slot_bytes, " must be a multiple of 64 in [64, 1G]");
+  CHORUS_ARG_CHECK(
+      o.slot_bytes >= shm::kMinSlotBytes && o.slot_bytes % 64 == 0 && o.slot_bytes <= (1u << 30),
+      "CHORUS_SHM_SLOT_BYTES=", o.slot_bytes, " must be a multiple of 64 in [", shm::kMinSlotBytes,
+      ", 1G]");
   CHORUS_ARG_CHECK(o.depth >= 2 && o.depth <= 1024, "CHORUS_SHM_DEPTH=", o.depth,
                    " must be in [2, 1024]");
   CHORUS_ARG_CHECK(
@@ -292,6 +300,11 @@ bool ShmTransport::find_puts_to_all() const {
 // The fan-out buffer's writer and readers, and a link per peer.
 void ShmTransport::make_links(const std::vector<pid_t>& pids) {
   const size_t ipc_mappings = static_cast<size_t>(std::max<int64_t>(1, kIpcMappings.get()));
+  const int64_t ipc_chunk = kIpcChunkBytes.get();
+  // Whole elements of every type in every piece, and aligned pieces for the copy kernels.
+  CHORUS_ARG_CHECK(ipc_chunk >= 4096 && ipc_chunk <= (int64_t{1} << 32) && ipc_chunk % 256 == 0,
+                   "CHORUS_GPU_IPC_CHUNK_BYTES=", ipc_chunk,
+                   " must be a multiple of 256 in [4096, 4G]");
   auto* own_base = static_cast<std::byte*>(own_.data());
   std::vector<std::byte*> bases(world_size_, nullptr);
   for (int p : members_)
@@ -300,9 +313,9 @@ void ShmTransport::make_links(const std::vector<pid_t>& pids) {
   links_.resize(world_size_);
   for (int p : members_) {
     if (p == rank_) continue;
-    links_[p] =
-        std::make_unique<ShmLink>(*this, p, pids[p], layout_, own_base, bases[p], rank_, staging_,
-                                  options_.cma_threshold, ipc_mappings, fan_.reader(p));
+    links_[p] = std::make_unique<ShmLink>(*this, p, pids[p], layout_, own_base, bases[p], rank_,
+                                          staging_, options_.cma_threshold, ipc_mappings,
+                                          static_cast<size_t>(ipc_chunk), fan_.reader(p));
   }
 }
 

@@ -10,7 +10,7 @@
 #include "transport/shm/shm_link.h"
 
 namespace chorus::transport {
-ShmTransport::~ShmTransport() = default;
+ShmTransport::~ShmTransport() { close_device_memory(); }
 
 const shm::SegmentHeader& ShmTransport::peer_header(int p) const {
   return *static_cast<const shm::SegmentHeader*>(peers_[p].data());
@@ -18,15 +18,14 @@ const shm::SegmentHeader& ShmTransport::peer_header(int p) const {
 
 // A failed operation may have left a message half written; the communicator is not used again,
 // but nothing may go on reading the caller's buffer.
-void ShmTransport::abandon() { fan_.abandon(); }
+void ShmTransport::abandon() {
+  abandoned_ = true;
+  fan_.abandon();
+}
 
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);
   return *links_[peer];
-}
-
-bool ShmTransport::single_copy_to(int peer) const {
-  return peer != rank_ && links_[peer]->single_copy();
 }
 
 }  // namespace chorus::transport

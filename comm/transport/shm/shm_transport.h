@@ -23,6 +23,7 @@
 
 #include "chorus/store.h"
 #include "chorus/unique_fd.h"
+#include "transport/registered_memory.h"
 #include "transport/shm/shm_fan.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_segment.h"
@@ -78,9 +79,6 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
   void count_completed() override;
   bool process_alive(int peer) override;
   void abandon() override;
-
-  // Whether sends to `peer` may use the single-copy path (for tests and logs).
-  bool single_copy_to(int peer) const;
   // What the links counted since the transport was made, for tests (which path a transfer took).
   struct Counters {
     // Bytes written straight into a forward's outgoing buffers as they arrived
@@ -95,6 +93,8 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
   // Device memory through IPC (shm_device.h): possible when every rank of the communicator is on
   // this host and all publish the same GPU signature (capabilities().moves_device_memory).
   void set_device_memory(const DeviceContext* device) override;
+  void register_device_memory(const void* base, size_t bytes) override;
+  bool deregister_device_memory(const void* base) override;
 
  private:
   friend class ShmLink;
@@ -105,6 +105,10 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
   shm::SegmentHeader* header() const { return static_cast<shm::SegmentHeader*>(own_.data()); }
 
   const shm::SegmentHeader& peer_header(int peer) const;
+  // At the transport's end (shm_device.h): closes every peer allocation this rank mapped, says so,
+  // and waits (bounded) until each peer it exported device memory to has done the same; the
+  // outboxes of peers that never do are leaked rather than freed.
+  void close_device_memory() noexcept;
   void announce(PeerStatus status);
 
   // Set-up (shm_setup.cc), in this order: this rank's segment, each peer's (mapped, checked and
@@ -140,6 +144,8 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
   int device_copies_ = 0;      // device copies / reductions the links have queued and not seen end
   static constexpr long kDeviceCopyPollNs = 20'000;
   std::vector<std::pair<int, gpu::OwnedStream>> host_copy_streams_;
+  RegisteredRanges registered_;  // Communicator::register_device_memory
+  bool abandoned_ = false;       // a failed operation: peers may never close their mappings
 };
 
 namespace shm {

@@ -98,6 +98,23 @@ class UcxLink : public Link {
     return true;
   }
 
+  // The header of the next message is received on its own; its payload waits for the receive
+  // that takes it (progress_recv posts it then, into that receive's buffer).
+  bool peek(OpStamp& stamp) override {
+    if (!peeking_) {
+      hdr_len_ = 0;
+      recv_req_[0] =
+          post_recv(&recv_hdr_, sizeof recv_hdr_, tag_of(peer_, received_, 0), &hdr_len_);
+      peeking_ = true;
+    } else {
+      t_.progress_worker();
+    }
+    if (!recv_finished(recv_req_[0], &hdr_len_, nullptr)) return false;
+    check_header_length();
+    stamp = recv_hdr_.stamp;
+    return true;
+  }
+
   bool progress_recv(Request& r) override {
     bool moved = false;
     if (r.progress.phase == 0) {
@@ -107,9 +124,14 @@ class UcxLink : public Link {
         if (staging_.size() < r.bytes) staging_.resize(r.bytes);
         into = staging_.data();
       }
-      hdr_len_ = data_len_ = 0;
+      data_len_ = 0;
       data_status_ = UCS_OK;
-      recv_req_[0] = post_recv(&recv_hdr_, sizeof recv_hdr_, tag_of(peer_, n, 0), &hdr_len_);
+      // peek() posted the header already (and may have received it): the payload only.
+      if (!peeking_) {
+        hdr_len_ = 0;
+        recv_req_[0] = post_recv(&recv_hdr_, sizeof recv_hdr_, tag_of(peer_, n, 0), &hdr_len_);
+      }
+      peeking_ = false;
       recv_req_[1] = post_recv(into, r.bytes, tag_of(peer_, n, 1), &data_len_);
       r.progress.phase = 1;
       moved = true;
@@ -197,7 +219,7 @@ class UcxLink : public Link {
     if (req != nullptr) ucp_request_free(req);
     req = nullptr;
   }
-  void check_header(const Request& r) {
+  void check_header_length() const {
     if (hdr_len_ != sizeof(WireHeader))
       throw Error(ErrorKind::kTransport,
                   detail::concat("rank ", peer_, " sent a ", hdr_len_,
@@ -207,6 +229,9 @@ class UcxLink : public Link {
                                  "): not a chorus peer of the "
                                  "same version?"),
                   -1, {}, -1, peer_);
+  }
+  void check_header(const Request& r) {
+    check_header_length();
     if (!(recv_hdr_.stamp == r.stamp)) {
       cancel_receives();
       throw StampMismatch{peer_, recv_hdr_.stamp, r.stamp};
@@ -227,6 +252,7 @@ class UcxLink : public Link {
   int peer_;
   ucp_ep_h ep_;
   uint64_t sent_ = 0, received_ = 0;  // message numbers per direction
+  bool peeking_ = false;  // peek() posted the header of message received_ (recv_req_[0])
   WireHeader send_hdr_, recv_hdr_;
   void* send_req_[2] = {nullptr, nullptr};
   void* recv_req_[2] = {nullptr, nullptr};

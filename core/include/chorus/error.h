@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,14 @@ class Error : public std::runtime_error {
   int peer() const noexcept { return peer_; }
   // The message without the "chorus error [...]" prefix that what() carries.
   const std::string& message() const noexcept { return message_; }
+  // How what() names rank(): "rank 1 of tp group 0 (world rank 3)" for a rank of a group made
+  // by split(); empty: "rank <rank>".
+  const std::string& rank_label() const noexcept { return rank_label_; }
+  const char* what() const noexcept override { return what_.c_str(); }
+
+  // The same error (same kind and class, rank, operation, number and peer) with another
+  // message, its rank named by `rank_label`.
+  friend std::exception_ptr relabeled(const Error& e, std::string message, std::string rank_label);
 
  private:
   ErrorKind kind_;
@@ -47,7 +56,11 @@ class Error : public std::runtime_error {
   int64_t seq_;
   int peer_;
   std::string message_;
+  std::string rank_label_;
+  std::string what_;
 };
+
+std::exception_ptr relabeled(const Error& e, std::string message, std::string rank_label);
 
 class InvalidArgument : public Error {
  public:

@@ -36,6 +36,9 @@ struct Options {
   // --device: the buffers in GPU memory (device CHORUS_LOCAL_RANK % device count), every call
   // stream-ordered on one stream and waited for through its Work.
   bool device = false;
+  // --register: the device buffers are registered with the communicator
+  // (Communicator::register_device_memory), so that the IPC path reads them without copying.
+  bool register_memory = false;
 };
 
 struct ParsedOptions {

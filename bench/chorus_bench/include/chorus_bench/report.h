@@ -83,8 +83,9 @@ struct TableInfo {
   bool percentiles = false;  // p50 and p99 columns
   bool explain = false;      // pred column (and "#   predicted" lines unless sweep_algos)
   bool sweep_algos = false;
-  bool device = false;  // --device: ", device memory" in the title line
-  int blocks = 1;       // --blocks: "3 blocks x 20 iters" in the title line
+  bool device = false;      // --device: ", device memory" in the title line
+  int blocks = 1;           // --blocks: "3 blocks x 20 iters" in the title line
+  bool registered = false;  // --register: ", registered" after ", device memory"
 };
 
 // "# chorus-bench: all_reduce, 4 ranks, float, sum, 20 iters, 5 warmup, algo auto, blocking"

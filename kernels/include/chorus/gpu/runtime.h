@@ -118,6 +118,8 @@ class DeviceBuffer {
 
   void* data() const noexcept { return data_; }
   size_t bytes() const noexcept { return bytes_; }
+  // Forgets the memory without freeing it (when another process may still map it).
+  void leak() noexcept;
 
  private:
   void* data_ = nullptr;

@@ -71,7 +71,9 @@ CheckpointInfo load_checkpoint(const std::string& dir, CheckpointState& state);
 // One process: a checkpoint as one file of named tensors (tensor/serialize.h's format): every
 // parameter by name, "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.master" where saved, "step"
 // and "config.<field>"; and the reverse, a checkpoint (one file, the mesh of one process) from
-// such a file.
+// such a file. The file does not depend on the mesh that saved the checkpoint: parameters first,
+// then each kind of state, names in natural order ("h.2" before "h.10"), so checkpoints of equal
+// values export equal bytes.
 void export_checkpoint(const std::string& dir, const std::string& file);
 void import_checkpoint(const std::string& file, const std::string& dir);
 

@@ -30,13 +30,19 @@
 //     that reads gradients calls wait() first.
 // The next forward of the wrapped module waits for anything still in flight.
 //
-// Averaging: the reduced gradient is the mean over ranks (sum with average = false). With a
-// deterministic communicator (CHORUS_DETERMINISTIC=1) the ranks' gradients are added in rank
-// order, so a run at dp = N equals, bit for bit, one process that computes the N ranks'
-// gradients one after another, adds them in rank order and divides by N.
+// Averaging: the reduced gradient is the mean over ranks (sum with average = false).
 //
 // Accumulation: inside `auto guard = ddp.no_sync();` backward only accumulates locally; the
 // first backward after the guard is gone reduces the accumulated sum.
+//
+// Deterministic mode (a deterministic group, CHORUS_DETERMINISTIC=1): the ranks' gradients are
+// added in rank order, and accumulated micro-batches are folded in the order one process adds
+// them: a backward under no_sync() is reduced too, onto rank 0's running sum (the other ranks'
+// buckets start again from zero), so the sum is ((T + g_0) + g_1) + ... + g_{N-1} at every
+// micro-step. A run at dp = N in which rank r's k-th backward of a step takes micro-batch k N + r
+// then equals, bit for bit, one process accumulating the step's micro-batches in that order
+// (docs/PARALLELISM.md, "What is bit-identical to what"); with averaging, divided by N at the
+// end. The cost: one reduction per micro-step instead of one per step.
 //
 // Tied weights (the GPT's wte/lm_head) are one parameter, so they are reduced once. The module
 // must outlive the wrapper; destroying the wrapper waits for its reductions and unbinds nothing

@@ -15,7 +15,9 @@ namespace chorus::parallel {
 // accepts (all when unset) are summed on this rank, then over `group` (collective): with DDP,
 // every data-parallel replica holds the same reduced gradients, so `group` is the model-parallel
 // group mesh.mp() (tp x pp) and `counted` takes a replicated tensor-parallel parameter on one tp
-// rank only (is_tensor_parallel_slice). Every element of the model is then counted once.
+// rank only (is_tensor_parallel_slice). Every element of the model is then counted once. The
+// norm is tensor::optim's exact one: its bits are one process's norm of the same gradients,
+// however the parameters are spread over the ranks.
 double clip_grad_norm(const tensor::nn::NamedTensors& params, double max_norm, Communicator& group,
                       const std::function<bool(const std::string&)>& counted = {});
 

@@ -13,7 +13,10 @@
 // ranks that reduce the same gradients), tp() those that differ only in tp, pp() only in pp, and
 // mp() the model-parallel group: every rank of one replica (tp x pp; a global gradient norm sums
 // over it). Each is a Communicator made by split() of the world, ordered by the axis index, so
-// dp().rank() is this rank's dp index.
+// dp().rank() is this rank's dp index. Groups are named for their errors: "dp group g" with g =
+// tp + tp * pp (the coordinates off the axis, fastest first), "tp group" dp + dp * pp, "pp
+// group" tp + tp * dp, "mp group" dp; an error names a rank as "rank 1 of tp group 0 (world
+// rank 3)".
 //
 // Placement. Mesh ranks are not always world ranks: when the ranks' hosts can be discovered
 // (hwloc; HWLOC_XMLFILE stands in a saved topology), the topology placement (place_mesh) decides
@@ -21,6 +24,11 @@
 // domain (one GPU switch or island, one socket) and data parallelism spans hosts. Where the
 // placement scores no better than rank order (every slot alike, as on one CPU socket), mesh rank
 // = world rank. MeshOptions::placement = kRankOrder keeps rank order always.
+//
+// Kernels. Making a mesh agrees the compute kernels over the world before anything computes on
+// it: every rank takes rank 0's GEMM backend and bf16 plan, which a deterministic world pins by
+// rule instead of timing (tensor::pin_gemm_choices), so a pipeline's layer measurement or a
+// tensor-parallel layer never runs on a kernel chosen by a clock.
 //
 // A mesh is passed explicitly to whatever needs a group (never a global), and lives as long as
 // its groups are used. Making one is collective over the world communicator.

@@ -6,8 +6,9 @@
 //   v          model chunks per rank (1, or > 1 for the interleaved schedule). The model is cut
 //              into p*v *virtual stages*; virtual stage k is chunk k / p of rank k % p
 //              (Megatron's interleaving: rank s holds virtual stages s, s+p, s+2p, ...).
-//   m          micro-batches per step; their losses are scaled by 1/m and their gradients
-//              accumulate, in micro-batch order, as one process accumulating them would.
+//   m          micro-batches per step; their losses are scaled by 1/m (or loss_scale) and their
+//              gradients accumulate, in micro-batch order, as one process accumulating them
+//              would: each backward's whole contribution added to the sum in one step.
 //
 // A schedule is data: per stage, a list of Actions. One engine (PipelineEngine) runs any
 // schedule; validate() checks one before it runs by simulating it. Provided: gpipe (all
@@ -128,6 +129,10 @@ struct PipelineOptions {
   // cost (`balance = "measured"`) or by block count (`"uniform"`).
   std::vector<int64_t> boundaries = {};
   std::string balance = "measured";
+  // The factor of each micro-batch's loss; 0: 1 / micro_batches (the step's loss the mean). With
+  // data parallelism over D replicas summing gradients, 1 / (D * micro_batches) makes the sum the
+  // mean over the global batch, as one process scaling by its micro-batch count.
+  double loss_scale = 0;
 };
 
 // Runs a GPT's training step as a pipeline over the mesh's pp groups. Every rank builds the
@@ -159,7 +164,8 @@ class PipelineEngine {
   // dropout. `around_backward(last, backward)` runs each backward: it must call `backward()`, and
   // may hold a data-parallel no_sync guard around it for all but this rank's last backward of
   // the step (`last`), so that gradients are reduced once, during the last backward. Returns the
-  // step's loss (the mean over micro-batches) on every stage.
+  // step's loss (the sum of the scaled micro-batch losses, in micro-batch order: the mean with
+  // the default scale) on every stage.
   using Batch = std::function<std::pair<tensor::Tensor, tensor::Tensor>(int micro)>;
   using AroundBackward = std::function<void(bool last, const std::function<void()>& backward)>;
   double forward_backward(const Batch& batch, uint64_t step = 0,
@@ -172,6 +178,9 @@ class PipelineEngine {
   void set_tracer(Tracer* tracer);
   // The communicators the engine uses, named for a trace ("pp act", "pp grad", "pp tied").
   std::vector<std::pair<std::string, Communicator*>> channels();
+
+  // The scaled loss of each micro-batch of the last forward_backward, on every stage.
+  const std::vector<double>& losses() const;
 
   // What the last forward_backward measured on this rank.
   struct Stats {

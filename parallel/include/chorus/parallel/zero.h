@@ -31,13 +31,20 @@
 //            soon as they are final; no all-gather after the step. Volume 3P per step (two
 //            gathers and a reduce-scatter) against 2P.
 // Gradient accumulation: stage 1 follows DDP (inside no_sync() backward accumulates locally, the
-// next backward reduces the sum); stages 2 and 3 keep only a shard of the gradient, so every
-// backward is reduced and the reduced shards are added up (no_sync() changes nothing there).
+// next backward reduces the sum; in the deterministic mode it reduces onto rank 0); stages 2 and
+// 3 keep only a shard of the gradient, so every backward is reduced and the reduced shards are
+// added up (no_sync() changes nothing there).
 //
-// With a deterministic communicator (CHORUS_DETERMINISTIC=1) the reduce-scatter adds the ranks'
-// contributions in rank order and AdamW is element-wise, so a ZeRO run at dp = N equals one
-// process computing the ranks' gradients, adding them in rank order, dividing by N and stepping
-// AdamW, bit for bit (for stages 2-3, reducing before accumulating, as they do).
+// With a deterministic communicator (CHORUS_DETERMINISTIC=1) every stage folds the gradients
+// the way one process accumulating the same micro-batches adds them: micro-step k's
+// contributions of ranks 0..N-1 are added, in rank order, onto the running sum (one backward's
+// whole gradient at a time, as the engine adds them), the sum divided by N at the end when
+// averaging. AdamW is element-wise and the gradient norm exact (tensor/optim.h), so a ZeRO run
+// at dp = N equals, bit for bit, one process accumulating micro-batch k*N + r of the step as
+// rank r's k-th (docs/PARALLELISM.md, "What is bit-identical to what"). Stage 1 keeps the
+// running sum on rank 0 under no_sync() (as DDP does); stages 2-3 on each shard's owner, which
+// receives every rank's copy of its shard by an all-to-all instead of a reduce-scatter (the same
+// traffic; one more buffer of the group's size while it is in flight).
 //
 // Mixed precision: under autocast parameters stay f32 (nothing changes); a model converted to
 // 16 bits (Module::to(kBF16)) keeps 16-bit parameters and gradients, and f32 master weights of
@@ -71,6 +78,7 @@ struct ZeroOptions {
   std::vector<std::string> units = {};
   bool prefetch = true;  // stage 3: gather the next unit while this one computes
   bool broadcast_parameters = true;
+  bool average = true;  // the gradient is the mean over ranks; false: the sum
   // Stages 1-2: when set, only the parameters it accepts (by name) are sharded and updated (a
   // pipeline stage's own); stage 3 refuses it.
   std::function<bool(const std::string& name)> include = nullptr;

@@ -7,9 +7,16 @@
 //   GradSink  what a backward function writes into: grad(i) is a buffer shaped like input i.
 //
 // The gradient rule, stated once: backward functions ACCUMULATE (+=) into grad(i), never
-// assign. A leaf's buffer is its grad(), so gradients add up across backward calls until the
-// caller zeroes them; an interior tensor's buffer starts at zero and collects every consumer's
-// contribution before its producer runs.
+// assign. An interior tensor's buffer starts at zero and collects every consumer's contribution
+// before its producer runs. A leaf's gradients add up across backward calls until the caller
+// zeroes them, one backward at a time: a backward collects its whole contribution to a leaf in
+// a buffer of its own, summed as an interior tensor's gradient is, and when the leaf is final
+// makes it the leaf's grad() or, when there is one, adds it in one step (accumulate_grad: one
+// rounding per element). So a gradient accumulated over micro-batches is ((g_0 + g_1) + g_2) + ...,
+// each g_k one backward's complete gradient, whatever pieces each backward adds up inside: the
+// grouping a data-parallel reduction of the micro-batches' gradients can reproduce
+// (docs/PARALLELISM.md, "What is bit-identical to what"). Backwards nested in another (checkpointed
+// regions) add to the outer one's contribution.
 //
 // Engine: backward() counts, for every Node and leaf reachable from the root, how many
 // consumers will send it a gradient, then runs Nodes whose count reached zero, newest first
@@ -101,6 +108,11 @@ Tensor record(const char* name, Tensor out, std::initializer_list<Tensor> inputs
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
 // True when an op over these inputs must be recorded.
 bool needs_grad(std::initializer_list<Tensor> inputs);
+
+// grad += contribution, element by element with one rounding each (16-bit types added in f32):
+// how a backward's contribution joins a leaf's accumulated gradient, and how anything that must
+// add gradients the way the engine does (a data-parallel fold) adds them. Same shape and dtype.
+void accumulate_grad(const Tensor& grad, const Tensor& contribution);
 
 // Runs backward from `roots` (each with its seed gradient). Engine::backward is what
 // Tensor::backward calls.

@@ -66,8 +66,9 @@ std::string bf16_gemm_mode();
 void set_bf16_gemm_mode(const std::string& mode);
 // Chooses both without measuring, by a fixed rule, so that a run repeated makes the same choice:
 // the backends the knobs force, else "builtin" for f32 and "native" for every bf16 class where
-// the CPU has it. (The deterministic mode of the parallel layer pins them; timing could pick
-// differently.)
+// the CPU has it. A choice made earlier by timing is replaced; one set by set_gemm_backend or
+// set_bf16_gemm_mode stays. (The deterministic mode of the parallel layer pins them before
+// anything computes; timing could pick differently from run to run and rank to rank.)
 void pin_gemm_choices();
 
 // GPU GEMMs (the CUDA backend's cuBLASLt products): whether f32 products may round their inputs
@@ -77,7 +78,11 @@ void pin_gemm_choices();
 bool allow_tf32();
 void set_allow_tf32(bool allow);
 
-// Threads used by parallel regions (GEMM and our kernels).
+// Threads used by parallel regions (GEMM and our kernels). On our own kernels (builtin, native
+// and every non-GEMM op) the count changes no result's bits: each splits its work into pieces
+// fixed by the shapes (a GEMM's rows in micro-panels, a reduction's partials per block of rows
+// or elements), which the threads share out. A library backend (dnnl, openblas) is called once
+// per thread's block of rows, and may round differently for another block size.
 int num_threads();
 void set_num_threads(int n);
 

@@ -70,6 +70,14 @@ struct VocabReductions {
 Tensor cross_entropy_vocab_parallel(const Tensor& logits_shard, const Tensor& targets,
                                     int64_t vocab_start, const VocabReductions& reductions);
 
+// ---- gradient plumbing -------------------------------------------------------------------------
+// x itself (no copy); its backward passes x's gradient through and adds `grad` (leaf's shape
+// and dtype, read when backward runs) to the leaf's gradient, as a part of that backward's
+// contribution, ahead of everything recorded before this op. A pipeline's first stage hands
+// the token embedding the lm_head's share of its gradient this way, where one process's
+// backward computes it (the lm_head runs after the embedding, so its share comes first).
+Tensor with_leaf_grad(const Tensor& x, const Tensor& leaf, const Tensor& grad);
+
 // ---- views and casts as free functions (the Tensor methods call these) ------------------------
 Tensor view_op(const Tensor& x, Shape shape);
 Tensor transpose_op(const Tensor& x, int64_t d0, int64_t d1);

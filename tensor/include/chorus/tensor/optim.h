@@ -7,6 +7,7 @@
 // another device than its state is refused, naming both.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -115,10 +116,27 @@ class AdamW : public Optimizer {
 };
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm
-// before clipping (inf/nan when a gradient is not finite, in which case nothing is scaled).
+// before clipping (inf when a gradient is not finite, in which case nothing is scaled).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The same over an optimizer's parameters, after its gate (Optimizer::wait_grads).
 double clip_grad_norm(Optimizer& optimizer, double max_norm);
+
+// Gradient norm. The norm is exact in the sense that matters to sharded training: its bits do
+// not depend on how the elements are grouped, so one process and any split of the same
+// gradients over threads, shards (ZeRO) or stages (pipelines) get the same norm, and clip alike.
+// The squares are added as integers on one fixed-point grid set by the largest |g| (grad_norm.cc:
+// the truncation costs less than 2^-76 of the largest square per element). In three passes, each
+// of which a sharded caller completes over its ranks before the next:
+//   1. max_abs = the largest grad_max_abs() of every piece (all-reduce kMax);
+//   2. add_squares() of every piece with that max_abs into one SquareUnits (all-reduce kSum of
+//      the limbs, as kI64);
+//   3. norm_of(units, max_abs); scale_grad() each piece by max_norm / (norm + 1e-6) to clip.
+// grad_max_abs is +inf when a gradient holds a NaN or an infinity; norm_of then returns inf.
+using SquareUnits = std::array<int64_t, 4>;  // a 128-bit sum as 32-bit limbs, low first
+float grad_max_abs(const Tensor& grad);
+void add_squares(const Tensor& grad, float max_abs, SquareUnits& units);
+double norm_of(const SquareUnits& units, float max_abs);
+void scale_grad(const Tensor& grad, double factor);
 
 // Linear warmup from 0 to max_lr over warmup steps, then cosine decay to min_lr at total.
 struct CosineSchedule {

@@ -1,0 +1,76 @@
+// ProcessGroupChorus::monitoredBarrier: a barrier that names the ranks that did not arrive.
+//
+// torch 1.13's dist.monitored_barrier refuses every backend but gloo by name, so a plugin's is
+// reached through the group itself: `group.monitored_barrier(timeout, wait_all_ranks)` (the
+// default group: torch.distributed.distributed_c10d._get_default_group()). It runs through the
+// group's c10d store, not chorus, so a rank that does not arrive leaves the communicator
+// usable, as with gloo. Every rank but 0 checks in under a key of its own and waits for rank 0's
+// verdict; rank 0 waits for the check-ins until the timeout and names the ranks missing then
+// (the first in rank order, or with wait_all_ranks all of them), raising chorus_torch.Timeout on
+// every rank that waits for the verdict. Like gloo's, it orders nothing against calls issued
+// before it that are still in flight.
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/error.h"
+#include "process_group_chorus.h"
+
+namespace chorus::torch {
+namespace {
+
+constexpr std::chrono::milliseconds kFirstPoll{1};
+constexpr std::chrono::milliseconds kLongestPoll{50};
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "Rank " : "Ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+  return text;
+}
+
+}  // namespace
+
+void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  const std::string call = "monitoredBarrier";
+  const std::chrono::milliseconds timeout =
+      opts.timeout == ::c10d::kUnsetTimeout || opts.timeout.count() <= 0 ? timeout_ : opts.timeout;
+  const std::string prefix = "chorus/monitored_barrier/" + std::to_string(monitored_barriers_++);
+  const std::string verdict = prefix + "/verdict";
+  const std::string in_time = "ok";
+  if (rank_ != 0) {
+    store_->set(prefix + "/" + std::to_string(rank_), std::vector<uint8_t>{1});
+    try {
+      store_->wait({verdict}, timeout);
+    } catch (const c10::Error&) {
+      throw Timeout(detail::concat("rank 0 did not end the monitored barrier within ",
+                                   timeout.count(), " ms"),
+                    rank_, call, -1, 0);
+    }
+    const std::vector<uint8_t> v = store_->get(verdict);
+    const std::string text(v.begin(), v.end());
+    if (text != in_time) throw Timeout(text, rank_, call, -1, 0);
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<int> missing;
+  for (int r = 1; r < size_ && (missing.empty() || wait_all_ranks); ++r) {
+    const std::string key = prefix + "/" + std::to_string(r);
+    auto poll = kFirstPoll;
+    while (!store_->check({key}) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(poll);
+      poll = std::min(poll * 2, kLongestPoll);
+    }
+    if (!store_->check({key})) missing.push_back(r);
+  }
+  if (missing.empty()) {
+    store_->set(verdict, std::vector<uint8_t>(in_time.begin(), in_time.end()));
+    return;
+  }
+  const std::string text = detail::concat(
+      ranks_text(missing), " failed to pass monitoredBarrier in ", timeout.count(), " ms");
+  store_->set(verdict, std::vector<uint8_t>(text.begin(), text.end()));
+  throw Timeout(text, rank_, call, -1, missing.front());
+}
+
+}  // namespace chorus::torch
