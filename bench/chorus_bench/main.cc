@@ -9,6 +9,7 @@
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/gpu/runtime.h"
+#include "chorus/knob_table.h"
 #include "chorus/launch_env.h"
 #include "chorus_bench/options.h"
 #include "chorus_bench/report.h"
@@ -87,24 +88,13 @@ int run(const Options& options) {
   return chorus::bench::total_wrong(rows) == 0 ? 0 : kExitWrong;
 }
 
-// Every knob linked into this program (all of core, kernels and comm), with its current value.
-void print_env() {
-  std::printf("%-28s %-8s %-12s %-12s %s\n", "knob", "type", "value", "default", "meaning");
-  for (const chorus::KnobInfo& k : chorus::all_knobs()) {
-    const auto value = chorus::env_get(k.name.c_str());
-    std::printf("%-28s %-8s %-12s %-12s %s\n", k.name.c_str(), k.type.c_str(),
-                value ? value->c_str() : "(unset)",
-                k.default_value.empty() ? "\"\"" : k.default_value.c_str(), k.description.c_str());
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);
   const chorus::bench::ParsedOptions parsed = chorus::bench::parse_options(args);
   if (parsed.print_env) {
-    print_env();
+    chorus::print_knobs(stdout);
     return 0;
   }
   if (parsed.help || !parsed.error.empty()) {

@@ -258,7 +258,8 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
                            that ranks of one host read them straight through IPC instead of
                            through the communicator's own device buffers (docs/GPU.md)
       --json FILE          rank 0 also writes the parameters and every row to FILE as JSON
-      --print-env          list every CHORUS_* environment knob (value, default, meaning)
+      --print-env          list the CHORUS_* knobs linked into chorus-bench (value, default,
+                           meaning; chorus-train --print-env lists every knob)
   -h, --help               this text
 
 Sizes are bytes, as in nccl-tests: the per-rank buffer for all_reduce, broadcast, reduce and

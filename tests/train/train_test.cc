@@ -242,6 +242,18 @@ TEST(ChorusTrain, ShowsAScheduleWithItsBubbleWithoutRanks) {
   fs::remove_all(dir);
 }
 
+// One command lists every knob: chorus-train links every layer whole, so knobs that it never
+// reads (a test-only fault, a GPU path) register too, with their value when set.
+TEST(ChorusTrain, PrintEnvListsTheKnobsOfEveryLayer) {
+  const CommandResult r = run_command("CHORUS_PARALLEL_FAULT=none " + train(1, "--print-env"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* knob :
+       {"CHORUS_TIMEOUT ", "CHORUS_KERNELS_ISA ", "CHORUS_SHM_SLOT_BYTES ",
+        "CHORUS_GPU_IPC_CHUNK_BYTES ", "CHORUS_TENSOR_GEMM ", "CHORUS_PARALLEL_FAULT "})
+    EXPECT_NE(r.out.find(std::string("\n") + knob), std::string::npos) << knob << " in\n" << r.out;
+  EXPECT_NE(r.out.find("CHORUS_PARALLEL_FAULT          string  none"), std::string::npos) << r.out;
+}
+
 TEST(ChorusTrain, TheTraceFollowsTheFormatAndShowsEveryRank) {
   const std::string dir = temp_dir();
   const std::string trace = dir + "/trace.json";

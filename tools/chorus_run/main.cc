@@ -13,6 +13,7 @@
 
 #include "chorus/config.h"
 #include "chorus/error.h"
+#include "chorus/knob_table.h"
 #include "chorus/log.h"
 #include "cpu_binding.h"
 #include "exit_queue.h"
@@ -35,16 +36,6 @@ namespace {
 constexpr int kExitSetupError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitCannotExecute = 127;
-
-void print_knobs() {
-  std::printf("%-26s %-7s %-8s %s\n", "NAME", "TYPE", "DEFAULT", "DESCRIPTION");
-  for (const KnobInfo& k : all_knobs()) {
-    std::printf("%-26s %-7s %-8s %s", k.name.c_str(), k.type.c_str(),
-                k.default_value.empty() ? "-" : k.default_value.c_str(), k.description.c_str());
-    if (auto value = env_get(k.name.c_str())) std::printf(" [set: %s]", value->c_str());
-    std::printf("\n");
-  }
-}
 
 // "0-2,5,7-8"
 std::string format_ranks(const std::vector<int>& ranks) {
@@ -207,7 +198,7 @@ int main_impl(int argc, char** argv) {
     return 0;
   }
   if (options.print_env) {
-    print_knobs();
+    chorus::print_knobs(stdout);
     return 0;
   }
   try {

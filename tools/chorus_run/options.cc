@@ -45,6 +45,7 @@ Options:
                             numa   a whole NUMA node, ranks round-robin over the nodes
                           (`chorus-topo --mesh` shows the same assignment)
       --print-env         list the CHORUS_* knobs built into chorus-run and exit
+                          (chorus-train --print-env lists every knob of chorus)
   -h, --help              show this help and exit
 
 Each rank gets CHORUS_RANK (= node_rank * N + local rank), CHORUS_WORLD_SIZE (= K * N),

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "chorus/knob_table.h"
 #include "chorus/parallel/checkpoint.h"
 #include "options.h"
 #include "show_schedule.h"
@@ -22,6 +23,11 @@ int main(int argc, char** argv) {
       std::fputs(train::usage().c_str(), stdout);
       return 0;
     }
+  // Every knob of chorus: this program links every layer whole (CMakeLists.txt).
+  if (std::find(args.begin(), args.end(), "--print-env") != args.end()) {
+    print_knobs(stdout);
+    return 0;
+  }
   train::Options options;
   try {
     options = train::parse_options(args);

@@ -94,6 +94,8 @@ Checkpoints and logs:
                            other flags then have no effect)
   --trace FILE             a Chrome-trace timeline of every rank's step (Perfetto, chrome://tracing)
   --quiet                  no per-step lines
+  --print-env              list every CHORUS_* environment knob of chorus (value, default,
+                           meaning) and stop
   -h, --help               this text
 )";
 }

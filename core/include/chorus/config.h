@@ -1,5 +1,5 @@
 // chorus — environment knobs, each declared once with a name, a type, a default and a line of
-// description (like NCCL_PARAM). `chorus-run --print-env` lists them all.
+// description (like NCCL_PARAM). `chorus-train --print-env` lists them all (knob_table.h).
 //
 //   inline const chorus::IntKnob kSlotBytes{"CHORUS_SHM_SLOT_BYTES", 1 << 17, "shm FIFO slot
 //   size"}; size_t b = kSlotBytes.get();   // env value, or the default; a malformed value throws
