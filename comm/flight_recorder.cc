@@ -126,9 +126,12 @@ FlightRecorder::Entry* FlightRecorder::entry_of(uint64_t id) {
   return e.id.load(std::memory_order_relaxed) == id ? &e : nullptr;
 }
 
+// An operation's times never go backwards: the cores' time-stamp counters may disagree by a
+// little (rdtsc is not even ordered with the loads before it), and CLOCK_REALTIME may be set
+// back, so a start or an end read earlier than the event before it takes that event's time.
 void FlightRecorder::started(uint64_t id) {
   if (Entry* e = entry_of(id)) {
-    const uint64_t now = ticks();
+    const uint64_t now = std::max(ticks(), e->issued.load(std::memory_order_relaxed));
     write(*e, [&] {
       e->state.store(static_cast<uint8_t>(State::kRunning), std::memory_order_relaxed);
       e->started.store(now, std::memory_order_relaxed);
@@ -144,10 +147,12 @@ void FlightRecorder::finished(uint64_t id, std::string_view error) {
     std::lock_guard lock(errors_mu_);
     errors_[id & (capacity_ - 1)] = {id, std::string(error)};
   }
+  const uint64_t at_least = std::max(e->started.load(std::memory_order_relaxed),
+                                     e->issued.load(std::memory_order_relaxed));
   write(*e, [&] {
     e->state.store(static_cast<uint8_t>(error.empty() ? State::kDone : State::kFailed),
                    std::memory_order_relaxed);
-    e->ended.store(now, std::memory_order_relaxed);
+    e->ended.store(std::max(now, at_least), std::memory_order_relaxed);
     if (!error.empty()) e->has_error.store(true, std::memory_order_relaxed);
   });
 }
