@@ -74,13 +74,7 @@ void Exchange::queue(transport::Request& req) {
 
 Exchange::RequestId Exchange::post_p2p_send(int peer, const void* src, size_t bytes, int tag,
                                             bool assist) {
-  transport::Request r;
-  r.kind = transport::Request::Kind::kSend;
-  r.assist = assist;
-  r.fifo_only = fifo_only_;
-  r.peer = peer;
-  r.src = static_cast<const std::byte*>(src);
-  r.bytes = bytes;
+  transport::Request r = send_request(peer, src, bytes, assist);
   r.stamp = stamp_;
   r.stamp.seq = p2p_sent_[static_cast<size_t>(peer)]++;
   r.stamp.count = bytes;
@@ -206,7 +200,8 @@ const std::vector<int>& Exchange::awaited() {
   return awaited_;
 }
 
-Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes, bool assist) {
+transport::Request Exchange::send_request(int peer, const void* src, size_t bytes,
+                                          bool assist) const {
   transport::Request r;
   r.kind = transport::Request::Kind::kSend;
   r.assist = assist;
@@ -214,7 +209,11 @@ Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes,
   r.peer = peer;
   r.src = static_cast<const std::byte*>(src);
   r.bytes = bytes;
-  return post(r);
+  return r;
+}
+
+Exchange::RequestId Exchange::post_send(int peer, const void* src, size_t bytes, bool assist) {
+  return post(send_request(peer, src, bytes, assist));
 }
 
 Exchange::RequestId Exchange::post_recv(int peer, void* dst, size_t bytes, bool stream) {

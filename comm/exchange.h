@@ -145,6 +145,8 @@ class Exchange {
 
  private:
   RequestId post(transport::Request r);
+  // A send of `bytes` from `src` to `peer` with this exchange's path settings, not yet posted.
+  transport::Request send_request(int peer, const void* src, size_t bytes, bool assist) const;
   // Puts a request on its peer's queue (eager small sends go out at once).
   void queue(transport::Request& req);
   // Binds point-to-point receives to messages (set aside, or next from a peer); returns whether

@@ -1,5 +1,5 @@
-// Test helpers shared by the multi-process test suites: catching the chorus::Error a call throws,
-// and looking for text in its message.
+// Test helpers shared by the multi-process test suites: catching the chorus::Error (or the
+// InvalidArgument) a call throws, and looking for text in its message.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,6 +21,18 @@ std::optional<Error> error_of(F&& call) {
   }
   ADD_FAILURE() << "expected a chorus::Error";
   return std::nullopt;
+}
+
+// Runs `call` and returns the message of the InvalidArgument it throws, or "(no
+// InvalidArgument)" when it throws none.
+template <class F>
+std::string invalid_message(F&& call) {
+  try {
+    call();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no InvalidArgument)";
 }
 
 inline bool contains(const std::string& text, const std::string& needle) {

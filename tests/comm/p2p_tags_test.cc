@@ -5,6 +5,7 @@
 #include <string>
 
 #include "chorus/communicator.h"
+#include "error_helpers.h"
 #include "multiproc.h"
 #include "p2p_tag_cases.h"
 
@@ -19,16 +20,6 @@ TEST_P(PointToPointTags, OverShm) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, PointToPointTags, ::testing::ValuesIn(p2p_tag_cases()),
                          [](const auto& info) { return info.param.name; });
-
-template <class F>
-std::string invalid_message(F&& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
 
 TEST(PointToPointTagRefusals, NegativeTagsAndLoneAnySource) {
   run_ranks(2, [](Communicator& comm) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "error_helpers.h"
 #include "multiproc.h"
 
 namespace chorus::testing {
@@ -18,16 +19,6 @@ std::vector<int32_t> iota_from(int32_t first, size_t n) {
   std::vector<int32_t> v(n);
   std::iota(v.begin(), v.end(), first);
   return v;
-}
-
-template <class F>
-std::string invalid_message(F&& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
 }
 
 TEST(SelfPointToPoint, SendThenRecvToSelfOnEveryRank) {

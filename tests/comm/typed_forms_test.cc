@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <array>
-#include <functional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "error_helpers.h"
 #include "multiproc.h"
 
 namespace chorus::testing {
@@ -55,15 +55,6 @@ static_assert(!CanSend<float*>);
 static_assert(requires(Communicator & c, F& v, gpu::Stream s) {
   { c.all_reduce_async(v, ReduceOp::kSum, s) } -> std::same_as<Work>;
 });
-
-std::string invalid_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
 
 TEST(TypedForms, EveryCollectiveBlockingAndAsync) {
   run_ranks(3, [](Communicator& comm) {
