@@ -144,7 +144,13 @@ void accumulate_grad(const Tensor& grad, const Tensor& contribution) {
   CHORUS_ARG_CHECK(grad.shape() == contribution.shape() && grad.dtype() == contribution.dtype(),
                    "accumulate_grad: ", to_string(grad.shape()), " ", to_string(grad.dtype()),
                    " vs ", to_string(contribution.shape()), " ", to_string(contribution.dtype()));
-  // On the grad's device; f32 and f64 add elementwise, 16-bit types add in f32 and round once.
+  // On the grad's device: f32 and f64 through the element-wise add (vectorised), anything else
+  // (16-bit types: added in f32 and rounded once; strided grads) as an accumulating copy.
+  if (grad.is_contiguous() && contribution.is_contiguous() &&
+      (grad.dtype() == DataType::kF32 || grad.dtype() == DataType::kF64)) {
+    backend_for(grad.device()).add(grad, grad, contribution);
+    return;
+  }
   copy_tensor(grad, contribution, /*accumulate=*/true);
 }
 
