@@ -35,6 +35,8 @@ void Backend::dropout(const Tensor&, const Tensor&, double, RngKey, bool) { miss
 void Backend::sum(const Tensor&, const Tensor&, double) { missing("sum"); }
 void Backend::add_scalar(const Tensor&, const Tensor&, double) { missing("add_scalar"); }
 double Backend::sum_squares(std::span<const Tensor>) { missing("sum_squares"); }
+float Backend::max_abs(const Tensor&) { missing("max_abs"); }
+optim::U128 Backend::square_units(const Tensor&, int) { missing("square_units"); }
 void Backend::gemm(const GemmArgs&) { missing("gemm"); }
 Tensor Backend::autocast_operand(const Tensor&, DataType) { missing("autocast_operand"); }
 void Backend::gemm_autocast(DataType, const GemmArgs&) { missing("gemm_autocast"); }

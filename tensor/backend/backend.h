@@ -28,6 +28,7 @@
 #include "chorus/tensor/random.h"
 #include "chorus/tensor/storage.h"
 #include "chorus/tensor/tensor.h"
+#include "optim/square_units.h"
 
 namespace chorus::tensor {
 
@@ -121,6 +122,12 @@ class Backend {
   // The sum of the squares of every element of every tensor (dense, f32/f64), in double, on the
   // host: a gradient norm's square, or infinite / NaN when some element is.
   virtual double sum_squares(std::span<const Tensor> tensors);
+  // The exact gradient norm's passes (optim/square_units.h), on the host, for dense f32 and f64
+  // (and, on the CPU, bf16 and f16) tensors: the largest |x| (+inf when an element is NaN or
+  // infinite), and the sum of x's squares on the grid 2^scale_exponent in units. Bit-exact on
+  // every device: the grid is one definition and integer sums have no order.
+  virtual float max_abs(const Tensor& x);
+  virtual optim::U128 square_units(const Tensor& x, int scale_exponent);
 
   // ---- matrix products --------------------------------------------------------------------------
   // a, b, c of one float dtype; the backend's f32 or f64 GEMM.

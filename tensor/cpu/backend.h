@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
   void sum(const Tensor& out, const Tensor& x, double factor) override;
   void add_scalar(const Tensor& dx, const Tensor& dy, double factor) override;
   double sum_squares(std::span<const Tensor> tensors) override;
+  float max_abs(const Tensor& x) override;
+  optim::U128 square_units(const Tensor& x, int scale_exponent) override;
 
   void gemm(const GemmArgs& args) override;
   Tensor autocast_operand(const Tensor& x, DataType lowp) override;

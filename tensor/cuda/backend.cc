@@ -213,6 +213,41 @@ double CudaBackend::sum_squares(std::span<const Tensor> tensors) {
   return host;
 }
 
+float CudaBackend::max_abs(const Tensor& x) {
+  float host = 0;
+  if (x.numel() == 0) return host;
+  const Tensor work = scratch(cuda::norm_scratch_bytes());
+  const Tensor result = Tensor::empty({1}, DataType::kF32, device());
+  {
+    gpu::DeviceGuard on(ordinal());
+    cuda::max_abs(x.dtype(), x.data_ptr(), x.numel(), static_cast<float*>(result.data_ptr()),
+                  work.data_ptr(), stream().native);
+  }
+  copy_to_host(&host, result);
+  return host;
+}
+
+optim::U128 CudaBackend::square_units(const Tensor& x, int scale_exponent) {
+  const double scale = std::ldexp(1.0, scale_exponent);
+  constexpr int64_t kPass = int64_t{1} << 31;  // elements per pass: no limb sum overflows
+  const Tensor work = scratch(cuda::norm_scratch_bytes());
+  const Tensor limbs = Tensor::empty({4}, DataType::kI64, device());
+  optim::U128 total = 0;
+  for (int64_t begin = 0; begin < x.numel(); begin += kPass) {
+    const int64_t n = std::min(kPass, x.numel() - begin);
+    {
+      gpu::DeviceGuard on(ordinal());
+      cuda::square_limbs(x.dtype(), at(x, begin), n, scale,
+                         static_cast<uint64_t*>(limbs.data_ptr()), work.data_ptr(),
+                         stream().native);
+    }
+    uint64_t host[4] = {};
+    copy_to_host(host, limbs);
+    for (int k = 0; k < 4; ++k) total += static_cast<optim::U128>(host[k]) << (32 * k);
+  }
+  return total;
+}
+
 // ---- matrix products ----------------------------------------------------------------------------
 
 void CudaBackend::gemm(const GemmArgs& g) {

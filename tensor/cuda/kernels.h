@@ -70,6 +70,15 @@ struct SquaresInput {
 size_t sum_squares_scratch_bytes(size_t count);
 void sum_squares(const SquaresInput* inputs, size_t count, double* result, void* scratch,
                  Stream stream);
+// The exact gradient norm's passes (square_units.cu; optim/square_units.h), for f32, f64, bf16
+// and f16, with device scratch of norm_scratch_bytes():
+//   *result (a device float) = the largest |x|, +inf when an element is NaN or infinite;
+//   result[0..3] (device) = the sums of the 32-bit limbs of x's squares on the grid of `scale`
+//   (n below 2^32, so that no limb sum overflows).
+size_t norm_scratch_bytes();
+void max_abs(DataType dt, const void* x, int64_t n, float* result, void* scratch, Stream stream);
+void square_limbs(DataType dt, const void* x, int64_t n, double scale, uint64_t* result,
+                  void* scratch, Stream stream);
 // out (C) (+)= column sums of in (N, C) [assigned when `assign`].
 size_t column_sums_scratch_bytes(DataType dt, int64_t N, int64_t C);
 void column_sums(DataType dt, void* out, const void* in, int64_t N, int64_t C, bool assign,

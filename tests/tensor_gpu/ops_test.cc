@@ -305,9 +305,9 @@ TEST_F(TensorGpuOps, OptimizerPieces) {
   for (auto& [n, t] : cpu) cp.push_back(t);
   for (auto& [n, t] : gpu) gp.push_back(t);
   const double cpu_norm = optim::clip_grad_norm(cp, 0.5), gpu_norm = optim::clip_grad_norm(gp, 0.5);
-  EXPECT_NEAR(gpu_norm, cpu_norm, 1e-12 * cpu_norm);
+  EXPECT_EQ(gpu_norm, cpu_norm) << "the exact norm has the same bits on every device";
   for (size_t i = 0; i < cp.size(); ++i)
-    expect_close(gp[i].grad(), cp[i].grad(), kElementwise, "clipped gradient");
+    EXPECT_EQ(gp[i].grad().to_vector(), cp[i].grad().to_vector()) << "clipped " << cpu[i].first;
 
   GradScaler cpu_scaler, gpu_scaler;
   EXPECT_TRUE(cpu_scaler.step(cpu_opt));
@@ -316,6 +316,29 @@ TEST_F(TensorGpuOps, OptimizerPieces) {
     expect_close(gp[i].grad(), cp[i].grad(), kElementwise, "unscaled gradient");
   gp[2].mutable_grad().narrow(0, 3, 1).fill_(std::numeric_limits<double>::infinity());
   EXPECT_FALSE(gpu_scaler.step(gpu_opt)) << "an inf gradient on the device is an overflow";
+}
+
+// The exact gradient norm's passes on the device equal the CPU's bit for bit, for every float
+// dtype a gradient may have, at sizes 0, 1, odd and large (many blocks, several passes of the
+// fold); a NaN or an infinity makes the largest |g| infinite.
+TEST_F(TensorGpuOps, ExactNormEqualsTheCpu) {
+  for (DataType dt : {DataType::kF32, DataType::kF64, DataType::kBF16, DataType::kF16}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1001}, int64_t{(1 << 20) + 3}}) {
+      const Tensor g = random({n}, 90 + static_cast<uint64_t>(n), DataType::kF32, -3, 3).to(dt);
+      const Tensor d = g.to(device_);
+      const std::string what = detail::concat(to_string(dt), " n=", n);
+      const float m = optim::grad_max_abs(g);
+      EXPECT_EQ(optim::grad_max_abs(d), m) << what;
+      optim::SquareUnits cu{}, du{};
+      optim::add_squares(g, m, cu);
+      optim::add_squares(d, m, du);
+      EXPECT_EQ(du, cu) << what;
+      EXPECT_EQ(optim::norm_of(du, m), optim::norm_of(cu, m)) << what;
+    }
+  }
+  Tensor bad = random({4097}, 99).to(device_);
+  bad.narrow(0, 4000, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(optim::grad_max_abs(bad), std::numeric_limits<float>::infinity());
 }
 
 // A GPT step on the device against the CPU (loss, every parameter's gradient), then ten AdamW
