@@ -127,7 +127,8 @@ FileInfo write_items(const std::vector<Item>& items, const std::string& path,
     e.shape = it.full_shape;
     e.offset = offset;
     const size_t es = dtype_size(e.dtype);
-    const auto* base = static_cast<const char*>(it.local.data_ptr());
+    const Tensor host = it.local.to(tensor::Device::cpu());  // a GPU's tensors are written from a copy
+    const auto* base = static_cast<const char*>(host.data_ptr());
     uint64_t h = fnv1a(nullptr, 0);
     for (const Run& run : it.region) {
       const char* bytes = base + run.local * static_cast<int64_t>(es);
@@ -182,6 +183,12 @@ class Reader {
   // (name, kind) entries; throws when an element is in none.
   void fill(Tensor& local, const Region& region, const std::string& name, const std::string& kind,
             const tensor::Shape& full_shape) {
+    if (!local.device().is_cpu()) {  // a GPU's tensor is filled through a host copy
+      Tensor host = local.to(tensor::Device::cpu());
+      fill(host, region, name, kind, full_shape);
+      local.copy_(host);
+      return;
+    }
     auto it = index_.find({name, kind});
     CHORUS_ARG_CHECK(it != index_.end(), "checkpoint ", dir_, ": no ", kind, " of '", name,
                      "' in any file (a partial checkpoint, or another model)");

@@ -9,6 +9,7 @@
 
 #include "chorus/error.h"
 #include "chorus/tensor/autograd.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 namespace {
@@ -72,6 +73,7 @@ void broadcast_parameters(Communicator& group, const tensor::nn::NamedTensors& p
                           size_t chunk_bytes) {
   if (group.size() == 1) return;
   tensor::NoGradGuard no_grad;
+  TensorComm comm(group, common_device(params, "broadcast_parameters"), CommOrder::kInline);
   for (const auto& [name, p] : params) {
     if (p.is_contiguous()) {
       const size_t es = dtype_size(p.dtype());
@@ -79,12 +81,12 @@ void broadcast_parameters(Communicator& group, const tensor::nn::NamedTensors& p
       auto* base = static_cast<std::byte*>(p.data_ptr());
       for (size_t off = 0; off < static_cast<size_t>(p.numel()); off += per) {
         const size_t cnt = std::min(per, static_cast<size_t>(p.numel()) - off);
-        group.broadcast(base + off * es, base + off * es, cnt, p.dtype(), 0);
+        comm.broadcast(base + off * es, base + off * es, cnt, p.dtype(), 0);
       }
     } else {
       tensor::Tensor tmp = p.contiguous();
-      group.broadcast(tmp.data_ptr(), tmp.data_ptr(), static_cast<size_t>(tmp.numel()), tmp.dtype(),
-                      0);
+      comm.broadcast(tmp.data_ptr(), tmp.data_ptr(), static_cast<size_t>(tmp.numel()), tmp.dtype(),
+                     0);
       tensor::Tensor(p).copy_(tmp);
     }
   }

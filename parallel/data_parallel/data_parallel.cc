@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "chorus/error.h"
@@ -28,6 +29,7 @@
 #include "common/flat_layout.h"
 #include "common/kernel_agreement.h"
 #include "common/replica_check.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 
@@ -36,6 +38,7 @@ using tensor::Tensor;
 struct DistributedDataParallel::Impl {
   tensor::nn::Module* module = nullptr;
   Communicator* group = nullptr;
+  std::optional<TensorComm> comm;  // the buckets' reductions, beside backward on a GPU
   DDPOptions options;
   std::vector<std::string> names;  // parameters that require grad, registration order
   std::vector<Tensor> params;
@@ -107,15 +110,15 @@ void DistributedDataParallel::Impl::launch(size_t b) {
   const FlatBucket& bucket = layout.buckets[b];
   Tensor& buf = flat[b];
   if (b == 0 && injected_fault() == Fault::kReduceTwice)  // tests: a bucket reduced twice
-    group->all_reduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
-                      bucket.dtype, ReduceOp::kSum);
+    comm->all_reduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
+                     bucket.dtype, ReduceOp::kSum);
   if (intermediate)
-    work[b] = group->reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
-                                  bucket.dtype, ReduceOp::kSum, 0);
+    work[b] = comm->reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
+                                 bucket.dtype, ReduceOp::kSum, 0);
   else
     work[b] =
-        group->all_reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
-                                bucket.dtype, options.average ? ReduceOp::kAvg : ReduceOp::kSum);
+        comm->all_reduce_async(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(bucket.numel),
+                               bucket.dtype, options.average ? ReduceOp::kAvg : ReduceOp::kSum);
   in_flight[b] = 1;
   ++stats.reductions;
 }
@@ -147,7 +150,7 @@ void DistributedDataParallel::Impl::wait_bucket(size_t b) {
   if (!in_flight[b]) return;
   const auto t0 = std::chrono::steady_clock::now();
   in_flight[b] = 0;
-  work[b].wait();
+  comm->complete(work[b]);
   stats.exposed_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -170,6 +173,8 @@ DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Com
   for (auto& [name, p] : module.named_parameters())
     if (!options.include || options.include(name)) all.emplace_back(name, p);
   check_same_parameters(group, all, "DistributedDataParallel");
+  const tensor::Device device = common_device(all, "DistributedDataParallel");
+  d.comm.emplace(group, device, CommOrder::kOverlap);
   if (options.broadcast_parameters) broadcast_parameters(group, all);
   agree_on_kernels(group);
 
@@ -188,7 +193,7 @@ DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Com
   tensor::NoGradGuard no_grad;
   d.views.resize(d.params.size());
   for (const FlatBucket& bucket : d.layout.buckets) {
-    Tensor buf = Tensor::zeros({bucket.numel}, bucket.dtype);
+    Tensor buf = Tensor::zeros({bucket.numel}, bucket.dtype, device);
     for (const FlatSlot& s : bucket.slots) {
       Tensor& p = d.params[s.param];
       Tensor view = buf.narrow(0, s.offset, s.numel).view(p.shape());

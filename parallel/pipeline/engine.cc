@@ -23,6 +23,7 @@
 #include "chorus/parallel/trace.h"
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/ops.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 
@@ -51,6 +52,11 @@ struct PipelineEngine::Impl {
   // One communicator per channel (each runs its operations in issue order): activations
   // forward, gradients backward, and the tied embedding's gradients.
   std::optional<Communicator> act, grad, tied_comm;
+  // The model's device, and each channel's transfers in the engine's order on it (beside the
+  // compute on a GPU: common/tensor_comm.h).
+  tensor::Device device;
+  std::map<const Communicator*, TensorComm> ordered;
+  TensorComm& on(Communicator* c) { return ordered.at(c); }
   PipelineOptions options;
   PipeSchedule schedule;
   std::vector<int64_t> bounds;  // block boundaries of the virtual stages
@@ -127,7 +133,7 @@ struct PipelineEngine::Impl {
   }
   Tensor receive_buffer(const PipeAction& a) {
     if (a.op == PipeOp::kRecvTiedGrad) return tied_grad(a.micro, a.chunk);
-    return Tensor::empty(activation_shape());
+    return Tensor::empty(activation_shape(), DataType::kF32, device);
   }
   void received(const PipeAction& a, Tensor buf) {
     Slot& slot = slots[{a.micro, a.chunk}];
@@ -170,9 +176,9 @@ struct PipelineEngine::Impl {
         const PipeAction& rcv = is_send(mine[0]->op) ? *mine[1] : *mine[0];
         Tensor out = payload(snd);
         Tensor in = receive_buffer(rcv);
-        Work w = c->send_recv_async(out.data_ptr(), static_cast<size_t>(out.numel()), peer(snd),
-                                    in.data_ptr(), static_cast<size_t>(in.numel()), peer(rcv),
-                                    out.dtype());
+        Work w = on(c).send_recv_async(out.data_ptr(), static_cast<size_t>(out.numel()),
+                                       peer(snd), in.data_ptr(), static_cast<size_t>(in.numel()),
+                                       peer(rcv), out.dtype());
         send_buffers.push_back(out);
         expect(rcv, in, w);
         continue;
@@ -180,14 +186,15 @@ struct PipelineEngine::Impl {
       for (const PipeAction* a : mine) {
         if (is_send(a->op)) {
           Tensor out = payload(*a);
-          sends.push_back(c->send_async(out.data_ptr(), static_cast<size_t>(out.numel()),
-                                        out.dtype(), peer(*a)));
+          sends.push_back(on(c).send_async(out.data_ptr(), static_cast<size_t>(out.numel()),
+                                           out.dtype(), peer(*a)));
           send_buffers.push_back(out);  // kept until the send is done
         } else {
           Tensor in = receive_buffer(*a);
           expect(
               *a, in,
-              c->recv_async(in.data_ptr(), static_cast<size_t>(in.numel()), in.dtype(), peer(*a)));
+              on(c).recv_async(in.data_ptr(), static_cast<size_t>(in.numel()), in.dtype(),
+                               peer(*a)));
         }
       }
     }
@@ -283,6 +290,9 @@ PipelineEngine::PipelineEngine(tensor::nn::GPT& model, DeviceMesh& mesh, Pipelin
   e.act = e.pp->split(0, e.s, e.pp->group_name() + " activations");
   e.grad = e.pp->split(0, e.s, e.pp->group_name() + " gradients");
   e.tied_comm = e.pp->split(0, e.s, e.pp->group_name() + " tied gradients");
+  e.device = common_device(model.named_parameters(), "pipeline");
+  for (Communicator* c : {&*e.act, &*e.grad, &*e.tied_comm})
+    e.ordered.emplace(c, TensorComm(*c, e.device, CommOrder::kOverlap));
   e.schedule = make_schedule(options.schedule, e.p, options.chunks, options.micro_batches, e.tied);
   validate(e.schedule);  // throws on a broken schedule, before any work
   e.V = e.p * e.schedule.chunks;
@@ -422,8 +432,9 @@ void PipelineEngine::sync_tied_weights() {
   Impl& e = *impl_;
   if (!e.tied) return;
   Tensor w = e.model->wte->weight;
-  if (e.s == 0) e.pp->send(w.data_ptr(), static_cast<size_t>(w.numel()), w.dtype(), e.p - 1);
-  if (e.s == e.p - 1) e.pp->recv(w.data_ptr(), static_cast<size_t>(w.numel()), w.dtype(), 0);
+  TensorComm pp(*e.pp, e.device, CommOrder::kInline);
+  if (e.s == 0) pp.send(w.data_ptr(), static_cast<size_t>(w.numel()), w.dtype(), e.p - 1);
+  if (e.s == e.p - 1) pp.recv(w.data_ptr(), static_cast<size_t>(w.numel()), w.dtype(), 0);
 }
 
 tensor::nn::NamedTensors PipelineEngine::gather_parameters() {
@@ -439,12 +450,13 @@ tensor::nn::NamedTensors PipelineEngine::gather_parameters() {
     if (name.rfind("ln_f.", 0) == 0) return e.stage_of(e.V - 1);
     return 0;  // wte, wpe
   };
+  TensorComm pp(*e.pp, e.device, CommOrder::kInline);
   for (const auto& [name, t] : e.model->named_parameters()) {
-    Tensor full = Tensor::empty(t.shape(), t.dtype());
+    Tensor full = Tensor::empty(t.shape(), t.dtype(), t.device());
     const int root = owner(name);
     if (e.s == root) full.copy_(t);
-    e.pp->broadcast(full.data_ptr(), full.data_ptr(), static_cast<size_t>(full.numel()),
-                    full.dtype(), root);
+    pp.broadcast(full.data_ptr(), full.data_ptr(), static_cast<size_t>(full.numel()), full.dtype(),
+                 root);
     out.emplace_back(name, full);
   }
   return out;

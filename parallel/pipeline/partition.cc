@@ -8,6 +8,7 @@
 
 #include "chorus/error.h"
 #include "chorus/parallel/pipeline.h"
+#include "chorus/tensor/device.h"
 #include "chorus/tensor/autograd.h"
 
 namespace chorus::parallel {
@@ -54,11 +55,13 @@ std::vector<int64_t> balance_layers(const std::vector<double>& costs, int parts)
 
 namespace {
 
-double median_seconds(int reps, const std::function<void()>& fn) {
+// The median time of fn over `reps` runs after one warm-up, each to the end of its device work.
+double median_seconds(int reps, tensor::Device device, const std::function<void()>& fn) {
   std::vector<double> t;
   for (int r = 0; r < reps + 1; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
+    tensor::synchronize(device);  // a GPU's kernels are timed to their end
     if (r > 0)
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -74,22 +77,24 @@ std::vector<double> measure_layer_costs(tensor::nn::GPT& model, int64_t micro_ba
   std::vector<int64_t> ids(static_cast<size_t>(micro_batch * cfg.context));
   for (size_t i = 0; i < ids.size(); ++i)
     ids[i] = static_cast<int64_t>(i % static_cast<size_t>(cfg.vocab));
-  const Tensor idx = Tensor::from_vector(std::span<const int64_t>(ids), {micro_batch, cfg.context});
+  const tensor::Device device = model.wte->weight.device();
+  const Tensor idx =
+      Tensor::from_vector(std::span<const int64_t>(ids), {micro_batch, cfg.context}).to(device);
   // Measured on detached copies of the inputs, so nothing accumulates into the model's
   // gradients beyond what zero_grad() drops afterwards.
   std::vector<double> costs;
   Tensor x = model.embed(idx).detach();
-  costs.push_back(median_seconds(reps, [&] { tensor::sum(model.embed(idx)).backward(); }));
+  costs.push_back(median_seconds(reps, device, [&] { tensor::sum(model.embed(idx)).backward(); }));
   for (int64_t i = 0; i < cfg.layers; ++i) {
     Tensor in = x.detach();
     in.set_requires_grad(true);
     costs.push_back(
-        median_seconds(reps, [&] { tensor::sum(model.blocks(in, i, i + 1)).backward(); }));
+        median_seconds(reps, device, [&] { tensor::sum(model.blocks(in, i, i + 1)).backward(); }));
   }
   {
     Tensor in = x.detach();
     in.set_requires_grad(true);
-    costs.push_back(median_seconds(reps, [&] {
+    costs.push_back(median_seconds(reps, device, [&] {
       const int64_t N = idx.numel();
       Tensor logits = model.head(in);
       model.wte->tied_loss(logits.view({N, logits.size(-1)}), idx.reshape({N})).backward();

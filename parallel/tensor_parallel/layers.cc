@@ -6,6 +6,7 @@
 #include "chorus/error.h"
 #include "chorus/parallel/tensor_parallel.h"
 #include "chorus/tensor/autograd.h"
+#include "common/tensor_comm.h"
 #include "chorus/tensor/random.h"
 #include "common/fault_injection.h"
 
@@ -57,6 +58,7 @@ std::shared_ptr<ColumnParallelLinear> ColumnParallelLinear::slice_of(const tenso
     if (full.bias.defined())
       m->bias.narrow(0, p * local, local).copy_(full.bias.narrow(0, src, local));
   }
+  m->to(full.weight.device());  // the slice lives where the whole layer did
   return m;
 }
 
@@ -97,6 +99,7 @@ std::shared_ptr<RowParallelLinear> RowParallelLinear::slice_of(const tensor::nn:
   tensor::NoGradGuard no_grad;
   m->weight.copy_(full.weight.narrow(1, tp.rank() * local, local));
   if (full.bias.defined()) m->bias.copy_(full.bias);
+  m->to(full.weight.device());  // the slice lives where the whole layer did
   return m;
 }
 
@@ -141,6 +144,7 @@ std::shared_ptr<VocabParallelEmbedding> VocabParallelEmbedding::slice_of(
   m->weight.zero_();
   const int64_t real = std::max<int64_t>(0, std::min(m->rows_, vocab - m->start_));
   if (real > 0) m->weight.narrow(0, 0, real).copy_(full.weight.narrow(0, m->start_, real));
+  m->to(full.weight.device());  // the slice lives where the whole layer did
   return m;
 }
 
@@ -158,7 +162,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& idx) const {
       local[i] = mine ? id - start_ : 0;
       keep[i] = mine ? 1.f : 0.f;
     }
-    const Tensor local_idx = Tensor::from_vector(std::span<const int64_t>(local), idx.shape());
+    const Tensor local_idx =
+        Tensor::from_vector(std::span<const int64_t>(local), idx.shape()).to(weight.device());
     const DataType dt = weight.dtype() == DataType::kF64 ? DataType::kF64 : DataType::kF32;
     Tensor rows = tensor::embedding(local_idx, as_dtype(weight, dt));  // (..., C)
     // The mask (..., C): 1 for rows this rank holds.
@@ -168,7 +173,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& idx) const {
     for (size_t i = 0; i < keep.size(); ++i)
       std::fill(m.begin() + static_cast<std::ptrdiff_t>(i * dim_),
                 m.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim_), keep[i]);
-    const Tensor mask = Tensor::from_vector(std::span<const float>(m), mshape, dt);
+    const Tensor mask =
+        Tensor::from_vector(std::span<const float>(m), mshape, dt).to(weight.device());
     return reduce_from_tensor_parallel(tensor::mul(rows, mask), *tp_);
   });
 }
@@ -181,8 +187,9 @@ Tensor VocabParallelEmbedding::tied_logits(const Tensor& x) const {
   std::vector<double> pad(static_cast<size_t>(logits.numel()), 0.0);
   for (size_t i = 0; i < pad.size(); ++i)
     if (static_cast<int64_t>(i) % rows_ >= real) pad[i] = -std::numeric_limits<double>::infinity();
-  return tensor::add(
-      logits, Tensor::from_vector(std::span<const double>(pad), logits.shape(), logits.dtype()));
+  return tensor::add(logits,
+                     Tensor::from_vector(std::span<const double>(pad), logits.shape(), logits.dtype())
+                         .to(logits.device()));
 }
 
 Tensor VocabParallelEmbedding::tied_loss(const Tensor& logits, const Tensor& targets) const {
@@ -192,12 +199,14 @@ Tensor VocabParallelEmbedding::tied_loss(const Tensor& logits, const Tensor& tar
   Communicator* group = tp_;
   tensor::VocabReductions reductions;
   reductions.max_all_reduce = [group](Tensor& row_max) {
-    group->all_reduce(row_max.data_ptr(), row_max.data_ptr(), static_cast<size_t>(row_max.numel()),
-                      row_max.dtype(), ReduceOp::kMax);
+    TensorComm(*group, row_max.device(), CommOrder::kInline)
+        .all_reduce(row_max.data_ptr(), row_max.data_ptr(), static_cast<size_t>(row_max.numel()),
+                    row_max.dtype(), ReduceOp::kMax);
   };
   reductions.sum_all_reduce = [group](Tensor& sums) {
-    group->all_reduce(sums.data_ptr(), sums.data_ptr(), static_cast<size_t>(sums.numel()),
-                      sums.dtype(), ReduceOp::kSum);
+    TensorComm(*group, sums.device(), CommOrder::kInline)
+        .all_reduce(sums.data_ptr(), sums.data_ptr(), static_cast<size_t>(sums.numel()),
+                    sums.dtype(), ReduceOp::kSum);
   };
   return tensor::cross_entropy_vocab_parallel(logits, targets, start_, reductions);
 }

@@ -1,6 +1,7 @@
 // The conjugate operators f and g of tensor parallelism (tensor_parallel.h), as autograd ops.
 #include "chorus/parallel/tensor_parallel.h"
 #include "chorus/tensor/autograd.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 
@@ -27,8 +28,9 @@ Tensor copy_to_tensor_parallel(const Tensor& x, Communicator& tp) {
   Communicator* group = &tp;
   return tensor::record("tp_copy", x.detach(), {x}, [group](const Tensor& dy, GradSink& sink) {
     Tensor sum = dy.contiguous().clone();
-    group->all_reduce(sum.data_ptr(), sum.data_ptr(), static_cast<size_t>(sum.numel()), sum.dtype(),
-                      ReduceOp::kSum);
+    TensorComm(*group, sum.device(), CommOrder::kInline)
+        .all_reduce(sum.data_ptr(), sum.data_ptr(), static_cast<size_t>(sum.numel()), sum.dtype(),
+                    ReduceOp::kSum);
     accumulate(sink, sum);
   });
 }
@@ -37,8 +39,9 @@ Tensor reduce_from_tensor_parallel(const Tensor& x, Communicator& tp) {
   if (tp.size() == 1) return x;
   const Tensor in = x.contiguous();
   Tensor out = Tensor::empty_like(in);
-  tp.all_reduce(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), in.dtype(),
-                ReduceOp::kSum);
+  TensorComm(tp, in.device(), CommOrder::kInline)
+      .all_reduce(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), in.dtype(),
+                  ReduceOp::kSum);
   return tensor::record("tp_reduce", out, {x},
                         [](const Tensor& dy, GradSink& sink) { accumulate(sink, dy); });
 }

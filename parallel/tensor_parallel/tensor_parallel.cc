@@ -6,6 +6,7 @@
 #include "chorus/error.h"
 #include "chorus/log.h"
 #include "chorus/tensor/autograd.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 
@@ -42,8 +43,9 @@ namespace {
 // Every rank's copy of `t` side by side: (n, t's elements), contiguous.
 Tensor gather(const Tensor& t, Communicator& tp) {
   const Tensor in = t.detach().contiguous();
-  Tensor out = Tensor::empty({tp.size(), in.numel()}, in.dtype());
-  tp.all_gather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), in.dtype());
+  Tensor out = Tensor::empty({tp.size(), in.numel()}, in.dtype(), in.device());
+  TensorComm(tp, in.device(), CommOrder::kInline)
+      .all_gather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), in.dtype());
   return out;
 }
 
@@ -54,7 +56,7 @@ Tensor gather_rows(const Tensor& t, int parts, Communicator& tp) {
   const int64_t rows = t.size(0), cols = t.dim() > 1 ? t.size(1) : 1, local = rows / parts;
   tensor::Shape shape = t.shape();
   shape[0] = rows * n;
-  Tensor full = Tensor::empty(shape, t.dtype());
+  Tensor full = Tensor::empty(shape, t.dtype(), t.device());
   Tensor flat = full.view({rows * n, cols});
   for (int p = 0; p < parts; ++p)
     for (int r = 0; r < n; ++r)
@@ -79,7 +81,7 @@ tensor::nn::NamedTensors gather_tensor_parallel(tensor::nn::Module& model, Commu
     } else if (dynamic_cast<RowParallelLinear*>(&m) != nullptr && member == "weight") {
       const Tensor all = gather(p, tp);  // (n, out * local)
       const int64_t rows = p.size(0), local = p.size(1);
-      full = Tensor::empty({rows, local * tp.size()}, p.dtype());
+      full = Tensor::empty({rows, local * tp.size()}, p.dtype(), p.device());
       for (int r = 0; r < tp.size(); ++r)
         full.narrow(1, r * local, local).copy_(all.select(0, r).view({rows, local}));
     } else if (auto* emb = dynamic_cast<VocabParallelEmbedding*>(&m)) {

@@ -57,7 +57,7 @@ void ZeroOptimizer::Impl::on_grad_ready(size_t i, Tensor& grad) {
   ZeroGroup& g = groups[gi];
   const FlatSlot& slot = g.slots[si];
   if (options.stage == 2) {
-    if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype);
+    if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype, device);
     if (grad.defined()) g.flat_grad.narrow(0, slot.offset, slot.numel).copy_(grad.reshape({-1}));
     params[i].set_grad({});  // the full gradient goes: only the shard stays
   } else {
@@ -94,11 +94,12 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
   if (options.stage == 1 && intermediate) {
     // Folding under no_sync(): onto rank 0's running sum.
     g.reduce =
-        dp->reduce_async(flat, flat, static_cast<size_t>(g.numel), g.dtype, ReduceOp::kSum, 0);
+        beside->reduce_async(flat, flat, static_cast<size_t>(g.numel), g.dtype, ReduceOp::kSum, 0);
   } else if (options.stage == 1) {
     // In place: this rank's reduced shard lands at [lo, hi) of the gradient buffer.
     g.reduce =
-        dp->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard, g.dtype, op);
+        beside->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard, g.dtype,
+                                     op);
   } else {
     // Free the buffers of reduce-scatters that are done, and keep at most kInFlight full
     // buffers alive: beyond that, the oldest is waited for (bounded memory for less overlap).
@@ -113,13 +114,14 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
       }
     if (fold) {
       // Every rank's copy of this rank's shard comes in; wait_reduce adds them in rank order.
-      g.inbox = Tensor::empty({g.numel}, g.dtype);
-      g.reduce = dp->all_to_all_async(flat, g.inbox.data_ptr(), shard, g.dtype);
+      g.inbox = Tensor::empty({g.numel}, g.dtype, device);
+      g.reduce = beside->all_to_all_async(flat, g.inbox.data_ptr(), shard, g.dtype);
     } else {
       Tensor target = g.shard_grad;
-      if (!g.shard_grad_fresh) target = g.reduce_into = Tensor::empty({g.hi - g.lo}, g.dtype);
+      if (!g.shard_grad_fresh)
+        target = g.reduce_into = Tensor::empty({g.hi - g.lo}, g.dtype, device);
       g.shard_grad_fresh = false;
-      g.reduce = dp->reduce_scatter_async(flat, target.data_ptr(), shard, g.dtype, op);
+      g.reduce = beside->reduce_scatter_async(flat, target.data_ptr(), shard, g.dtype, op);
     }
     // The buffer now belongs to the reduce-scatter: a later backward binds a fresh one
     // (prepare_backward), and this one goes once the reduce-scatter is done (wait_reduce).
@@ -137,7 +139,7 @@ void ZeroOptimizer::Impl::finish_backward() {
                     "' got no gradient in this backward; it is reduced as zero (reported once)");
       ZeroGroup& g = groups[where[i].first];
       if (options.stage == 3) bind_unit_grads(where[i].first);
-      if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype);
+      if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype, device);
       ready[i] = 1;
       if (--g.pending == 0 && options.stage == 3) release(where[i].first);
     }
@@ -165,8 +167,11 @@ void ZeroOptimizer::Impl::wait_reduce(size_t gi) {
     g.inbox = Tensor();
   }
   if (g.reduce_into.defined()) {
-    kernels::reduce(g.dtype, ReduceOp::kSum, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
-                    g.reduce_into.data_ptr(), static_cast<size_t>(g.hi - g.lo));
+    if (device.is_cpu())
+      kernels::reduce(g.dtype, ReduceOp::kSum, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
+                      g.reduce_into.data_ptr(), static_cast<size_t>(g.hi - g.lo));
+    else
+      tensor::accumulate_grad(g.shard_grad, g.reduce_into);  // the same a + b, on the device
     g.reduce_into = Tensor();
   }
   if (options.stage >= 2 && !g.grads_bound) {

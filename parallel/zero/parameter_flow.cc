@@ -36,8 +36,8 @@ void ZeroOptimizer::Impl::prefetch(size_t gi) {
   ZeroGroup& g = groups[gi];
   if (g.params != ZeroGroup::Params::kReleased) return;
   g.flat_param.storage()->reallocate();
-  g.gather = dp->all_gather_async(g.shard_param.data_ptr(), g.flat_param.data_ptr(),
-                                  static_cast<size_t>(g.hi - g.lo), g.dtype);
+  g.gather = beside->all_gather_async(g.shard_param.data_ptr(), g.flat_param.data_ptr(),
+                                      static_cast<size_t>(g.hi - g.lo), g.dtype);
   g.params = ZeroGroup::Params::kGathering;
 }
 
@@ -72,7 +72,7 @@ void ZeroOptimizer::Impl::bind_unit_grads(size_t gi) {
   ZeroGroup& g = groups[gi];
   if (g.grads_bound) return;
   wait_reduce(gi);  // an earlier backward's reduce-scatter still reads the old buffer
-  g.flat_grad = Tensor::zeros({g.numel}, g.dtype);
+  g.flat_grad = Tensor::zeros({g.numel}, g.dtype, device);
   for (const FlatSlot& s : g.slots) {
     Tensor& p = params[s.param];
     p.bind_grad(g.flat_grad.narrow(0, s.offset, s.numel).view(p.shape()));

@@ -65,6 +65,13 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   for (auto& [name, p] : model.named_parameters())
     if (!options.include || options.include(name)) all.emplace_back(name, p);
   check_same_parameters(dp, all, "ZeroOptimizer");
+  z.device = common_device(all, "ZeroOptimizer");
+  CHORUS_ARG_CHECK(z.device.is_cpu() || !z.fold || options.stage == 1 || !options.average,
+                   "ZeroOptimizer: the deterministic mode's averaged stage ", options.stage,
+                   " divides its folded shards on the host; on ", tensor::to_string(z.device),
+                   " it is not supported yet (stage 1, or the default mode)");
+  z.beside.emplace(dp, z.device, CommOrder::kOverlap);
+  z.inline_.emplace(dp, z.device, CommOrder::kInline);
   if (options.broadcast_parameters) broadcast_parameters(dp, all);
   agree_on_kernels(dp);
   for (const auto& [name, p] : all)
@@ -140,7 +147,7 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   // Parameters become views into their group's flat buffer; gradients follow the stage.
   tensor::NoGradGuard no_grad;
   for (ZeroGroup& g : z.groups) {
-    g.flat_param = Tensor::zeros({g.numel}, g.dtype);
+    g.flat_param = Tensor::zeros({g.numel}, g.dtype, z.device);
     for (const FlatSlot& s : g.slots) {
       Tensor& p = z.params[s.param];
       Tensor view = g.flat_param.narrow(0, s.offset, s.numel).view(p.shape());
@@ -149,13 +156,13 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
       p.set_data(view);
       p.set_grad({});
       if (options.stage == 1) {
-        if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype);
+        if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype, z.device);
         Tensor gv = g.flat_grad.narrow(0, s.offset, s.numel).view(p.shape());
         if (old_grad.defined()) gv.copy_(old_grad);
         p.bind_grad(gv);
       }
     }
-    if (options.stage >= 2) g.shard_grad = Tensor::zeros({g.hi - g.lo}, g.dtype);
+    if (options.stage >= 2) g.shard_grad = Tensor::zeros({g.hi - g.lo}, g.dtype, z.device);
     if (options.stage == 3) {
       g.shard_param = g.flat_param.narrow(0, g.lo, g.hi - g.lo).clone();
       g.flat_param.storage()->release();
@@ -231,8 +238,8 @@ void ZeroOptimizer::step() {
     auto* flat = static_cast<std::byte*>(g.flat_param.data_ptr());
     const size_t es = dtype_size(g.dtype);
     // In place: this rank's shard sits at [lo, hi) of the buffer it gathers into.
-    gathers.push_back(z.dp->all_gather_async(flat + static_cast<size_t>(g.lo) * es, flat,
-                                             static_cast<size_t>(g.hi - g.lo), g.dtype));
+    gathers.push_back(z.beside->all_gather_async(flat + static_cast<size_t>(g.lo) * es, flat,
+                                                 static_cast<size_t>(g.hi - g.lo), g.dtype));
   }
   for (Work& w : gathers) w.wait();
 }
@@ -313,15 +320,16 @@ tensor::nn::NamedTensors ZeroOptimizer::optimizer_state_dict() {
     for (ZeroGroup& g : z.groups) {
       // This rank's shard of the state (f32: AdamW keeps it in the master dtype), gathered.
       const DataType sd = g.dtype == DataType::kF64 ? DataType::kF64 : DataType::kF32;
-      Tensor shard = Tensor::zeros({g.hi - g.lo}, sd);
+      Tensor shard = Tensor::zeros({g.hi - g.lo}, sd, z.device);
       for (const FlatSlot& s : g.slots) {
         const int64_t a = std::max(g.lo, s.offset), b = std::min(g.hi, s.offset + s.numel);
         if (a >= b) continue;
         if (const Tensor* piece = find(z.names[s.param] + suffix))
           shard.narrow(0, a - g.lo, b - a).copy_(*piece);
       }
-      Tensor whole = Tensor::empty({g.numel}, sd);
-      z.dp->all_gather(shard.data_ptr(), whole.data_ptr(), static_cast<size_t>(g.hi - g.lo), sd);
+      Tensor whole = Tensor::empty({g.numel}, sd, z.device);
+      z.inline_->all_gather(shard.data_ptr(), whole.data_ptr(), static_cast<size_t>(g.hi - g.lo),
+                            sd);
       for (const FlatSlot& s : g.slots)
         full[s.param] = whole.narrow(0, s.offset, s.numel).view(z.params[s.param].shape()).clone();
     }

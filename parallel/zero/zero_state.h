@@ -10,6 +10,10 @@
 //           ordinary AdamW) sees as a parameter, a 1-D view.
 #pragma once
 
+#include <optional>
+
+#include "common/tensor_comm.h"
+
 #include <memory>
 #include <set>
 #include <string>
@@ -57,6 +61,11 @@ struct ZeroGroup {
 struct ZeroOptimizer::Impl {
   tensor::nn::Module* model = nullptr;
   Communicator* dp = nullptr;
+  // The parameters' device, and the dp group's collectives in the engine's order on it
+  // (common/tensor_comm.h): bucket reductions and gathers beside the compute, and those needed
+  // at once.
+  tensor::Device device;
+  std::optional<TensorComm> beside, inline_;
   ZeroOptions options;
   int ranks = 1, rank = 0;
   std::vector<std::string> names;  // parameters that require grad, registration order
