@@ -28,8 +28,8 @@
 set -uo pipefail
 
 # The CMake targets the steps run (what tools/chorus gpu-pack builds and packs).
-TARGETS=(kernels_gpu_test gpu_ipc_peer comm_gpu_test tensor_gpu_test chorus-gpu-bandwidth
-  chorus-bench chorus-run chorus-topo)
+TARGETS=(kernels_gpu_test gpu_ipc_peer comm_gpu_test tensor_gpu_test train_gpu_test
+  chorus-gpu-bandwidth chorus-bench chorus-run chorus-topo chorus-train)
 
 usage() {
   sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
@@ -320,6 +320,7 @@ bandwidth
 collective all_reduce 2 ipc
 collective all_reduce 4 ipc
 gtest "tensor GPU tests" 120 tensor-gpu.log "$BIN/tensor_gpu_test"
+gtest "training on the GPU" 240 train-gpu.log "$BIN/train_gpu_test"
 topology
 kernel_ranks 2 60
 kernel_ranks 4 60

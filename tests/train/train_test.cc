@@ -150,6 +150,7 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {2, "--batch 3", "--batch 3 does not split into dp=2 replicas x 1 micro-batches"},
       {2, "--tp 2 --zero 3", "--zero 3 works with data parallelism alone"},
       {2, "--tp 2 --dtype f16", "--dtype f16 (loss scaling) needs --zero 0, tp=1 and pp=1"},
+      {1, "--device gpu", "--device gpu: expected cpu, cuda or cuda:N"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
@@ -157,6 +158,21 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
     EXPECT_EQ(r.out.find("step 0 loss"), std::string::npos) << "trained anyway: " << c.flags;
   }
+}
+
+// A GPU this process cannot use is refused on every rank with the reason, before any work (the
+// GPU runs themselves: tests/train_gpu).
+TEST(ChorusTrain, AMissingGpuIsRefusedOnEveryRank) {
+  const CommandResult probe = run_command(train(1, kModel + "--steps 0 --device cuda:0"));
+  if (probe.exit_code == 0) GTEST_SKIP() << "this machine has a GPU";
+  EXPECT_NE(probe.out.find("--device cuda:0: cuda:0: no device"), std::string::npos) << probe.out;
+  const CommandResult r = run_command(train(2, kModel + "--steps 1 --device cuda"));
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  const std::string reason = "--device cuda: cuda:0: no device";
+  const size_t first = r.out.find(reason);
+  ASSERT_NE(first, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(reason, first + 1), std::string::npos) << "said by one rank only\n" << r.out;
+  EXPECT_EQ(r.out.find("step 0 loss"), std::string::npos) << r.out;
 }
 
 TEST(ChorusTrain, A3DRunOnEightRanksPrintsTheOneProcessLosses) {

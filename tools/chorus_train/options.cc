@@ -84,6 +84,8 @@ Training:
   --seed N                 initialisation and data (default 1234)
   --threads N              compute threads per rank (default: CHORUS_TENSOR_THREADS, else this
                            rank's cores shared among the ranks on its host)
+  --device cpu|cuda|cuda:N where each rank computes (default cpu); cuda: the GPU of its local
+                           rank (modulo the GPUs, so ranks may share one); cuda:N: GPU N
   --data FILE              train on FILE's bytes (default: the built-in corpus)
 Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
@@ -142,6 +144,12 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--data", [&](auto&, auto& v) { o.data = v; });
   value("--threads",
         [&](auto& f, auto& v) { o.threads = static_cast<int>(as_int(f, v, 1, 4096)); });
+  value("--device", [&](auto& f, auto& v) {
+    const bool indexed = v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
+                         std::all_of(v.begin() + 5, v.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (v != "cpu" && v != "cuda" && !indexed) fail(f + " " + v + ": expected cpu, cuda or cuda:N");
+    o.device = v;
+  });
   value("--save", [&](auto&, auto& v) { o.save = v; });
   value("--load", [&](auto&, auto& v) { o.load = v; });
   value("--save-every",

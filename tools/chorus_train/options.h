@@ -38,6 +38,9 @@ struct Options {
   std::string log_json, trace;
   bool quiet = false;
   int threads = 0;  // tensor threads per rank; 0: CHORUS_TENSOR_THREADS, else cores / local ranks
+  // Where each rank computes: cpu, cuda (the GPU of the local rank, modulo the GPUs; ranks may
+  // share one) or cuda:N (that GPU for every rank).
+  std::string device = "cpu";
   // --convert FROM TO: a checkpoint directory to one file of named tensors, or back; nothing
   // else runs (empty: train).
   std::string convert_from, convert_to;

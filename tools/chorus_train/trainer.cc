@@ -25,7 +25,9 @@
 #include "chorus/parallel/trace.h"
 #include "chorus/parallel/zero.h"
 #include "chorus/tensor/amp.h"
+#include "chorus/tensor/autograd.h"
 #include "chorus/tensor/data.h"
+#include "chorus/tensor/device.h"
 #include "chorus/tensor/gemm.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/optim.h"
@@ -50,8 +52,25 @@ double step_flops(const tensor::nn::GPTConfig& c, int64_t batch) {
   return 6.0 * (double(c.layers) * per_layer + N * C * double(c.vocab));
 }
 
-// This rank's f32 GEMM rate (GFLOP/s) on a 512^3 product, measured while every rank measures.
-double gemm_peak_gflops() {
+// This rank's GEMM rate (GFLOP/s), measured while every rank measures: on the CPU an f32 512^3
+// product; on a GPU a 4096^3 product under the run's autocast dtype, timed to its end.
+double gemm_peak_gflops(tensor::Device device, DataType autocast) {
+  if (!device.is_cpu()) {
+    const int64_t n = 4096;
+    const Tensor a = Tensor::full({n, n}, 0.5, DataType::kF32, device);
+    const Tensor b = Tensor::full({n, n}, 0.25, DataType::kF32, device);
+    tensor::NoGradGuard no_grad;
+    tensor::AutocastGuard guard(autocast);
+    double best = 1e30;
+    for (int rep = 0; rep < 4; ++rep) {
+      tensor::synchronize(device);
+      const auto t0 = Clock::now();
+      const Tensor c = tensor::matmul(a, b);
+      tensor::synchronize(device);
+      if (rep > 0) best = std::min(best, seconds(t0));
+    }
+    return 2.0 * double(n * n * n) / best * 1e-9;
+  }
   const int64_t n = 512;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   double best = 1e30;
@@ -89,6 +108,25 @@ int compute_threads(const Options& o) {
   return std::max(1, cores / local);
 }
 
+// This rank's device (--device): a GPU chosen by the local rank for "cuda", so that the ranks of
+// a host spread over its GPUs (and share them when there are more ranks than GPUs).
+tensor::Device training_device(const Options& o) {
+  if (o.device == "cpu") return tensor::Device::cpu();
+  tensor::Device d(o.device);
+  if (o.device == "cuda") {
+    const int gpus = tensor::device_count(tensor::DeviceType::kCUDA);
+    int local_rank = 0;
+    try {
+      local_rank = detect_launch_env().local_rank;
+    } catch (const std::exception&) {
+    }
+    if (gpus > 0) d = tensor::Device::cuda(local_rank % gpus);
+  }
+  const std::string why = tensor::device_unavailable_reason(d);
+  CHORUS_ARG_CHECK(why.empty(), "--device ", o.device, ": ", why);
+  return d;
+}
+
 // The step's loss: the scaled losses of every replica's micro-batches, added in the order of
 // the global batch (replica r's k-th is number k * dp + r), so that every mesh prints the bits
 // one process accumulating the same micro-batches prints.
@@ -114,6 +152,7 @@ std::string exact(double v) {
 
 int run(const Options& o, const Mesh& m, Communicator& world) {
   const bool root = world.rank() == 0;
+  const tensor::Device device = training_device(o);
   const int threads = compute_threads(o);
   tensor::set_num_threads(threads);
   parallel::DeviceMesh mesh(world, {.dp = m.dp, .tp = m.tp, .pp = m.pp});
@@ -133,6 +172,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   const int64_t params_total = model.num_parameters();
   model.set_activation_checkpointing(o.checkpoint_activations);
   if (m.tp > 1) parallel::tensor_parallel(model, mesh.tp());
+  model.to(device);  // before any wrapper binds buffers to the parameters
   std::unique_ptr<parallel::PipelineEngine> pipe;
   std::function<bool(const std::string&)> include;
   // Every micro-batch's loss is scaled by 1 / (the step's micro-batches over all replicas) and
@@ -187,17 +227,19 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   };
 
   world.barrier();
-  double peak = gemm_peak_gflops();
+  double peak = gemm_peak_gflops(device, autocast);
   world.all_reduce(&peak, &peak, 1, DataType::kF64, ReduceOp::kSum);
   const double flops = step_flops(cfg, o.batch);
   const int64_t local = o.batch / m.dp, micro_rows = local / m.micro_batches;
   if (root) {
     std::printf(
         "chorus-train: GPT %lld parameters (%lld layers, width %lld, %lld heads, context "
-        "%lld), %d ranks, %d compute thread(s) each\n",
+        "%lld), %d ranks, %s\n",
         static_cast<long long>(params_total), static_cast<long long>(o.layers),
         static_cast<long long>(o.width), static_cast<long long>(o.heads),
-        static_cast<long long>(o.context), world.size(), threads);
+        static_cast<long long>(o.context), world.size(),
+        device.is_cpu() ? (std::to_string(threads) + " compute thread(s) each").c_str()
+                        : ("rank 0 on " + tensor::to_string(device)).c_str());
     if (!m.reason.empty()) std::printf("%s\n", m.reason.c_str());
     std::printf(
         "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
@@ -290,8 +332,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     // of the deterministic mode add gradients in).
     auto micro = [&](int k) {
       const int64_t row = (static_cast<int64_t>(k) * m.dp + dp.rank()) * micro_rows;
-      return std::make_pair(x_all.narrow(0, row, micro_rows).contiguous(),
-                            y_all.narrow(0, row, micro_rows).contiguous());
+      return std::make_pair(x_all.narrow(0, row, micro_rows).contiguous().to(device),
+                            y_all.narrow(0, row, micro_rows).contiguous().to(device));
     };
     std::vector<double> micro_losses(static_cast<size_t>(m.micro_batches), 0.0);
     {
