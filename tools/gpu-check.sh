@@ -107,10 +107,12 @@ if [[ -n $PREBUILT ]]; then
   # The kernel tests start their IPC peer from here, not from the path it was built at.
   export CHORUS_GPU_IPC_PEER=$BIN/gpu_ipc_peer
   built="prebuilt $(sed -n 's/^commit //p' "$PACK/MANIFEST" 2>/dev/null)"
+  BENCH_DIR=$PACK/bench
 else
   ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   BUILD_DIR=${CHORUS_GPU_CHECK_BUILD_DIR:-$ROOT/build-gpu-check}
   BIN=$BUILD_DIR/bin
+  BENCH_DIR=$ROOT/bench/gpu
   NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   missing=()
   for tool in cmake ninja g++; do command -v $tool >/dev/null || missing+=("$tool"); done
@@ -273,6 +275,24 @@ collective() {
   if [[ $detail == *"wrong 0" ]]; then row "$name" ok "$detail"; else fail_row "$name" "$detail"; fi
 }
 
+# The GPT-2 small training benchmark: chorus-train against PyTorch eager and compiled on this
+# GPU, and two ranks sharing it (bench/gpu/gpt_side_by_side.py; its table goes into the log).
+training_benchmark() {
+  local name="GPT-2 small vs PyTorch"
+  if ! command -v python3 >/dev/null; then
+    row "$name" skipped "needs python3"
+    return 0
+  fi
+  LOG_LAST=$LOGS/bench-gpt2.log
+  step "$name" 240 bench-gpt2.log python3 "$BENCH_DIR/gpt_side_by_side.py" "$BIN" --reps 1 \
+    --steps 10 --warmup 3 --timeout 100 || return 0
+  local detail
+  detail=$(awk -F'|' '/^\| (chorus|eager|compile|chorus-dp2) / {
+    gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $5); printf "%s%s %s tok/s %s", sep, $2, $3, $5; sep = "; " }' \
+    "$LOG_LAST")
+  report "$name" "${detail:-no table}"
+}
+
 topology() {
   LOG_LAST=$LOGS/topo.log
   step "topology GPUs" 30 topo.log env CUDA_DEVICE_ORDER=PCI_BUS_ID "$BIN/chorus-topo" --json ||
@@ -321,6 +341,7 @@ collective all_reduce 2 ipc
 collective all_reduce 4 ipc
 gtest "tensor GPU tests" 120 tensor-gpu.log "$BIN/tensor_gpu_test"
 gtest "training on the GPU" 240 train-gpu.log "$BIN/train_gpu_test"
+training_benchmark
 topology
 kernel_ranks 2 60
 kernel_ranks 4 60

@@ -8,6 +8,7 @@
 #   lib/       the shared libraries they load that are not the C and C++ runtime (which the
 #              machine has, newer): hwloc, UCX, libnuma, libudev, ... as ldd names them;
 #   lib/ucx/   UCX's transport modules whose own libraries could be packed (UCX_MODULE_DIR)
+#   bench/     the training benchmark's scripts (bench/gpu/*.py: chorus-train against PyTorch)
 #   gpu-check.sh, run.sh (the runner), MANIFEST (commit, build, what was packed)
 # and DIR/run-gpu-check.sh, which unpacks the archive beside itself into a temporary folder and
 # runs the check from it:
@@ -79,6 +80,8 @@ if [[ -n $ucs && -d $(dirname "$ucs")/ucx ]]; then
 fi
 
 cp "$ROOT/tools/gpu-check.sh" "$PACK/"
+mkdir -p "$PACK/bench"
+cp "$ROOT/bench/gpu/gpt_side_by_side.py" "$ROOT/bench/gpu/torch_gpt.py" "$PACK/bench/"
 cat >"$PACK/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # run.sh LOG_DIR [--budget SECONDS]: the GPU check on the programs beside this script.

@@ -63,7 +63,7 @@ class TrainGpu : public ::testing::Test {
   void SetUp() override {
     if (device() != "cpu") {
       const std::string why = tensor::device_unavailable_reason(tensor::Device::cuda(0));
-      if (!why.empty()) GTEST_SKIP() << why;
+      if (!why.empty()) GTEST_SKIP() << "no GPU: " << why;
     }
     std::string t = (fs::temp_directory_path() / "chorus-train-gpu-XXXXXX").string();
     ASSERT_NE(::mkdtemp(t.data()), nullptr);

@@ -435,8 +435,10 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
       std::printf("trace written to %s (one track per rank and activity)\n", o.trace.c_str());
   }
   if (root)
-    std::printf("done: %lld steps in %s\n", static_cast<long long>(o.steps - first),
-                duration_text(seconds(start)).c_str());
+    std::printf("done: %lld steps in %s; peak memory %.1f MiB on %s (rank 0's tensors)\n",
+                static_cast<long long>(o.steps - first), duration_text(seconds(start)).c_str(),
+                double(tensor::memory_stats(device).peak_bytes) / (1 << 20),
+                tensor::to_string(device).c_str());
   return 0;
 }
 
