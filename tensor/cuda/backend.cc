@@ -155,6 +155,14 @@ void CudaBackend::axpy(const Tensor& y, double alpha, const Tensor& x) {
   cuda::axpy(y.dtype(), y.data_ptr(), alpha, x.data_ptr(), x.numel(), stream().native);
 }
 
+void CudaBackend::dropout(const Tensor& out, const Tensor& x, double p, RngKey key,
+                          bool accumulate) {
+  check_float(x, "dropout");
+  gpu::DeviceGuard on(ordinal());
+  cuda::dropout(x.dtype(), out.data_ptr(), x.data_ptr(), x.numel(), p, key.seed, key.stream,
+                accumulate, stream().native);
+}
+
 void CudaBackend::gelu_forward(const Tensor& out, const Tensor& x) {
   gpu::DeviceGuard on(ordinal());
   cuda::gelu_forward(x.dtype(), out.data_ptr(), x.data_ptr(), x.numel(), stream().native);
@@ -515,6 +523,30 @@ void CudaBackend::embedding_backward(const Tensor& dweight, const Tensor& idx, c
 }
 
 // ---- optimizers ---------------------------------------------------------------------------------
+
+// SGD as the CPU runs it (cpu/backend.cc): d = grad + weight_decay * param; buf = momentum * buf
+// + d; param -= lr * buf (or lr * d without momentum).
+void CudaBackend::sgd(const Tensor& param, const Tensor& grad, const Tensor& buf, double lr,
+                      double momentum, double weight_decay) {
+  check_float(param, "sgd");
+  const DataType dt = param.dtype();
+  const int64_t n = param.numel();
+  Tensor d = grad;
+  if (weight_decay != 0) {
+    d = Tensor::empty(grad.shape(), dt, device());
+    copy(d, grad, false);
+  }
+  gpu::DeviceGuard on(ordinal());
+  void* s = stream().native;
+  if (weight_decay != 0) cuda::axpy(dt, d.data_ptr(), weight_decay, param.data_ptr(), n, s);
+  if (buf.defined()) {
+    cuda::scale(dt, buf.data_ptr(), buf.data_ptr(), momentum, n, s);
+    cuda::binary(cuda::Binary::kAdd, dt, buf.data_ptr(), buf.data_ptr(), d.data_ptr(), n, s);
+    cuda::axpy(dt, param.data_ptr(), -lr, buf.data_ptr(), n, s);
+  } else {
+    cuda::axpy(dt, param.data_ptr(), -lr, d.data_ptr(), n, s);
+  }
+}
 
 void CudaBackend::adamw(std::span<const AdamWTensors> params, const AdamWHyper& h) {
   for (const AdamWTensors& p : params) check_float(p.param, "adamw");

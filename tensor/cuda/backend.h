@@ -1,8 +1,7 @@
 // Internal: the CUDA backend: DeviceBackend (memory, stream, transfers) plus the CUDA kernels of
 // cuda/*.cu and cuBLASLt GEMMs (cuda/cublaslt.h). Each kernel checks what it takes, makes the
 // device current, and queues its work on the device's compute stream; scratch memory comes from
-// the device's caching allocator in stream order. Kernels it lacks (dropout, SGD) are refused by
-// name (Backend::missing). Compiled only in a CUDA build (tensor/CMakeLists.txt).
+// the device's caching allocator in stream order. Compiled only in a CUDA build (tensor/CMakeLists.txt).
 #pragma once
 
 #include <memory>
@@ -32,6 +31,7 @@ class CudaBackend final : public DeviceBackend {
   void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) override;
   void add_bias(const Tensor& out, const Tensor& x, const Tensor& bias) override;
   void sum_rows(const Tensor& dbias, const Tensor& dy, bool assign) override;
+  void dropout(const Tensor& out, const Tensor& x, double p, RngKey key, bool accumulate) override;
 
   void sum(const Tensor& out, const Tensor& x, double factor) override;
   void add_scalar(const Tensor& dx, const Tensor& dy, double factor) override;
@@ -65,6 +65,8 @@ class CudaBackend final : public DeviceBackend {
   void embedding_forward(const Tensor& out, const Tensor& idx, const Tensor& weight) override;
   void embedding_backward(const Tensor& dweight, const Tensor& idx, const Tensor& dy) override;
 
+  void sgd(const Tensor& param, const Tensor& grad, const Tensor& buf, double lr, double momentum,
+           double weight_decay) override;
   void adamw(std::span<const AdamWTensors> params, const AdamWHyper& hyper) override;
 
  private:

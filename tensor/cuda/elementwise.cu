@@ -1,7 +1,9 @@
 // Element-wise kernels of the CUDA backend (kernels.h), each the CPU's formula in the CPU's order
-// (cpu/elementwise.cc); tanh is the device's tanh where the CPU's f32 path uses its fast one.
+// (cpu/elementwise.cc; dropout: cpu/backend.cc, its mask drawn by runtime/philox.h as the CPU's);
+// tanh is the device's tanh where the CPU's f32 path uses its fast one.
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "runtime/philox.h"
 
 namespace chorus::tensor::cuda {
 namespace {
@@ -89,6 +91,16 @@ void dispatch_lowp(DataType lowp, const char* what, F&& f) {
     f(__half{});
   else
     throw InvalidArgument(detail::concat(what, ": ", to_string(lowp), " is not bf16 or f16"));
+}
+
+template <class T>
+__global__ void dropout_kernel(T* out, const T* x, int64_t n, T scale, float threshold,
+                               uint64_t seed, uint64_t stream_id, bool accumulate) {
+  CHORUS_FOR_EACH(i, n) {
+    const float u = philox::uniform(seed, stream_id, static_cast<uint64_t>(i));
+    const T v = u >= threshold ? scale * x[i] : T(0);
+    out[i] = accumulate ? out[i] + v : v;
+  }
 }
 
 }  // namespace
@@ -186,6 +198,18 @@ void round_to(DataType lowp, float* out, const float* in, int64_t n, bool accumu
     round_kernel<L><<<grid_for(n), kThreads, 0, native(stream)>>>(out, in, n, accumulate);
   });
   check_launch("round_to");
+}
+
+void dropout(DataType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+             uint64_t stream_id, bool accumulate, Stream stream) {
+  if (n == 0) return;
+  dispatch_float(dt, "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    dropout_kernel<T><<<grid_for(n), kThreads, 0, native(stream)>>>(
+        static_cast<T*>(out), static_cast<const T*>(x), n, T(1.0 / (1.0 - p)),
+        static_cast<float>(p), seed, stream_id, accumulate);
+  });
+  check_launch("dropout");
 }
 
 }  // namespace chorus::tensor::cuda

@@ -32,6 +32,10 @@ void add_bias(DataType dt, void* out, const void* x, const void* bias, int64_t N
               Stream stream);
 // dx[i] += factor * dy[0].
 void add_scalar(DataType dt, void* dx, const void* dy, double factor, int64_t n, Stream stream);
+// out[i] (+)= keep(i) ? x[i] / (1 - p) : 0, keep(i) = the uniform of (seed, stream_id, i) >= p
+// (dropout.cu; the CPU's mask).
+void dropout(DataType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+             uint64_t stream_id, bool accumulate, Stream stream);
 // out (+)= in rounded to bf16 / f16, as f32 (out may be in).
 void round_to(DataType lowp, float* out, const float* in, int64_t n, bool accumulate,
               Stream stream);

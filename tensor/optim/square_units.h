@@ -13,11 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define CHORUS_HOST_DEVICE __host__ __device__
-#else
-#define CHORUS_HOST_DEVICE
-#endif
+#include "runtime/host_device.h"
 
 namespace chorus::tensor::optim {
 

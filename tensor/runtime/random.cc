@@ -1,8 +1,9 @@
 // Philox-4x32-10 and the index-keyed draws built on it.
 //
-// Layout of one draw: key = seed (2 x 32 bits); counter = (block index, 2 x 32 bits; stream,
-// 2 x 32 bits). Uniforms use block i/4 and lane i%4; normals use block i/2, lanes 2(i%2) and
-// 2(i%2)+1, in a separate domain (top bit of the stream word set; stream ids keep it clear).
+// Layout of one draw (runtime/philox.h): key = seed (2 x 32 bits); counter = (block index, 2 x 32
+// bits; stream, 2 x 32 bits). Uniforms use block i/4 and lane i%4; normals use block i/2, lanes
+// 2(i%2) and 2(i%2)+1, in a separate domain (top bit of the stream word set; stream ids keep it
+// clear).
 #include "chorus/tensor/random.h"
 
 #include <cmath>
@@ -10,13 +11,12 @@
 
 #include "cpu/dispatch.h"
 #include "cpu/simd.h"
+#include "runtime/philox.h"
 #include "runtime/transfer.h"
 
 namespace chorus::tensor {
 namespace {
 
-constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
-constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt 3)
 constexpr uint64_t kNormalDomain = uint64_t{1} << 63;
 
 inline std::array<uint32_t, 4> counter_for(uint64_t block, uint64_t stream) {
@@ -26,21 +26,11 @@ inline std::array<uint32_t, 4> counter_for(uint64_t block, uint64_t stream) {
 inline std::array<uint32_t, 2> key_for(uint64_t seed) {
   return {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
 }
-inline float to_unit(uint32_t bits) {  // [0, 1) with 24-bit resolution
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
-}
 
 }  // namespace
 
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t{kM0} * c[0];
-    const uint64_t p1 = uint64_t{kM1} * c[2];
-    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0], static_cast<uint32_t>(p1),
-         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
-    k[0] += kW0;
-    k[1] += kW1;
-  }
+  philox::rounds(c.data(), k[0], k[1]);
   return c;
 }
 
@@ -53,10 +43,7 @@ uint64_t stream_id(std::string_view name) {
   return h & ~kNormalDomain;
 }
 
-float uniform_at(RngKey key, uint64_t index) {
-  const auto r = philox4x32(counter_for(index >> 2, key.stream), key_for(key.seed));
-  return to_unit(r[index & 3]);
-}
+float uniform_at(RngKey key, uint64_t index) { return philox::uniform(key.seed, key.stream, index); }
 
 float normal_at(RngKey key, uint64_t index) {
   const auto r = philox4x32(counter_for(index >> 1, key.stream | kNormalDomain), key_for(key.seed));

@@ -140,6 +140,36 @@ TEST_F(TensorGpuOps, ElementWise) {
     // The same tensor twice: its gradient collects both contributions.
     check_op(
         "mul self" + t, device_, [](const Inputs& x) { return mul(x[0], x[0]); }, {a}, tol);
+    // The same mask as the CPU's (one Philox draw per element, wherever it runs): exact.
+    check_op(
+        "dropout" + t, device_, [](const Inputs& x) { return dropout(x[0], 0.3, {7, 11}); },
+        {random({1001}, 6, dt)}, 0.0);
+  }
+}
+
+// SGD with momentum and weight decay over several steps tracks the CPU's.
+TEST_F(TensorGpuOps, Sgd) {
+  auto make = [&](Device dev) {
+    nn::NamedTensors params;
+    for (int i = 0; i < 3; ++i) {
+      Tensor p = random(i % 2 ? Shape{129} : Shape{17, 31}, 80 + i).to(dev).detach();
+      p.set_requires_grad(true);
+      p.set_grad(random(p.shape(), 85 + i).to(dev));
+      params.emplace_back(detail::concat("p", i), p);
+    }
+    return params;
+  };
+  for (const optim::SGDOptions& o : {optim::SGDOptions{.lr = 0.1},
+                                     optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}}) {
+    nn::NamedTensors cpu = make(Device::cpu()), gpu = make(device_);
+    optim::SGD cpu_opt(cpu, o), gpu_opt(gpu, o);
+    for (int step = 0; step < 5; ++step) {
+      cpu_opt.step();
+      gpu_opt.step();
+    }
+    for (size_t i = 0; i < cpu.size(); ++i)
+      expect_close(gpu[i].second, cpu[i].second, kElementwise,
+                   detail::concat("sgd momentum ", o.momentum, " ", cpu[i].first));
   }
 }
 
