@@ -89,6 +89,8 @@ Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
   --load DIR               resume from a checkpoint (any mesh: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
+  --log-memory FILE        every rank's engine peak over the steps and bytes held at the end,
+                           as one JSON object (what chorus-plan predicts)
   --convert DIR FILE       export a checkpoint as one file of named tensors, or import one
   --convert FILE DIR       as a checkpoint, then stop (one process; anywhere on the line, the
                            other flags then have no effect)
@@ -147,6 +149,7 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--save-every",
         [&](auto& f, auto& v) { o.save_every = as_int(f, v, 1, int64_t{1} << 40); });
   value("--log-json", [&](auto&, auto& v) { o.log_json = v; });
+  value("--log-memory", [&](auto&, auto& v) { o.log_memory = v; });
   value("--trace", [&](auto&, auto& v) { o.trace = v; });
   boolean("--checkpoint-activations", &o.checkpoint_activations);
   boolean("--deterministic", &o.deterministic);

@@ -36,6 +36,9 @@ struct Options {
   std::string save, load;
   int64_t save_every = 0;  // 0: only at the end
   std::string log_json, trace;
+  // A JSON object of every rank's engine peak over the steps and bytes held at the end
+  // (tensor::memory_stats), written by rank 0 after the last step.
+  std::string log_memory;
   bool quiet = false;
   int threads = 0;  // tensor threads per rank; 0: CHORUS_TENSOR_THREADS, else cores / local ranks
   // --convert FROM TO: a checkpoint directory to one file of named tensors, or back; nothing

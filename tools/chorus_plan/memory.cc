@@ -1,0 +1,101 @@
+#include "memory.h"
+
+#include <algorithm>
+
+namespace chorus::plan {
+namespace {
+
+// Blocks on stage `stage` of pp, as evenly as the layers allow (the first stages take the rest).
+int64_t stage_blocks(const ModelShape& model, int pp, int stage) {
+  return model.layers / pp + (stage < model.layers % pp ? 1 : 0);
+}
+
+}  // namespace
+
+double micro_batch_activations(const Setup& s, const MeshChoice& m, int64_t blocks, bool last,
+                               bool checkpointed) {
+  const double b = double(m.micro_batch_size), T = double(s.model.context),
+               h = double(s.model.width), a = double(s.model.heads), V = double(s.model.vocab),
+               t = double(m.tp);
+  const double sbh = T * b * h;
+  double layer = 0, head = 0, kept = 0;
+  if (s.dtype == "f32") {
+    // f32 elements autograd keeps per block: ln_1's input and output, ln_2's input and output
+    // (4 sbh, whole on every tp rank), q k v, the attention output, c_fc's output and gelu's
+    // (12 sbh / tp), the attention weights (a s^2 b / tp) and the LayerNorms' mean and rstd.
+    layer = 4 * (sbh * (4 + 12 / t) + a * T * T * b / t + 4 * T * b);
+    // ln_f's input and output, the logits, their softmax and their gradient (V / tp each).
+    head = 4 * (2 * sbh + 3 * T * b * V / t);
+    kept = 4 * sbh;  // a checkpointed block keeps its input
+  } else {
+    // Korthikanti et al. 2022, eq. 2 without sequence parallelism: s b h (10 + 24/t + 5 a s/(h t))
+    // bytes per layer; the head's logits in f32 (logits, softmax, gradient).
+    layer = sbh * (10 + 24 / t + 5 * a * T / (h * t));
+    head = 2 * 2 * sbh + 4 * 3 * T * b * V / t;
+    kept = 2 * sbh;
+  }
+  const double blocks_d = double(blocks);
+  // Checkpointed: every block's input, plus one block's activations while it is recomputed.
+  const double body = checkpointed ? blocks_d * kept + (blocks > 0 ? layer : 0) : blocks_d * layer;
+  return body + (last ? head : 0);
+}
+
+double live_micro_batches(const Setup& s, const MeshChoice& m, int stage) {
+  const int p = m.pp, M = m.micro_batches;
+  if (p == 1) return 1;
+  if (s.schedule == "gpipe") return M;
+  const double one_f_one_b = std::min(M, p - stage);
+  if (s.schedule == "interleaved")  // Korthikanti et al. 2022, section 4.2.3
+    return std::min(double(M), one_f_one_b * (1 + double(p - 1) / (p * m.chunks)));
+  return one_f_one_b;
+}
+
+MemoryEstimate estimate_memory(const Setup& s, const MeshChoice& m) {
+  MemoryEstimate best;
+  const double pb = s.param_dtype == "bf16" ? 2 : 4;  // parameter and gradient bytes
+  const double N = m.dp;
+  for (int stage = 0; stage < m.pp; ++stage) {
+    const int64_t blocks = stage_blocks(s.model, m.pp, stage);
+    const bool first = stage == 0, last = stage == m.pp - 1;
+    const RankParameters rp = rank_parameters(s.model, m.tp, blocks, first, last, m.pp > 1);
+    const double P = double(rp.trained);
+    MemoryEstimate e;
+    e.stage = stage;
+    e.parameters = P * pb + double(rp.head_copy) * pb;
+    e.gradients = P * pb;
+    e.optimizer = 2 * 4 * P;  // AdamW's two f32 moments
+    e.master = pb < 4 ? 4 * P : 0;
+    if (s.zero >= 1) {
+      e.optimizer /= N;
+      e.master /= N;
+    }
+    const double bucket = std::min(double(s.bucket_bytes), P * pb);
+    if (s.zero == 2) {
+      e.gradients /= N;
+      e.comm_buffers += 2 * bucket;  // at most two staging buckets in flight
+    }
+    if (s.zero == 3) {
+      e.gradients /= N;
+      e.parameters /= N;
+      // Gathered: the root unit (embeddings, final LayerNorm) for the whole step, the block in
+      // use and the one prefetched, and the gradients of the block in flight.
+      const RankParameters root = rank_parameters(s.model, m.tp, 0, true, true, false);
+      const double block = double(rank_parameters(s.model, m.tp, 1, false, false, false).trained);
+      e.comm_buffers += (double(root.trained) + 3 * block) * pb;
+    }
+    const double one = micro_batch_activations(s, m, blocks, last, s.checkpoint_activations);
+    const double live = live_micro_batches(s, m, stage);
+    e.activations = live * one;
+    e.activations_full = live * micro_batch_activations(s, m, blocks, last, false);
+    e.activations_checkpointed = live * micro_batch_activations(s, m, blocks, last, true);
+    if (m.pp > 1) {  // a received activation and a received gradient: b s h f32 each
+      e.comm_buffers +=
+          2 * 4 * double(m.micro_batch_size) * double(s.model.context) * double(s.model.width);
+    }
+    e.peak = e.parameters + e.gradients + e.optimizer + e.master + e.activations + e.comm_buffers;
+    if (stage == 0 || e.peak > best.peak) best = e;
+  }
+  return best;
+}
+
+}  // namespace chorus::plan
