@@ -50,51 +50,53 @@ double live_micro_batches(const Setup& s, const MeshChoice& m, int stage) {
   return one_f_one_b;
 }
 
-MemoryEstimate estimate_memory(const Setup& s, const MeshChoice& m) {
-  MemoryEstimate best;
+MemoryEstimate estimate_stage_memory(const Setup& s, const MeshChoice& m, int stage) {
   const double pb = s.param_dtype == "bf16" ? 2 : 4;  // parameter and gradient bytes
   const double N = m.dp;
-  for (int stage = 0; stage < m.pp; ++stage) {
-    const int64_t blocks = stage_blocks(s.model, m.pp, stage);
-    const bool first = stage == 0, last = stage == m.pp - 1;
-    const RankParameters rp = rank_parameters(s.model, m.tp, blocks, first, last, m.pp > 1);
-    const double P = double(rp.trained);
-    MemoryEstimate e;
-    e.stage = stage;
-    e.parameters = P * pb + double(rp.head_copy) * pb;
-    e.gradients = P * pb;
-    e.optimizer = 2 * 4 * P;  // AdamW's two f32 moments
-    e.master = pb < 4 ? 4 * P : 0;
-    if (s.zero >= 1) {
-      e.optimizer /= N;
-      e.master /= N;
-    }
-    const double bucket = std::min(double(s.bucket_bytes), P * pb);
-    if (s.zero == 2) {
-      e.gradients /= N;
-      e.comm_buffers += 2 * bucket;  // at most two staging buckets in flight
-    }
-    if (s.zero == 3) {
-      e.gradients /= N;
-      e.parameters /= N;
-      // Gathered: the root unit (embeddings, final LayerNorm) for the whole step, the block in
-      // use and the one prefetched, and the gradients of the block in flight.
-      const RankParameters root = rank_parameters(s.model, m.tp, 0, true, true, false);
-      const double block = double(rank_parameters(s.model, m.tp, 1, false, false, false).trained);
-      e.comm_buffers += (double(root.trained) + 3 * block) * pb;
-    }
-    const double one = micro_batch_activations(s, m, blocks, last, s.checkpoint_activations);
-    const double live = live_micro_batches(s, m, stage);
-    e.activations = live * one;
-    e.activations_full = live * micro_batch_activations(s, m, blocks, last, false);
-    e.activations_checkpointed = live * micro_batch_activations(s, m, blocks, last, true);
-    if (m.pp > 1) {  // a received activation and a received gradient: b s h f32 each
-      e.comm_buffers +=
-          2 * 4 * double(m.micro_batch_size) * double(s.model.context) * double(s.model.width);
-    }
-    e.peak = e.parameters + e.gradients + e.optimizer + e.master + e.activations + e.comm_buffers;
-    if (stage == 0 || e.peak > best.peak) best = e;
+  const int64_t blocks = stage_blocks(s.model, m.pp, stage);
+  const bool first = stage == 0, last = stage == m.pp - 1;
+  const RankParameters rp = rank_parameters(s.model, m.tp, blocks, first, last, m.pp > 1);
+  const double P = double(rp.trained);
+  MemoryEstimate e;
+  e.stage = stage;
+  e.parameters = P * pb + double(rp.head_copy) * pb;
+  e.gradients = P * pb;
+  e.optimizer = 2 * 4 * P;  // AdamW's two f32 moments
+  e.master = pb < 4 ? 4 * P : 0;
+  if (s.zero >= 1) {
+    e.optimizer /= N;
+    e.master /= N;
   }
+  if (s.zero == 2) {
+    e.gradients /= N;
+    // At most two staging buckets in flight, never more than the whole gradient.
+    e.comm_buffers += std::min(2 * double(s.bucket_bytes), P * pb);
+  }
+  if (s.zero == 3) {
+    e.gradients /= N;
+    e.parameters /= N;
+    // Gathered: the root unit (embeddings, final LayerNorm) for the whole step, the block in
+    // use and the one prefetched, and the gradients of the block in flight.
+    const RankParameters root = rank_parameters(s.model, m.tp, 0, true, true, false);
+    const double block = double(rank_parameters(s.model, m.tp, 1, false, false, false).trained);
+    e.comm_buffers += (double(root.trained) + 3 * block) * pb;
+  }
+  const double live = live_micro_batches(s, m, stage);
+  e.activations_full = live * micro_batch_activations(s, m, blocks, last, false);
+  e.activations_checkpointed = live * micro_batch_activations(s, m, blocks, last, true);
+  e.activations = s.checkpoint_activations ? e.activations_checkpointed : e.activations_full;
+  if (m.pp > 1) {  // a received activation and a received gradient: b s h f32 each
+    e.comm_buffers +=
+        2 * 4 * double(m.micro_batch_size) * double(s.model.context) * double(s.model.width);
+  }
+  e.peak = e.parameters + e.gradients + e.optimizer + e.master + e.activations + e.comm_buffers;
+  return e;
+}
+
+MemoryEstimate estimate_memory(const Setup& s, const MeshChoice& m) {
+  MemoryEstimate best = estimate_stage_memory(s, m, 0);
+  for (int stage = 1; stage < m.pp; ++stage)
+    if (MemoryEstimate e = estimate_stage_memory(s, m, stage); e.peak > best.peak) best = e;
   return best;
 }
 

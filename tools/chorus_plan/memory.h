@@ -26,6 +26,8 @@ double micro_batch_activations(const Setup& s, const MeshChoice& m, int64_t bloc
 // Micro-batches whose activations stage `stage` keeps at once.
 double live_micro_batches(const Setup& s, const MeshChoice& m, int stage);
 
+// The bytes of a rank of pipeline stage `stage`, and of the stage that peaks highest.
+MemoryEstimate estimate_stage_memory(const Setup& s, const MeshChoice& m, int stage);
 MemoryEstimate estimate_memory(const Setup& s, const MeshChoice& m);
 
 }  // namespace chorus::plan
