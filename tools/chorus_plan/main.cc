@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
       std::fputs(usage().c_str(), stdout);
       return 0;
     }
-    const Cluster cluster = cluster_preset(o.cluster, o.nodes);
+    Cluster cluster = cluster_preset(o.cluster, o.nodes);
+    if (o.per_node > 0) cluster.per_node = o.per_node;
     const Plan plan = make_plan(o.setup, cluster, o.mesh);
     const std::string out = o.json ? json_report(plan) : text_report(plan);
     std::fputs(out.c_str(), stdout);

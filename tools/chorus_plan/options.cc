@@ -52,6 +52,7 @@ Cluster:
   --cluster NAME           8xh100 (default), 8xh200, 8xmi300x, 8xa100, or local (this machine,
                            one rank per core, measured)
   --nodes N                nodes of the preset (default 1)
+  --per-node G             devices per node instead of the preset's (e.g. 1: one GPU)
 Mesh (default: every mesh of the world):
   --dp D --tp T --pp P     fix a degree; the others range over what divides the world
 Output:
@@ -100,6 +101,7 @@ Options parse_options(const std::vector<std::string>& args) {
   values["--chunks"] = [&](auto& f, auto& v) { s.chunks = int(as_int(f, v, 2, 64)); };
   values["--cluster"] = [&](auto&, auto& v) { o.cluster = v; };
   values["--nodes"] = [&](auto& f, auto& v) { o.nodes = int(as_int(f, v, 1, 1 << 16)); };
+  values["--per-node"] = [&](auto& f, auto& v) { o.per_node = int(as_int(f, v, 1, 1 << 10)); };
   values["--dp"] = [&](auto& f, auto& v) { o.mesh.dp = int(as_int(f, v, 1, 1 << 20)); };
   values["--tp"] = [&](auto& f, auto& v) { o.mesh.tp = int(as_int(f, v, 1, 1 << 20)); };
   values["--pp"] = [&](auto& f, auto& v) { o.mesh.pp = int(as_int(f, v, 1, 1 << 20)); };

@@ -14,6 +14,7 @@ struct Options {
   Setup setup;
   std::string cluster = "8xh100";
   int nodes = 1;
+  int per_node = 0;  // devices per node; 0: the preset's
   MeshRequest mesh;
   bool json = false;
   bool help = false;
