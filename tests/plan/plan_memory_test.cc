@@ -76,6 +76,7 @@ TEST(PlanMemory, PredictsEveryRanksPeakAndModelStates) {
       {.dp = 2},
       {.dp = 1, .tp = 2},
       {.dp = 1, .pp = 2, .micro_batches = 2},
+      {.dp = 1, .pp = 2, .micro_batches = 4},
       {.dp = 2, .zero = 1},
       {.dp = 2, .zero = 2},
       {.dp = 2, .zero = 3},
@@ -102,10 +103,9 @@ TEST(PlanMemory, PredictsEveryRanksPeakAndModelStates) {
       EXPECT_NEAR(held[r], states, 0.01 * states) << name(c) << " rank " << r;
       std::printf("%-28s rank %zu: peak %9.0f predicted %9.0f (%+.1f%%)\n", name(c).c_str(), r,
                   peak[r], e.peak, 100 * (e.peak / peak[r] - 1));
-      // Two known gaps (docs/PLANNING.md): a checkpointed step's peak is over-predicted by ~6%,
-      // a pipeline's first stage under-predicted by ~9% (the tied table's gradient traffic);
-      // those within 10%, every other rank within 5%.
-      const bool known_gap = c.checkpoint || (c.pp > 1 && stage == 0);
+      // One known gap (docs/PLANNING.md): a pipeline's last stage at small micro-batches, where
+      // the tied table's gradients in flight outweigh the activations (-7%), held within 10%.
+      const bool known_gap = c.pp > 1 && stage == c.pp - 1 && c.micro_batches > c.pp;
       EXPECT_NEAR(e.peak, peak[r], (known_gap ? 0.10 : 0.05) * peak[r]) << name(c) << " rank " << r;
     }
   }

@@ -18,7 +18,7 @@ double micro_batch_activations(const Setup& s, const MeshChoice& m, int64_t bloc
                h = double(s.model.width), a = double(s.model.heads), V = double(s.model.vocab),
                t = double(m.tp);
   const double sbh = T * b * h;
-  double layer = 0, head = 0, kept = 0;
+  double layer = 0, head = 0, kept = 0, head_saved = 0;
   if (s.dtype == "f32") {
     // f32 elements autograd keeps per block: ln_1's input and output, ln_2's input and output
     // (4 sbh, whole on every tp rank), q k v, the attention output, c_fc's output and gelu's
@@ -26,18 +26,23 @@ double micro_batch_activations(const Setup& s, const MeshChoice& m, int64_t bloc
     layer = 4 * (sbh * (4 + 12 / t) + a * T * T * b / t + 4 * T * b);
     // ln_f's input and output, the logits, their softmax and their gradient (V / tp each).
     head = 4 * (2 * sbh + 3 * T * b * V / t);
+    // While a checkpointed block is recomputed the head's saved tensors (ln_f's output, the
+    // logits and their softmax) are still held (they go with the step's graph); the logits'
+    // gradient is gone.
+    head_saved = 4 * (sbh + 2 * T * b * V / t);
     kept = 4 * sbh;  // a checkpointed block keeps its input
   } else {
     // Korthikanti et al. 2022, eq. 2 without sequence parallelism: s b h (10 + 24/t + 5 a s/(h t))
     // bytes per layer; the head's logits in f32 (logits, softmax, gradient).
     layer = sbh * (10 + 24 / t + 5 * a * T / (h * t));
     head = 2 * 2 * sbh + 4 * 3 * T * b * V / t;
+    head_saved = 2 * sbh + 4 * 2 * T * b * V / t;
     kept = 2 * sbh;
   }
   const double blocks_d = double(blocks);
   // Checkpointed: every block's input, plus one block's activations while it is recomputed.
-  const double body = checkpointed ? blocks_d * kept + (blocks > 0 ? layer : 0) : blocks_d * layer;
-  return body + (last ? head : 0);
+  if (checkpointed) return blocks_d * kept + (blocks > 0 ? layer : 0) + (last ? head_saved : 0);
+  return blocks_d * layer + (last ? head : 0);
 }
 
 double live_micro_batches(const Setup& s, const MeshChoice& m, int stage) {
@@ -86,8 +91,21 @@ MemoryEstimate estimate_stage_memory(const Setup& s, const MeshChoice& m, int st
   e.activations_checkpointed = live * micro_batch_activations(s, m, blocks, last, true);
   e.activations = s.checkpoint_activations ? e.activations_checkpointed : e.activations_full;
   if (m.pp > 1) {  // a received activation and a received gradient: b s h f32 each
-    e.comm_buffers +=
-        2 * 4 * double(m.micro_batch_size) * double(s.model.context) * double(s.model.width);
+    const double bsh = double(m.micro_batch_size) * double(s.model.context) * double(s.model.width);
+    e.comm_buffers += 2 * 4 * bsh;
+    // The tied table's gradient (V/tp x h, f32) crosses from the last stage to the first per
+    // micro-batch (parallel/pipeline/engine.cc): the first stage keeps a receive buffer per live
+    // micro-batch and, in the embedding's backward, the table's own gradient and their sum; the
+    // last stage the gradient it is sending.
+    const double table = 4 * double((s.model.vocab + m.tp - 1) / m.tp * s.model.width);
+    if (first) {
+      e.comm_buffers += (live + 2) * table;
+      // Per live micro-batch, 2.5 b s h f32 more (the embeddings' outputs and the activation
+      // being sent; measured on chorus's engine, docs/PLANNING.md).
+      for (double* a : {&e.activations, &e.activations_full, &e.activations_checkpointed})
+        *a += live * 2.5 * 4 * bsh;
+    }
+    if (last && !first) e.comm_buffers += table;
   }
   e.peak = e.parameters + e.gradients + e.optimizer + e.master + e.activations + e.comm_buffers;
   return e;
