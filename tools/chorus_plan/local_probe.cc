@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -67,9 +68,12 @@ Cluster local_cluster() {
   try {
     const tools::TableSummary table = tools::summarize_tune_table();
     const tools::CurveSummary* best = nullptr;
+    // The curve at this host's rank count, else the nearest measured world size.
     for (const auto& curve : table.curves)
       if (curve.collective == "all_reduce" && curve.algorithm == "ring" && curve.world_size > 1 &&
-          curve.beta_us_per_mib > 0 && (best == nullptr || curve.world_size > best->world_size))
+          curve.beta_us_per_mib > 0 &&
+          (best == nullptr ||
+           std::abs(curve.world_size - c.per_node) < std::abs(best->world_size - c.per_node)))
         best = &curve;
     if (best != nullptr) {
       const double p = best->world_size;

@@ -1,9 +1,11 @@
 // chorus-plan: memory per device and step time of a GPT at every mesh of a cluster, and the mesh
 // to use (usage: chorus-plan --help; docs/PLANNING.md).
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "chart.h"
 #include "cluster.h"
 #include "error.h"
 #include "options.h"
@@ -23,6 +25,11 @@ int main(int argc, char** argv) {
     const Plan plan = make_plan(o.setup, cluster, o.mesh);
     const std::string out = o.json ? json_report(plan) : text_report(plan);
     std::fputs(out.c_str(), stdout);
+    if (!o.svg.empty()) {
+      std::ofstream svg(o.svg);
+      svg << svg_chart(plan);
+      if (!svg.good()) fail("cannot write --svg " + o.svg);
+    }
     return 0;
   } catch (const PlanError& e) {
     std::fprintf(stderr, "chorus-plan: %s\n", e.message.c_str());

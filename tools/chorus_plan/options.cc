@@ -57,6 +57,8 @@ Mesh (default: every mesh of the world):
   --dp D --tp T --pp P     fix a degree; the others range over what divides the world
 Output:
   --json                   one JSON object instead of the table
+  --svg FILE               also draw the plan: per mesh the step time's parts stacked, and the
+                           peak memory against the device's
   --help                   this text
 )";
 }
@@ -102,6 +104,7 @@ Options parse_options(const std::vector<std::string>& args) {
   values["--cluster"] = [&](auto&, auto& v) { o.cluster = v; };
   values["--nodes"] = [&](auto& f, auto& v) { o.nodes = int(as_int(f, v, 1, 1 << 16)); };
   values["--per-node"] = [&](auto& f, auto& v) { o.per_node = int(as_int(f, v, 1, 1 << 10)); };
+  values["--svg"] = [&](auto&, auto& v) { o.svg = v; };
   values["--dp"] = [&](auto& f, auto& v) { o.mesh.dp = int(as_int(f, v, 1, 1 << 20)); };
   values["--tp"] = [&](auto& f, auto& v) { o.mesh.tp = int(as_int(f, v, 1, 1 << 20)); };
   values["--pp"] = [&](auto& f, auto& v) { o.mesh.pp = int(as_int(f, v, 1, 1 << 20)); };

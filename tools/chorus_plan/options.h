@@ -17,6 +17,7 @@ struct Options {
   int per_node = 0;  // devices per node; 0: the preset's
   MeshRequest mesh;
   bool json = false;
+  std::string svg;  // a picture of the plan to write (empty: none)
   bool help = false;
 };
 
