@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "chart.h"
 #include "collectives.h"
 #include "error.h"
 #include "memory.h"
@@ -11,6 +12,7 @@
 #include "model.h"
 #include "options.h"
 #include "plan.h"
+#include "report.h"
 #include "run_command.h"
 #include "step_time.h"
 
@@ -138,6 +140,26 @@ TEST(PlanReport, RecommendsDataParallelismForGpt2LargeOnEightH100) {
       EXPECT_LE(p.meshes[i].time.tokens_per_s, p.meshes[i - 1].time.tokens_per_s);
     }
   }
+}
+
+TEST(PlanReport, JsonAndPictureCarryEveryMesh) {
+  Options o = parse_options({"--model", "gpt2-760m", "--dtype", "bf16"});
+  const Plan p = make_plan(o.setup, cluster_preset("8xh100", 1), o.mesh);
+  const std::string json = json_report(p);
+  EXPECT_NE(json.find("\"recommended\": {\"dp\": 8, \"tp\": 1, \"pp\": 1}"), std::string::npos);
+  EXPECT_NE(json.find("\"invalid\": \"20 heads do not divide over tp=8\""), std::string::npos);
+  size_t meshes = 0, runnable = 0;
+  for (size_t at = json.find("{\"dp\": "); at != std::string::npos;
+       at = json.find("{\"dp\": ", at + 1))
+    ++meshes;
+  for (const MeshPlan& m : p.meshes) runnable += m.invalid.empty() ? 1 : 0;
+  EXPECT_EQ(meshes, p.meshes.size() + 1);  // and the recommendation
+  // One label per runnable mesh in the picture.
+  const std::string svg = svg_chart(p);
+  size_t labels = 0;
+  for (size_t at = svg.find(">dp="); at != std::string::npos; at = svg.find(">dp=", at + 1))
+    ++labels;
+  EXPECT_EQ(labels, runnable);
 }
 
 }  // namespace
