@@ -41,7 +41,8 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   }
   // Data parallelism over the stage's trained parameters.
   const double pb = s.param_dtype == "bf16" ? 2 : 4;
-  const RankParameters rp = rank_parameters(model, m.tp, blocks, m.pp == 1, true, m.pp > 1);
+  // The heaviest stage: the first, with the embeddings (and, without a pipeline, the rest).
+  const RankParameters rp = rank_parameters(model, m.tp, blocks, true, m.pp == 1, m.pp > 1);
   const double grad_bytes = double(rp.trained) * pb;
   const double last_backward = 2.0 / 3 * t.compute / M;  // what overlaps the reduction
   if (m.dp > 1) {
