@@ -52,9 +52,10 @@ std::pair<std::vector<double>, std::vector<double>> measure(const Case& c,
       "--threads 1 --dp " +
       std::to_string(c.dp) + " --tp " + std::to_string(c.tp) + " --pp " + std::to_string(c.pp) +
       " --zero " + std::to_string(c.zero) + " --micro-batches " + std::to_string(c.micro_batches) +
-      (c.checkpoint ? " --checkpoint-activations" : "") + " --log-memory " + file;
-  const std::string cmd =
-      std::string(CHORUS_RUN_BIN) + " -n " + std::to_string(ranks) + " " + CHORUS_TRAIN_BIN + flags;
+      (c.checkpoint ? " --checkpoint-activations" : "") + " --balance uniform --log-memory " + file;
+  const std::string cmd = ranks == 1 ? CHORUS_TRAIN_BIN + flags
+                                     : std::string(CHORUS_RUN_BIN) + " -n " +
+                                           std::to_string(ranks) + " " + CHORUS_TRAIN_BIN + flags;
   const auto r = chorus::test::run_command(cmd);
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
   std::ifstream in(file);

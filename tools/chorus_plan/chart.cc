@@ -37,7 +37,7 @@ std::string svg_chart(const Plan& p) {
     << num(height) << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     << "<text x=\"10\" y=\"18\" font-size=\"14\">" << p.setup.model.name << " on " << p.cluster.name
-    << " x " << p.cluster.nodes << ": step time (ms) and peak memory per device"
+    << ", " << p.cluster.nodes << " node(s): step time (ms) and peak memory per device"
     << "</text>\n";
   double x = left;
   for (const auto& [name, color] : parts) {

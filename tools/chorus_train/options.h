@@ -12,10 +12,11 @@ namespace chorus::train {
 struct Options {
   // The mesh; 0 = choose (docs: a proposal from the world size, printed with its reason).
   int dp = 0, tp = 0, pp = 0;
-  int zero = 0;                   // 0 = DDP, 1-3 = ZeRO stage
-  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved
-  int chunks = 0;                 // interleaved: chunks per stage (0: 2)
-  int micro_batches = 0;          // per step and replica (0: pp, or 1 without a pipeline)
+  int zero = 0;                      // 0 = DDP, 1-3 = ZeRO stage
+  std::string schedule = "1f1b";     // gpipe, 1f1b, interleaved
+  int chunks = 0;                    // interleaved: chunks per stage (0: 2)
+  std::string balance = "measured";  // the stages' cut: measured or uniform (PipelineOptions)
+  int micro_batches = 0;             // per step and replica (0: pp, or 1 without a pipeline)
   // The model.
   int64_t layers = 4, width = 128, heads = 4, context = 64, vocab = 256;
   // Training.

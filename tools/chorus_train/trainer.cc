@@ -146,6 +146,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         parallel::PipelineOptions{.schedule = o.schedule,
                                   .chunks = m.chunks,
                                   .micro_batches = m.micro_batches,
+                                  .balance = o.balance,
                                   .loss_scale = loss_scale});
     include = [&pipe](const std::string& name) { return pipe->owns(name); };
   }
