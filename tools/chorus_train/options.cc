@@ -60,6 +60,8 @@ Mesh (omitted sizes are chosen from the world size and printed with the reason):
   --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp (pipelines: 0-2)
   --schedule NAME          gpipe | 1f1b (default) | interleaved
   --chunks V               interleaved: model chunks per stage (default 2)
+  --balance B              where the stages are cut: measured (default: each block's and the
+                           head's time, at start-up) or uniform (equal blocks per stage)
   --micro-batches M        per step and replica (default: P with a pipeline, else 1)
   --show-schedule          print the schedule of --pp, --micro-batches, --schedule and
                            --chunks stage by stage with its bubble and peak activations, then
@@ -91,6 +93,8 @@ Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
   --load DIR               resume from a checkpoint (any mesh: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
+  --log-memory FILE        every rank's engine peak over the steps and bytes held at the end,
+                           as one JSON object (what chorus-plan predicts)
   --convert DIR FILE       export a checkpoint as one file of named tensors, or import one
   --convert FILE DIR       as a checkpoint, then stop (one process; anywhere on the line, the
                            other flags then have no effect)
@@ -120,6 +124,10 @@ Options parse_options(const std::vector<std::string>& args) {
     o.schedule = v;
   });
   value("--chunks", [&](auto& f, auto& v) { o.chunks = static_cast<int>(as_int(f, v, 1, 64)); });
+  value("--balance", [&](auto& f, auto& v) {
+    if (v != "measured" && v != "uniform") fail(f + " " + v + ": expected measured or uniform");
+    o.balance = v;
+  });
   value("--micro-batches",
         [&](auto& f, auto& v) { o.micro_batches = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--layers", [&](auto& f, auto& v) { o.layers = as_int(f, v, 1, 4096); });
@@ -155,6 +163,7 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--save-every",
         [&](auto& f, auto& v) { o.save_every = as_int(f, v, 1, int64_t{1} << 40); });
   value("--log-json", [&](auto&, auto& v) { o.log_json = v; });
+  value("--log-memory", [&](auto&, auto& v) { o.log_memory = v; });
   value("--trace", [&](auto&, auto& v) { o.trace = v; });
   boolean("--checkpoint-activations", &o.checkpoint_activations);
   boolean("--deterministic", &o.deterministic);

@@ -12,10 +12,11 @@ namespace chorus::train {
 struct Options {
   // The mesh; 0 = choose (docs: a proposal from the world size, printed with its reason).
   int dp = 0, tp = 0, pp = 0;
-  int zero = 0;                   // 0 = DDP, 1-3 = ZeRO stage
-  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved
-  int chunks = 0;                 // interleaved: chunks per stage (0: 2)
-  int micro_batches = 0;          // per step and replica (0: pp, or 1 without a pipeline)
+  int zero = 0;                      // 0 = DDP, 1-3 = ZeRO stage
+  std::string schedule = "1f1b";     // gpipe, 1f1b, interleaved
+  int chunks = 0;                    // interleaved: chunks per stage (0: 2)
+  std::string balance = "measured";  // the stages' cut: measured or uniform (PipelineOptions)
+  int micro_batches = 0;             // per step and replica (0: pp, or 1 without a pipeline)
   // The model.
   int64_t layers = 4, width = 128, heads = 4, context = 64, vocab = 256;
   // Training.
@@ -36,6 +37,9 @@ struct Options {
   std::string save, load;
   int64_t save_every = 0;  // 0: only at the end
   std::string log_json, trace;
+  // A JSON object of every rank's engine peak over the steps and bytes held at the end
+  // (tensor::memory_stats), written by rank 0 after the last step.
+  std::string log_memory;
   bool quiet = false;
   int threads = 0;  // tensor threads per rank; 0: CHORUS_TENSOR_THREADS, else cores / local ranks
   // Where each rank computes: cpu, cuda (the GPU of the local rank, modulo the GPUs; ranks may

@@ -186,6 +186,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         parallel::PipelineOptions{.schedule = o.schedule,
                                   .chunks = m.chunks,
                                   .micro_batches = m.micro_batches,
+                                  .balance = o.balance,
                                   .loss_scale = loss_scale});
     include = [&pipe](const std::string& name) { return pipe->owns(name); };
   }
@@ -316,6 +317,9 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   }
   const bool bar = root && !o.quiet && ::isatty(STDOUT_FILENO) != 0;
   const auto start = Clock::now();
+  // The engine's high-water mark over the steps (the set-up's transient copies left out): what
+  // the run needs per rank, which chorus-plan predicts.
+  tensor::reset_peak_memory();
 
   // The set-up's collectives (initial broadcasts, loading) are not part of any step.
   for (const auto& [label, c] : traced) tracer->skip(*c, label);
@@ -427,6 +431,22 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
             << ", \"grad_norm\": " << exact(norm) << ", \"lr\": " << exact(lr)
             << ", \"step_ms\": " << 1e3 * step_s << ", \"tokens_per_s\": " << tokens_s
             << ", \"mfu\": " << mfu << "}" << std::endl;
+  }
+  {
+    // Every rank's peak and current bytes (tensor::memory_stats), written by rank 0.
+    const tensor::MemoryStats mine = tensor::memory_stats();
+    const int64_t sent[2] = {mine.peak_bytes, mine.current_bytes};
+    std::vector<int64_t> all(2 * static_cast<size_t>(world.size()));
+    world.all_gather(sent, all.data(), 2, DataType::kI64);
+    if (root && !o.log_memory.empty()) {
+      std::ofstream out(o.log_memory);
+      CHORUS_ARG_CHECK(out.good(), "chorus-train: cannot write --log-memory ", o.log_memory);
+      out << "{\"peak_bytes\": [";
+      for (int r = 0; r < world.size(); ++r) out << (r ? ", " : "") << all[2 * size_t(r)];
+      out << "], \"current_bytes\": [";
+      for (int r = 0; r < world.size(); ++r) out << (r ? ", " : "") << all[2 * size_t(r) + 1];
+      out << "]}" << std::endl;
+    }
   }
   if (!o.save.empty()) save(std::max<int64_t>(o.steps, first));
   if (tracer) {

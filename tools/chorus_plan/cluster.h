@@ -1,0 +1,44 @@
+// chorus-plan: the cluster a plan is for: GPUs (or, for `local`, ranks) per node, nodes, and
+// per device its dense throughput per dtype, memory and memory bandwidth, and the links between
+// devices inside a node and across nodes. Presets from the vendors' datasheets
+// (docs/PLANNING.md lists them); `local` is this machine, measured (local_probe.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace chorus::plan {
+
+// A link's alpha-beta constants: latency per message step and bandwidth per direction.
+struct Link {
+  double latency_s = 0;
+  double bytes_per_s = 0;
+};
+
+struct Cluster {
+  std::string name;
+  std::string source;  // the datasheet, or how `local` was measured
+  std::string device;  // "H100 SXM5 80GB", "this CPU, one core per rank"
+  int per_node = 8;
+  int nodes = 1;
+  double f32_flops = 0;   // dense, per device (FLOP/s)
+  double bf16_flops = 0;  // dense, per device; f16 the same
+  double memory_bytes = 0;
+  double hbm_bytes_per_s = 0;
+  Link intra;  // NVLink / xGMI / shared memory: per device, per direction
+  Link inter;  // the network: per device (one NIC each), per direction
+  // The fraction of the dense peak a transformer layer's products reach, and of a link's
+  // bandwidth a collective reaches (stated in docs/PLANNING.md; 1 for measured rates).
+  double compute_efficiency = 1;
+  double link_efficiency = 1;
+
+  int world() const { return per_node * nodes; }
+  double flops(const std::string& dtype) const { return dtype == "f32" ? f32_flops : bf16_flops; }
+};
+
+// 8xh100, 8xh200, 8xmi300x, 8xa100 (and `local`, which local_cluster() measures).
+std::vector<std::string> cluster_names();
+// The preset `name` with `nodes` nodes; throws PlanError naming the nearest preset.
+Cluster cluster_preset(const std::string& name, int nodes);
+
+}  // namespace chorus::plan

@@ -1,0 +1,30 @@
+// chorus-plan: the time of a collective from its algorithm's own step count (alpha-beta): p ranks,
+// n bytes per rank, a link of latency a and bandwidth B (per direction, after the cluster's link
+// efficiency).
+//   ring all-reduce:           2(p-1) a + 2 (p-1)/p n / B
+//   tree all-reduce (double binary tree, pipelined): 2 log2(p) a + 2 n / B
+//   ring reduce-scatter / all-gather:  (p-1) a + (p-1)/p n / B
+//   point-to-point:            a + n / B
+// all_reduce_s takes the faster of ring and tree, as a tuned selector would.
+#pragma once
+
+#include "cluster.h"
+
+namespace chorus::plan {
+
+struct LinkModel {
+  double latency_s = 0;
+  double bytes_per_s = 0;
+};
+// The link a group of `p` ranks spaced `stride` ranks apart crosses: NVLink/xGMI when the group
+// stays inside a node, the network otherwise (one NIC per device: the slower link bounds a ring).
+LinkModel group_link(const Cluster& c, int p, int stride);
+
+double ring_all_reduce_s(const LinkModel& l, int p, double bytes);
+double tree_all_reduce_s(const LinkModel& l, int p, double bytes);
+double all_reduce_s(const LinkModel& l, int p, double bytes);
+double reduce_scatter_s(const LinkModel& l, int p, double bytes);
+double all_gather_s(const LinkModel& l, int p, double bytes);
+double p2p_s(const LinkModel& l, double bytes);
+
+}  // namespace chorus::plan

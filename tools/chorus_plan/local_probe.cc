@@ -1,0 +1,96 @@
+#include "local_probe.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chorus/tensor/gemm.h"
+#include "chorus/tools/tune_table.h"
+
+namespace chorus::plan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double gemm_flops() {
+  const int64_t n = 512;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  tensor::set_num_threads(1);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    tensor::gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    if (rep > 0) best = std::min(best, since(t0));
+  }
+  return 2.0 * double(n * n * n) / best;
+}
+
+double copy_bytes_per_s() {
+  const size_t bytes = size_t(64) << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, since(t0));
+  }
+  return double(bytes) / best;
+}
+
+}  // namespace
+
+Cluster local_cluster() {
+  Cluster c;
+  c.name = "local";
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  c.per_node = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+  c.device = "this CPU, one core per rank";
+  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  c.memory_bytes = memory / c.per_node;  // the ranks share the host's memory
+  c.f32_flops = c.bf16_flops = gemm_flops();
+  const double copy = copy_bytes_per_s();
+  c.hbm_bytes_per_s = copy;
+  c.source = "measured: f32 GEMM 512^3 on one thread";
+  c.intra = {5e-6, copy / 2};
+  std::string links =
+      "; links: a 64 MiB copy's bandwidth / 2, 5 us per step (no chorus-tune table)";
+  try {
+    const tools::TableSummary table = tools::summarize_tune_table();
+    const tools::CurveSummary* best = nullptr;
+    // The curve at this host's rank count, else the nearest measured world size.
+    for (const auto& curve : table.curves)
+      if (curve.collective == "all_reduce" && curve.algorithm == "ring" && curve.world_size > 1 &&
+          curve.beta_us_per_mib > 0 &&
+          (best == nullptr ||
+           std::abs(curve.world_size - c.per_node) < std::abs(best->world_size - c.per_node)))
+        best = &curve;
+    if (best != nullptr) {
+      const double p = best->world_size;
+      // The ring's 2(p-1) steps, each moving n/p bytes: t = 2(p-1) a + 2 (p-1)/p n / B.
+      c.intra.latency_s = best->alpha_us * 1e-6 / (2 * (p - 1));
+      c.intra.bytes_per_s = 2 * (p - 1) / p * double(1 << 20) / (best->beta_us_per_mib * 1e-6);
+      links = "; links: chorus-tune's all_reduce ring curve at " +
+              std::to_string(best->world_size) + " ranks (" + table.origin + ")";
+    }
+  } catch (const std::exception&) {
+    // A malformed table: the probe's constants stand.
+  }
+  c.source += links;
+  c.inter = c.intra;
+  c.compute_efficiency = 1;  // measured rates
+  c.link_efficiency = 1;
+  return c;
+}
+
+}  // namespace chorus::plan
