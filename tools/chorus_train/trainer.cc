@@ -434,7 +434,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   }
   {
     // Every rank's peak and current bytes (tensor::memory_stats), written by rank 0.
-    const tensor::MemoryStats mine = tensor::memory_stats();
+    const tensor::MemoryStats mine = tensor::memory_stats(device);
     const int64_t sent[2] = {mine.peak_bytes, mine.current_bytes};
     std::vector<int64_t> all(2 * static_cast<size_t>(world.size()));
     world.all_gather(sent, all.data(), 2, DataType::kI64);
