@@ -30,8 +30,6 @@ std::string_view to_string(PipeOp op) {
       return "send_tied_grad";
     case PipeOp::kRecvTiedGrad:
       return "recv_tied_grad";
-    case PipeOp::kReduceGrads:
-      return "reduce_grads";
   }
   return "?";
 }
@@ -101,7 +99,6 @@ void emit(PipeSchedule& s, int stage, const std::vector<Compute>& order) {
     receives(std::min(nf, nb));
     receives(std::max(nf, nb));
   }
-  out.push_back({PipeOp::kReduceGrads, 0, 0});
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ using Key = std::tuple<int, int, int>;
 std::string describe(int stage, const PipeAction& a) {
   std::ostringstream os;
   os << "stage " << stage << " " << to_string(a.op) << "(micro " << a.micro;
-  if (a.op != PipeOp::kReduceGrads) os << ", chunk " << a.chunk;
+  os << ", chunk " << a.chunk;
   os << ")";
   return os.str();
 }
@@ -96,12 +96,10 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
   Sim sim{s, backward_cost, s.stages * s.chunks};
   const int p = s.stages;
 
-  // Static checks: every (micro, chunk) forwarded and backwarded once, in that order, then one
-  // reduction after the last backward.
+  // Static checks: every (micro, chunk) forwarded and backwarded once, in that order.
   for (int st = 0; st < p; ++st) {
     const auto& list = s.actions[static_cast<size_t>(st)];
     std::map<std::pair<int, int>, int> fwd, bwd;
-    int reduce_at = -1, last_backward = -1;
     for (size_t i = 0; i < list.size(); ++i) {
       const PipeAction& a = list[i];
       sim.check_action(st, a);
@@ -111,12 +109,6 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
         CHORUS_ARG_CHECK(forwarded, "pipeline schedule ", s.name, ": ", describe(st, a),
                          " comes before its forward");
         ++bwd[std::make_pair(a.micro, a.chunk)];
-        last_backward = static_cast<int>(i);
-      }
-      if (a.op == PipeOp::kReduceGrads) {
-        CHORUS_ARG_CHECK(reduce_at < 0, "pipeline schedule ", s.name, ": stage ", st,
-                         " reduces its gradients twice");
-        reduce_at = static_cast<int>(i);
       }
     }
     for (int m = 0; m < s.micro_batches; ++m)
@@ -126,9 +118,6 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
                          " runs micro-batch ", m, " of chunk ", c, " ", nf, " times forward and ",
                          nb, " times backward (once each expected)");
       }
-    CHORUS_ARG_CHECK(reduce_at > last_backward, "pipeline schedule ", s.name, ": stage ", st,
-                     reduce_at < 0 ? " never reduces its gradients"
-                                   : " reduces its gradients before its last backward");
   }
 
   // The simulation. A communication action is a *part*; the parts of one group on one channel
@@ -244,12 +233,6 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
           post_group(st, i, end);
           executed += end - i;
           i = end;
-          moved = true;
-          continue;
-        }
-        if (a.op == PipeOp::kReduceGrads) {
-          ++executed;
-          ++i;
           moved = true;
           continue;
         }

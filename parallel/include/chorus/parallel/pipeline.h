@@ -52,8 +52,9 @@ enum class PipeOp : uint8_t {
   kRecvGrad,        // the gradient of (micro, chunk)'s output from the next virtual stage
   kSendTiedGrad,    // last stage: micro's gradient of the lm_head's copy of the token embedding
   kRecvTiedGrad,    // first stage: the same, added before micro's embedding backward
-  kReduceGrads,     // data-parallel gradient reduction of this stage (after its last backward)
 };
+// (The data-parallel reduction is no action of its own: it runs during each stage's last
+// backward, from its gradients' hooks, whichever backward that is.)
 std::string_view to_string(PipeOp op);
 
 struct PipeAction {
@@ -97,9 +98,8 @@ struct PipeSimulation {
 
 // Simulates `s` and checks it: every (micro, chunk) a stage owns is forwarded and backwarded
 // exactly once, backward after forward; inputs are received before use; every send has its
-// receive and nothing waits forever (a deadlock names every stage's blocked action); the
-// reduction runs once per stage after its last backward. Throws InvalidArgument with the first
-// violation; returns the simulation.
+// receive and nothing waits forever (a deadlock names every stage's blocked action). Throws
+// InvalidArgument with the first violation; returns the simulation.
 PipeSimulation validate(const PipeSchedule& s, double backward_cost = 2.0);
 
 // The textbook bubble: (p-1) / (m+p-1) for gpipe and 1f1b, ((p-1)/v) / (m + (p-1)/v) interleaved.
