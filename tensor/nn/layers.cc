@@ -110,7 +110,7 @@ Tensor Block::forward(const Tensor& x, RngKey rng, std::vector<Tensor>* aux) con
     Tensor m;
     if (moe) {
       MoEStats stats;
-      m = moe->forward(ln_2->forward(h), &stats);
+      m = moe->forward(ln_2->forward(h), aux ? &stats : nullptr);
       if (aux)
         aux->push_back(
             add(scale(stats.load_balance, aux_loss_coef), scale(stats.z_loss, z_loss_coef)));

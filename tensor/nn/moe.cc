@@ -11,10 +11,9 @@ namespace chorus::tensor::nn {
 
 MoE::MoE(const GPTConfig& cfg) : top_k(cfg.top_k), capacity_factor(cfg.capacity_factor) {
   CHORUS_ARG_CHECK(cfg.experts >= 1, "MoE: experts must be at least 1, got ", cfg.experts);
-  CHORUS_ARG_CHECK(cfg.top_k == 1 || cfg.top_k == 2, "MoE: top_k must be 1 or 2, got ",
-                   cfg.top_k);
-  CHORUS_ARG_CHECK(cfg.top_k <= cfg.experts, "MoE: top_k ", cfg.top_k, " exceeds the ",
-                   cfg.experts, " experts");
+  CHORUS_ARG_CHECK(cfg.top_k == 1 || cfg.top_k == 2, "MoE: top_k must be 1 or 2, got ", cfg.top_k);
+  CHORUS_ARG_CHECK(cfg.top_k <= cfg.experts, "MoE: top_k ", cfg.top_k, " exceeds the ", cfg.experts,
+                   " experts");
   CHORUS_ARG_CHECK(cfg.capacity_factor >= 0 && std::isfinite(cfg.capacity_factor),
                    "MoE: capacity_factor must be 0 (dropless) or positive, got ",
                    cfg.capacity_factor);
@@ -65,8 +64,8 @@ Tensor MoE::forward(const Tensor& x, MoEStats* stats) const {
     for (const int64_t e : choice) ++routed[static_cast<size_t>(e)];
     const int64_t capacity =
         capacity_factor > 0
-            ? static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(N * K) /
-                                             static_cast<double>(E)))
+            ? static_cast<int64_t>(
+                  std::ceil(capacity_factor * static_cast<double>(N * K) / static_cast<double>(E)))
             : N * K;
     std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(E));
     int64_t dropped = 0;
@@ -107,8 +106,7 @@ Tensor MoE::forward(const Tensor& x, MoEStats* stats) const {
                                               static_cast<double>(routed[static_cast<size_t>(e)]) /
                                               static_cast<double>(N * K) / static_cast<double>(N);
       const Tensor weights =
-          Tensor::from_vector(std::span<const double>(w), {N, E}, probs.dtype())
-              .to(probs.device());
+          Tensor::from_vector(std::span<const double>(w), {N, E}, probs.dtype()).to(probs.device());
       stats->load_balance = sum(mul(probs, weights));
       const Tensor lse = logsumexp(logits);  // (N)
       stats->z_loss = mean(mul(lse, lse));

@@ -22,7 +22,8 @@ Tensor gather_rows(const Tensor& x_in, const Tensor& idx_in) {
   be.embedding_forward(out, idx, x);
   // backward: dx[idx[m]] += dy[m], m in order (repeated indices add up in that order)
   return record("gather_rows", out, {x_in, idx_in}, [idx](const Tensor& dy, GradSink& g) {
-    if (Tensor dx = g.grad(0); dx.defined()) backend_for(dy.device()).embedding_backward(dx, idx, dy);
+    if (Tensor dx = g.grad(0); dx.defined())
+      backend_for(dy.device()).embedding_backward(dx, idx, dy);
   });
 }
 

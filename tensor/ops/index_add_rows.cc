@@ -21,8 +21,8 @@ Tensor index_add_rows(const Tensor& base_in, const Tensor& idx_in, const Tensor&
                    "), got ", to_string(src_in.shape()));
   CHORUS_ARG_CHECK(src_in.dtype() == base_in.dtype(), "index_add_rows: dtypes ",
                    to_string(base_in.dtype()), " vs ", to_string(src_in.dtype()));
-  Backend& be = backend_of("index_add_rows",
-                           {{base_in, "base"}, {idx_in, "indices"}, {src_in, "source"}});
+  Backend& be =
+      backend_of("index_add_rows", {{base_in, "base"}, {idx_in, "indices"}, {src_in, "source"}});
   const Tensor idx = dense(idx_in), src = dense(src_in);
   // The scatter kernel does not check its indices: check them here (on the host).
   const int64_t N = base_in.size(0);

@@ -34,8 +34,7 @@ Tensor indices(std::vector<int64_t> v) {
 TEST(Moe, RoutingOpsMatchFiniteDifferences) {
   // Repeated and absent rows: the scatter-add of the backward.
   const Tensor idx = indices({3, 0, 3, 4, 1});
-  gradcheck("gather_rows", [&](auto& in) { return gather_rows(in[0], idx); },
-            {param({5, 3}, 1)});
+  gradcheck("gather_rows", [&](auto& in) { return gather_rows(in[0], idx); }, {param({5, 3}, 1)});
   gradcheck("index_add_rows", [&](auto& in) { return index_add_rows(in[0], idx, in[1]); },
             {param({6, 3}, 2), param({5, 3}, 3)});
   gradcheck("scale_rows", [](auto& in) { return scale_rows(in[0], in[1]); },
@@ -44,12 +43,16 @@ TEST(Moe, RoutingOpsMatchFiniteDifferences) {
 }
 
 TEST(Moe, RoutingOpsValuesAndBadInput) {
-  const Tensor x = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}, DataType::kF64);
-  EXPECT_EQ(gather_rows(x, indices({2, 0, 2})).to_vector(), (std::vector<double>{5, 6, 1, 2, 5, 6}));
-  const Tensor src = Tensor::from_vector(std::vector<double>{10, 20, 30, 40}, {2, 2}, DataType::kF64);
+  const Tensor x =
+      Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}, DataType::kF64);
+  EXPECT_EQ(gather_rows(x, indices({2, 0, 2})).to_vector(),
+            (std::vector<double>{5, 6, 1, 2, 5, 6}));
+  const Tensor src =
+      Tensor::from_vector(std::vector<double>{10, 20, 30, 40}, {2, 2}, DataType::kF64);
   EXPECT_EQ(index_add_rows(x, indices({1, 1}), src).to_vector(),
             (std::vector<double>{1, 2, 43, 64, 5, 6}));
-  EXPECT_EQ(scale_rows(x, Tensor::from_vector(std::vector<double>{2, 0, -1}, {3}, DataType::kF64)).to_vector(),
+  EXPECT_EQ(scale_rows(x, Tensor::from_vector(std::vector<double>{2, 0, -1}, {3}, DataType::kF64))
+                .to_vector(),
             (std::vector<double>{2, 4, 0, 0, -5, -6}));
   const double lse = logsumexp(x).to_vector()[1];
   EXPECT_NEAR(lse, std::log(std::exp(3.0) + std::exp(4.0)), 1e-14);
@@ -138,14 +141,18 @@ Reference reference(const MoE& moe, const Tensor& x_t) {
   for (int64_t e = 0; e < E; ++e) {
     double P = 0;
     for (int64_t n = 0; n < N; ++n) P += p[n * E + e] / static_cast<double>(N);
-    r.load_balance += static_cast<double>(E) * static_cast<double>(r.routed[e]) /
-                      static_cast<double>(N * K) * P;
+    r.load_balance +=
+        static_cast<double>(E) * static_cast<double>(r.routed[e]) / static_cast<double>(N * K) * P;
   }
   return r;
 }
 
 GPTConfig moe_config(int64_t experts, int64_t top_k, double capacity_factor = 0) {
-  return {.layers = 1, .heads = 1, .width = 4, .experts = experts, .top_k = top_k,
+  return {.layers = 1,
+          .heads = 1,
+          .width = 4,
+          .experts = experts,
+          .top_k = top_k,
           .capacity_factor = capacity_factor};
 }
 
@@ -256,16 +263,16 @@ TEST(Moe, GradientsMatchFiniteDifferences) {
     auto moe = make_moe(moe_config(3, k, cf), 21);
     std::vector<Tensor> in{param({2, 3, 4}, 22)};
     for (const Tensor& p : moe->parameters()) in.push_back(p);
-    gradcheck("output", [&](auto& v) { return moe->forward(v[0]); }, in);
-    // The auxiliary losses depend on the input and the router only.
     gradcheck(
-        "aux losses",
-        [&](auto& v) {
-          MoEStats s;
-          moe->forward(v[0], &s);
-          return add(s.load_balance, scale(s.z_loss, 0.3));
-        },
-        {in[0], moe->router->weight});
+        "output", [&](auto& v) { return moe->forward(v[0]); }, in);
+    // The auxiliary losses depend on the input and the router only.
+    gradcheck("aux losses",
+              [&](auto& v) {
+                MoEStats s;
+                moe->forward(v[0], &s);
+                return add(s.load_balance, scale(s.z_loss, 0.3));
+              },
+              {in[0], moe->router->weight});
   }
 }
 
@@ -329,8 +336,15 @@ TEST(Moe, BadConfigurationIsRefused) {
 // The GPT with experts: parameter names (every other block), the loss with its auxiliary terms,
 // a falling loss, and the same bits at 1 and 2 threads (in f64: the f64 GEMM is always ours).
 TEST(Moe, GptWithExpertsTrainsAndIsThreadCountIndependent) {
-  const GPTConfig cfg{.vocab = 32, .context = 8, .layers = 2, .heads = 2, .width = 16,
-                      .experts = 4, .top_k = 2, .moe_every = 2, .capacity_factor = 1.25};
+  const GPTConfig cfg{.vocab = 32,
+                      .context = 8,
+                      .layers = 2,
+                      .heads = 2,
+                      .width = 16,
+                      .experts = 4,
+                      .top_k = 2,
+                      .moe_every = 2,
+                      .capacity_factor = 1.25};
   {
     nn::GPT model(cfg);
     std::vector<std::string> names;

@@ -150,6 +150,12 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {2, "--batch 3", "--batch 3 does not split into dp=2 replicas x 1 micro-batches"},
       {2, "--tp 2 --zero 3", "--zero 3 works with data parallelism alone"},
       {2, "--tp 2 --dtype f16", "--dtype f16 (loss scaling) needs --zero 0, tp=1 and pp=1"},
+      {1, "--experts 2 --top-k 3", "--top-k 3 is outside [1, 2]"},
+      {1, "--experts 1 --top-k 2", "--top-k 2 exceeds --experts 1"},
+      {1, "--experts 0", "--experts 0 is outside"},
+      {1, "--top-k 2", "--top-k needs --experts E"},
+      {1, "--experts 2 --checkpoint-activations", "--checkpoint-activations is not supported"},
+      {2, "--experts 2", "--experts needs one process (dp=1, tp=1, pp=1; this mesh is dp=2"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
@@ -213,6 +219,43 @@ TEST(ChorusTrain, StopsSavesAndResumesOnAnotherMesh) {
   ASSERT_EQ(third.exit_code, 0) << third.out;
   const auto again = losses(third.out);
   for (const auto& [step, l] : again) EXPECT_NEAR(l, ref.at(step), 2e-4) << "step " << step;
+  fs::remove_all(dir);
+}
+
+// A mixture-of-experts GPT on one process: the loss falls, and a run stopped, exported as one
+// file, imported and resumed continues on the same curve; a dense model refuses its checkpoint.
+TEST(ChorusTrain, ExpertsTrainAndResumeThroughAnExportedCheckpoint) {
+  const std::string dir = temp_dir();
+  const std::string flags =
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --lr 3e-3 "
+      "--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25 "
+      "--deterministic ";
+  const CommandResult whole = run_command(train(1, flags + "--steps 12"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  EXPECT_NE(whole.out.find("experts: 4 in each of 1 MoE block(s) of 2, top-2, capacity factor "
+                           "1.25"),
+            std::string::npos)
+      << whole.out;
+  const auto ref = losses(whole.out);
+  ASSERT_EQ(ref.size(), 12u) << whole.out;
+  EXPECT_LT(ref.at(11), ref.at(0) - 0.5) << "the loss does not fall";
+  const CommandResult first =
+      run_command(train(1, flags + "--lr-steps 12 --steps 6 --save " + dir + "/ckpt"));
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const std::string bin = CHORUS_TRAIN_BIN;
+  ASSERT_EQ(run_command(bin + " --convert " + dir + "/ckpt " + dir + "/m.tensors").exit_code, 0);
+  ASSERT_EQ(run_command(bin + " --convert " + dir + "/m.tensors " + dir + "/again").exit_code, 0);
+  const CommandResult second = run_command(train(1, flags + "--steps 12 --load " + dir + "/again"));
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  const auto got = losses(second.out);
+  ASSERT_EQ(got.size(), 6u) << second.out;
+  for (const auto& [step, l] : got) EXPECT_EQ(l, ref.at(step)) << "step " << step;
+  const CommandResult dense = run_command(train(
+      1,
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --steps 8 --load " + dir + "/ckpt"));
+  EXPECT_NE(dense.exit_code, 0);
+  EXPECT_NE(dense.out.find("holds another model: experts 4, this one has none"), std::string::npos)
+      << dense.out;
   fs::remove_all(dir);
 }
 

@@ -18,6 +18,10 @@ struct Options {
   int micro_batches = 0;          // per step and replica (0: pp, or 1 without a pipeline)
   // The model.
   int64_t layers = 4, width = 128, heads = 4, context = 64, vocab = 256;
+  // Mixture of experts (tensor/nn.h: GPTConfig): 0 experts = the dense MLP everywhere.
+  int64_t experts = 0, top_k = 1, moe_every = 1;
+  double capacity_factor = 0;  // 0: dropless
+  double aux_loss_coef = 1e-2, z_loss_coef = 1e-3;
   // Training.
   int64_t batch = 16;  // global: split over dp and the micro-batches
   int64_t steps = 50;

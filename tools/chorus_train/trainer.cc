@@ -42,12 +42,17 @@ double seconds(Clock::time_point t0) {
 }
 
 // The matmul FLOPs of one training step (forward and two backward GEMMs per weight, and the
-// causal attention's two products), for the MFU estimate.
+// causal attention's two products), for the MFU estimate. An MoE block counts the weights a
+// token meets: its router and top_k experts (tokens dropped over capacity are still counted).
 double step_flops(const tensor::nn::GPTConfig& c, int64_t batch) {
   const double N = double(batch) * double(c.context), C = double(c.width);
-  const double per_layer =
-      N * 12 * C * C + double(batch) * double(c.context) * double(c.context) * C;
-  return 6.0 * (double(c.layers) * per_layer + N * C * double(c.vocab));
+  double total = 0;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const double mlp =
+        c.moe_block(i) ? double(c.top_k) * 8 * C * C + C * double(c.experts) : 8 * C * C;
+    total += N * (4 * C * C + mlp) + double(batch) * double(c.context) * double(c.context) * C;
+  }
+  return 6.0 * (total + N * C * double(c.vocab));
 }
 
 // This rank's f32 GEMM rate (GFLOP/s) on a 512^3 product, measured while every rank measures.
@@ -127,7 +132,13 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
                                   .context = o.context,
                                   .layers = o.layers,
                                   .heads = o.heads,
-                                  .width = o.width};
+                                  .width = o.width,
+                                  .experts = o.experts,
+                                  .top_k = o.top_k,
+                                  .moe_every = o.moe_every,
+                                  .capacity_factor = o.capacity_factor,
+                                  .aux_loss_coef = o.aux_loss_coef,
+                                  .z_loss_coef = o.z_loss_coef};
   tensor::nn::GPT model(cfg);
   model.init(o.seed);
   const int64_t params_total = model.num_parameters();
@@ -198,6 +209,19 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         static_cast<long long>(params_total), static_cast<long long>(o.layers),
         static_cast<long long>(o.width), static_cast<long long>(o.heads),
         static_cast<long long>(o.context), world.size(), threads);
+    if (o.experts > 0) {
+      int64_t moe_blocks = 0;
+      for (int64_t i = 0; i < o.layers; ++i) moe_blocks += cfg.moe_block(i) ? 1 : 0;
+      char capacity[64] = "dropless";
+      if (o.capacity_factor > 0)
+        std::snprintf(capacity, sizeof capacity, "capacity factor %g", o.capacity_factor);
+      std::printf(
+          "experts: %lld in each of %lld MoE block(s) of %lld, top-%lld, %s; loss + %g x load "
+          "balance + %g x router z-loss\n",
+          static_cast<long long>(o.experts), static_cast<long long>(moe_blocks),
+          static_cast<long long>(o.layers), static_cast<long long>(o.top_k), capacity,
+          o.aux_loss_coef, o.z_loss_coef);
+    }
     if (!m.reason.empty()) std::printf("%s\n", m.reason.c_str());
     std::printf(
         "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "

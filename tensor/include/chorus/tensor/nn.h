@@ -208,8 +208,8 @@ class MLP : public Module {
 
 // The auxiliary losses of one MoE forward, unweighted, and what its routing did.
 struct MoEStats {
-  Tensor load_balance;  // () E * sum_e f_e P_e (Switch / GShard): 1 when routing is uniform
-  Tensor z_loss;        // () mean over tokens of logsumexp(router logits)^2
+  Tensor load_balance;          // () E * sum_e f_e P_e (Switch / GShard): 1 when routing is uniform
+  Tensor z_loss;                // () mean over tokens of logsumexp(router logits)^2
   std::vector<int64_t> routed;  // (E) assignments each expert was chosen for (top-k, pre-capacity)
   std::vector<int64_t> kept;    // (E) assignments each expert computed (after capacity)
   int64_t dropped = 0;          // assignments over capacity
@@ -230,8 +230,8 @@ class MoE : public Module {
   MoE(const GPTConfig& cfg);
   // stats (when given) receives the auxiliary losses and the routing counts.
   virtual Tensor forward(const Tensor& x, MoEStats* stats = nullptr) const;
-  std::shared_ptr<Linear> router;              // (C -> E), no bias
-  std::vector<std::shared_ptr<MLP>> experts;   // "experts.0" ...
+  std::shared_ptr<Linear> router;             // (C -> E), no bias
+  std::vector<std::shared_ptr<MLP>> experts;  // "experts.0" ...
   int64_t top_k;
   double capacity_factor;
 };

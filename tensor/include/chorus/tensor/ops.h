@@ -52,7 +52,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // causal_attention on the q/k/v views, transposed back to (B, T, C), without the copies.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t heads);
 
-// ---- routing (a mixture of experts; tensor/nn/moe.cc) --------------------------------------------
+// ---- routing (a mixture of experts, nn/moe.cc) ----------------------------------------------
 // x (N, C), idx (M) i32/i64 -> (M, C): out[m] = x[idx[m]]. Backward adds dy[m] to row idx[m],
 // m in order.
 Tensor gather_rows(const Tensor& x, const Tensor& idx);
