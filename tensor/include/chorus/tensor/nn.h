@@ -225,15 +225,38 @@ struct MoEStats {
 // the other (index_add_rows, fixed order): the same bits at any thread count. An expert with no
 // token does not run (its parameters get no gradient from this forward). With E = 1 the gate is
 // 1 exactly and the layer is the dense MLP.
+// Where one forward's tokens go (MoE::route): expert e computes rows tokens[e] of x (N, C),
+// ascending.
+struct MoERouting {
+  std::vector<std::vector<int64_t>> tokens;  // (E)
+  std::vector<int64_t> routed, kept;         // as in MoEStats
+  int64_t dropped = 0;
+};
+
 class MoE : public Module {
  public:
   MoE(const GPTConfig& cfg);
   // stats (when given) receives the auxiliary losses and the routing counts.
   virtual Tensor forward(const Tensor& x, MoEStats* stats = nullptr) const;
+  // The routing of router probabilities p (N, E) (top_k, ties, capacity: as above), on the host.
+  MoERouting route(const Tensor& probs) const;
+  // Fills stats (when given) from the router's logits and probabilities (N, E) and the routing.
+  void losses(const Tensor& logits, const Tensor& probs, MoERouting routing, MoEStats* stats) const;
+  // All experts, E (`experts` holds those of this module: all of them here, a slice in an
+  // expert-parallel subclass).
+  int64_t num_experts() const { return num_experts_; }
   std::shared_ptr<Linear> router;             // (C -> E), no bias
   std::vector<std::shared_ptr<MLP>> experts;  // "experts.0" ...
   int64_t top_k;
   double capacity_factor;
+
+ protected:
+  // The router and experts [first, first + count) only, registered under their names in the
+  // whole layer ("experts.<first>" ...), so that checkpoints and initialisation see one layer.
+  MoE(const GPTConfig& cfg, int64_t first, int64_t count);
+
+ private:
+  int64_t num_experts_;
 };
 
 // x (B, T, C) -> (B, T, C): qkv = c_attn(x) (B, T, 3C) read as (B, T, 3, NH, HS); heads as
