@@ -155,7 +155,12 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {1, "--experts 0", "--experts 0 is outside"},
       {1, "--top-k 2", "--top-k needs --experts E"},
       {1, "--experts 2 --checkpoint-activations", "--checkpoint-activations is not supported"},
-      {2, "--experts 2", "--experts needs one process (dp=1, tp=1, pp=1; this mesh is dp=2"},
+      {2, "--experts 2 --tp 2 --heads 2", "--experts works with data and expert parallelism only"},
+      {2, "--experts 4 --ep 4", "--ep 4 does not divide dp=2"},
+      {4, "--experts 3 --ep 2", "3 experts do not divide over --ep 2"},
+      {1, "--ep 2", "--ep needs --experts E"},
+      {2, "--experts 2 --ep 2 --zero 1", "--experts on more than one rank needs --zero 0"},
+      {2, "--experts 2 --ep 2 --save ckpt-never-written", "--save and --load do not take --ep 2"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
@@ -232,8 +237,8 @@ TEST(ChorusTrain, ExpertsTrainAndResumeThroughAnExportedCheckpoint) {
       "--deterministic ";
   const CommandResult whole = run_command(train(1, flags + "--steps 12"));
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
-  EXPECT_NE(whole.out.find("experts: 4 in each of 1 MoE block(s) of 2, top-2, capacity factor "
-                           "1.25"),
+  EXPECT_NE(whole.out.find("experts: 4 in each of 1 MoE block(s) of 2, 4 per rank (ep=1), top-2, "
+                           "capacity factor 1.25"),
             std::string::npos)
       << whole.out;
   const auto ref = losses(whole.out);
@@ -257,6 +262,34 @@ TEST(ChorusTrain, ExpertsTrainAndResumeThroughAnExportedCheckpoint) {
   EXPECT_NE(dense.out.find("holds another model: experts 4, this one has none"), std::string::npos)
       << dense.out;
   fs::remove_all(dir);
+}
+
+// Experts over ep ranks (and replicated over dp/ep groups) against one process taking the same
+// micro-batches (the routing, its capacity and the load balance are per micro-batch): the same
+// losses, to the rounding of the experts' gradients summed across ranks.
+TEST(ChorusTrain, ExpertParallelRunsPrintTheOneProcessLosses) {
+  const std::string flags =
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --lr 3e-3 "
+      "--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25 "
+      "--steps 6 ";
+  for (const auto& [ranks, mesh] :
+       {std::pair<int, std::string>{2, "--dp 2 --ep 2"}, {4, "--dp 4 --ep 2"}}) {
+    const CommandResult one =
+        run_command(train(1, flags + "--micro-batches " + std::to_string(ranks)));
+    ASSERT_EQ(one.exit_code, 0) << one.out;
+    const auto ref = losses(one.out);
+    ASSERT_EQ(ref.size(), 6u) << one.out;
+    EXPECT_LT(ref.at(5), ref.at(0) - 0.3) << "the loss does not fall";
+    const CommandResult r = run_command(train(ranks, flags + mesh));
+    ASSERT_EQ(r.exit_code, 0) << mesh << "\n" << r.out;
+    EXPECT_NE(r.out.find("experts: 4 in each of 1 MoE block(s) of 2, 2 per rank (ep=2)"),
+              std::string::npos)
+        << r.out;
+    const auto got = losses(r.out);
+    ASSERT_EQ(got.size(), ref.size()) << r.out;
+    for (const auto& [step, l] : ref)
+      EXPECT_NEAR(got.at(step), l, 2e-4) << mesh << " step " << step;
+  }
 }
 
 TEST(ChorusTrain, ShowsAScheduleWithItsBubbleWithoutRanks) {

@@ -59,6 +59,8 @@ Trains the GPT on a byte corpus at any parallel configuration; rank 0 prints eve
 Mesh (omitted sizes are chosen from the world size and printed with the reason):
   --dp D --tp T --pp P     data x tensor x pipeline parallel ranks (D*T*P = world size)
   --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp (pipelines: 0-2)
+  --ep N                   expert parallel: each group of N consecutive dp ranks shares every
+                           MoE layer's experts, E/N per rank (N divides dp and E; default 1)
   --schedule NAME          gpipe | 1f1b (default) | interleaved
   --chunks V               interleaved: model chunks per stage (default 2)
   --micro-batches M        per step and replica (default: P with a pipeline, else 1)
@@ -68,7 +70,7 @@ Mesh (omitted sizes are chosen from the world size and printed with the reason):
 Model:
   --layers L --width C --heads H --context T --vocab V   (default 4, 128, 4, 64, 256)
   --experts E              a mixture of E expert MLPs instead of the dense MLP (default 0:
-                           dense); one process only (dp=tp=pp=1) until expert parallelism
+                           dense); with data and expert parallelism only (tp=1, pp=1), DDP
   --top-k K                experts per token, 1 (default) or 2, at most E
   --moe-every N            MoE in every block (1, default) or every N-th (2: blocks 1, 3, ...)
   --capacity-factor F      an expert takes at most ceil(F * tokens * K / E) tokens of a
@@ -120,6 +122,7 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--dp", [&](auto& f, auto& v) { o.dp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--tp", [&](auto& f, auto& v) { o.tp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--pp", [&](auto& f, auto& v) { o.pp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
+  value("--ep", [&](auto& f, auto& v) { o.ep = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--zero", [&](auto& f, auto& v) { o.zero = static_cast<int>(as_int(f, v, 0, 3)); });
   value("--schedule", [&](auto& f, auto& v) {
     if (v != "gpipe" && v != "1f1b" && v != "interleaved")
@@ -216,7 +219,8 @@ Options parse_options(const std::vector<std::string>& args) {
   if (o.experts == 0) {
     for (const auto& [flag, given] : {std::pair<const char*, bool>{"--top-k", o.top_k != 1},
                                       {"--moe-every", o.moe_every != 1},
-                                      {"--capacity-factor", o.capacity_factor != 0}})
+                                      {"--capacity-factor", o.capacity_factor != 0},
+                                      {"--ep", o.ep != 1}})
       if (given) fail(std::string(flag) + " needs --experts E");
   } else {
     if (o.top_k > o.experts)
@@ -281,11 +285,25 @@ Mesh resolve_mesh(const Options& o, int world) {
   if (o.batch % (static_cast<int64_t>(dp) * m.micro_batches) != 0)
     fail("--batch " + std::to_string(o.batch) + " does not split into dp=" + std::to_string(dp) +
          " replicas x " + std::to_string(m.micro_batches) + " micro-batches");
-  if (o.experts > 0 && dp * tp * pp > 1)
-    fail("--experts needs one process (dp=1, tp=1, pp=1; this mesh is dp=" + std::to_string(dp) +
-         " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-         "): expert parallelism is not implemented yet, and the experts' token routing is not "
-         "split over ranks");
+  m.ep = o.ep;
+  if (o.experts > 0) {
+    const std::string ep = std::to_string(o.ep);
+    if (tp > 1 || pp > 1)
+      fail("--experts works with data and expert parallelism only (tp=1, pp=1; this mesh is tp=" +
+           std::to_string(tp) + " pp=" + std::to_string(pp) + ")");
+    if (dp % o.ep != 0)
+      fail("--ep " + ep + " does not divide dp=" + std::to_string(dp) +
+           " (the expert groups are carved out of the data-parallel ranks)");
+    if (o.experts % o.ep != 0)
+      fail(std::to_string(o.experts) + " experts do not divide over --ep " + ep +
+           " (every rank holds the same number of experts)");
+    if (dp > 1 && o.zero > 0) fail("--experts on more than one rank needs --zero 0 (DDP) for now");
+    if (dp > 1 && o.dtype == "f16")
+      fail("--experts on more than one rank does not take --dtype f16 yet; use --dtype bf16");
+    if (o.ep > 1 && (!o.save.empty() || !o.load.empty()))
+      fail("--save and --load do not take --ep " + ep +
+           " yet (each rank holds only its experts); train with --ep 1 to checkpoint");
+  }
   if (o.zero == 3 && (pp > 1 || tp > 1))
     fail("--zero 3 works with data parallelism alone (tp=1, pp=1); use --zero 1 or 2 with tp/pp");
   if (o.dtype == "f16" && (tp > 1 || pp > 1 || o.zero > 0))

@@ -12,6 +12,7 @@ namespace chorus::train {
 struct Options {
   // The mesh; 0 = choose (docs: a proposal from the world size, printed with its reason).
   int dp = 0, tp = 0, pp = 0;
+  int ep = 1;                     // expert-parallel ranks, carved out of dp (needs --experts)
   int zero = 0;                   // 0 = DDP, 1-3 = ZeRO stage
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved
   int chunks = 0;                 // interleaved: chunks per stage (0: 2)
@@ -63,6 +64,7 @@ Options parse_options(const std::vector<std::string>& args);
 // micro-batches do not divide, a combination the layers do not support).
 struct Mesh {
   int dp = 1, tp = 1, pp = 1;
+  int ep = 1;  // divides dp: groups of ep consecutive dp ranks share an MoE layer's experts
   int micro_batches = 1;
   int chunks = 1;
   std::string reason;
