@@ -160,7 +160,7 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {4, "--experts 3 --ep 2", "3 experts do not divide over --ep 2"},
       {1, "--ep 2", "--ep needs --experts E"},
       {2, "--experts 2 --ep 2 --zero 1", "--experts on more than one rank needs --zero 0"},
-      {2, "--experts 2 --ep 2 --save ckpt-never-written", "--save and --load do not take --ep 2"},
+      {2, "--experts 2 --save ckpt-never-written", "--save and --load do not take --experts on"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));

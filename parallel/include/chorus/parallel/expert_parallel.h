@@ -26,8 +26,9 @@
 // skewed routing would pay for its busiest pair everywhere), at ep - 1 steps like the pairwise
 // exchange all_to_all itself runs.
 //
-// Not yet: expert-data-parallel gradient reduction (experts replicated over dp/ep groups) in
-// DDP and ZeRO, chorus-train --ep, checkpoints of a sharded layer, devices other than the CPU.
+// The layer computes; reducing gradients is the trainer's (chorus-train --ep: DDP over dp for the
+// rest, each expert summed over the dp ranks holding it). Not yet: ZeRO, checkpoints of a sharded
+// layer, devices other than the CPU.
 #pragma once
 
 #include <cstdint>
