@@ -50,12 +50,20 @@ std::string mesh_text(const CheckpointState& s) {
          " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(s.zero ? s.zero->stage() : 0);
 }
 
+// The model's shape as the manifest records it. A mixture of experts adds "experts" and
+// "moe_every" (their parameters' names depend on them); a dense model records neither, so its
+// manifests stay as they were.
 std::map<std::string, int64_t> model_fields(const tensor::nn::GPTConfig& c) {
-  return {{"vocab", c.vocab},
-          {"context", c.context},
-          {"layers", c.layers},
-          {"heads", c.heads},
-          {"width", c.width}};
+  std::map<std::string, int64_t> f{{"vocab", c.vocab},
+                                   {"context", c.context},
+                                   {"layers", c.layers},
+                                   {"heads", c.heads},
+                                   {"width", c.width}};
+  if (c.experts > 0) {
+    f["experts"] = c.experts;
+    f["moe_every"] = c.moe_every;
+  }
+  return f;
 }
 
 const Tensor* find(const tensor::nn::NamedTensors& named, const std::string& name) {
@@ -338,13 +346,17 @@ namespace {
 Manifest load_here(const std::string& dir, CheckpointState& s) {
   Reader reader(dir, read_manifest(dir));
   const Manifest& m = reader.manifest();
-  for (const auto& [field, value] : model_fields(s.model->config())) {
+  const std::map<std::string, int64_t> mine = model_fields(s.model->config());
+  for (const auto& [field, value] : mine) {
     auto it = m.model.find(field);
     CHORUS_ARG_CHECK(it != m.model.end() && it->second == value, "checkpoint ", dir,
                      " holds another model: ", field, " ",
                      it == m.model.end() ? std::string("missing") : std::to_string(it->second),
                      ", this one has ", value);
   }
+  for (const auto& [field, value] : m.model)
+    CHORUS_ARG_CHECK(mine.count(field) != 0, "checkpoint ", dir, " holds another model: ", field,
+                     " ", value, ", this one has none");
   tensor::NoGradGuard no_grad;
   tensor::nn::GPT& model = *s.model;
   const tensor::nn::NamedTensors named = model.named_parameters();
@@ -511,8 +523,10 @@ void import_checkpoint(const std::string& file, const std::string& dir) {
       items.push_back({base, kind, t.contiguous(), whole_region(t.numel()), t.shape()});
     }
   }
-  CHORUS_ARG_CHECK(m.model.size() == 5, file,
-                   ": no model configuration (config.vocab, ...): not an exported checkpoint");
+  // The dense model's five fields (a mixture of experts adds two: model_fields).
+  for (const char* field : {"vocab", "context", "layers", "heads", "width"})
+    CHORUS_ARG_CHECK(m.model.count(field) != 0, file, ": no model configuration (config.", field,
+                     ", ...): not an exported checkpoint");
   const std::string tmp = dir + ".tmp";
   std::error_code ec;
   fs::remove_all(tmp, ec);

@@ -53,4 +53,13 @@ FlatLayout plan_buckets(const std::vector<ParamShape>& params, const std::vector
   return layout;
 }
 
+void rebind_into_bucket(tensor::Tensor& param, const tensor::Tensor& grad, tensor::Tensor view) {
+  if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
+  if (grad.defined())
+    view.copy_(grad);
+  else
+    view.zero_();
+  param.bind_grad(view);
+}
+
 }  // namespace chorus::parallel

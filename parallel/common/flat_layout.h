@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "chorus/tensor/tensor.h"
 #include "chorus/types.h"
 
 namespace chorus::parallel {
@@ -50,5 +51,10 @@ inline std::pair<int64_t, int64_t> shard_range(int64_t numel, int n, int r) {
   const int64_t per = numel / n;
   return {per * r, per * (r + 1)};
 }
+
+// A gradient that is not (or no longer) the view into its bucket (someone set_grad() another
+// tensor) goes back into it: copied there (zeros when undefined), the view bound as the
+// parameter's gradient. Nothing happens when `grad` already is the view.
+void rebind_into_bucket(tensor::Tensor& param, const tensor::Tensor& grad, tensor::Tensor view);
 
 }  // namespace chorus::parallel

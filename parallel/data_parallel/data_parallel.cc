@@ -25,6 +25,7 @@
 #include "chorus/error.h"
 #include "chorus/log.h"
 #include "chorus/tensor/autograd.h"
+#include "common/bucket_readiness.h"
 #include "common/fault_injection.h"
 #include "common/flat_layout.h"
 #include "common/kernel_agreement.h"
@@ -46,11 +47,8 @@ struct DistributedDataParallel::Impl {
   std::vector<Tensor> flat;   // one gradient buffer per bucket
   std::vector<Tensor> views;  // per parameter: its gradient's view into its bucket
 
-  // The step in progress.
-  uint64_t backward = 0;        // tensor::backward_id() of the backward that opened it
-  std::vector<int> pending;     // per bucket: gradients still to come
-  std::vector<char> ready;      // per parameter: its hook fired this step
-  size_t next_launch = 0;       // buckets [0, next_launch) have started
+  // The step in progress: which buckets are final and launched (common/bucket_readiness.h).
+  std::optional<BucketReadiness> readiness;
   std::vector<Work> work;       // per bucket
   std::vector<char> in_flight;  // per bucket: started and not yet waited for
 
@@ -58,14 +56,12 @@ struct DistributedDataParallel::Impl {
   int no_sync_depth = 0;
   bool fold = false;             // the group is deterministic: every backward reduces (see above)
   bool intermediate = false;     // the step in progress reduces onto rank 0 only (no_sync, fold)
-  std::set<std::string> unused;  // reported once each
   std::vector<int> hooks;        // grad-ready hook handles, per parameter
   int forward_hook = 0;
   Stats stats;
 
   void on_grad_ready(size_t i, Tensor& grad);
   void open_step();
-  void launch_ready();
   void launch(size_t b);
   void finish();
   void wait_bucket(size_t b);
@@ -74,36 +70,14 @@ struct DistributedDataParallel::Impl {
 
 void DistributedDataParallel::Impl::open_step() {
   wait_all();  // a previous step's reductions write the buckets this one accumulates into
-  backward = tensor::backward_id();
   intermediate = fold && no_sync_depth > 0;
-  pending.assign(layout.buckets.size(), 0);
-  for (size_t b = 0; b < layout.buckets.size(); ++b)
-    pending[b] = static_cast<int>(layout.buckets[b].slots.size());
-  ready.assign(params.size(), 0);
-  next_launch = 0;
-  tensor::queue_backward_callback([this] { finish(); });
 }
 
 void DistributedDataParallel::Impl::on_grad_ready(size_t i, Tensor& grad) {
   if (no_sync_depth > 0 && !fold) return;
-  if (tensor::backward_id() != backward) open_step();
-  // A gradient that left its bucket (set_grad() by someone) goes back into it.
-  Tensor& view = views[i];
-  if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
-    if (grad.defined())
-      view.copy_(grad);
-    else
-      view.zero_();
-    params[i].bind_grad(view);
-  }
-  if (ready[i]) return;
-  ready[i] = 1;
-  const size_t b = layout.where[i].first;
-  if (--pending[b] == 0) launch_ready();
-}
-
-void DistributedDataParallel::Impl::launch_ready() {
-  while (next_launch < layout.buckets.size() && pending[next_launch] == 0) launch(next_launch++);
+  readiness->enter();
+  rebind_into_bucket(params[i], grad, views[i]);
+  readiness->ready(i);
 }
 
 void DistributedDataParallel::Impl::launch(size_t b) {
@@ -124,23 +98,6 @@ void DistributedDataParallel::Impl::launch(size_t b) {
 }
 
 void DistributedDataParallel::Impl::finish() {
-  if (next_launch < layout.buckets.size()) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (ready[i]) continue;
-      if (unused.insert(names[i]).second)
-        CHORUS_WARN(kLogPar, "DistributedDataParallel: parameter '", names[i],
-                    "' got no gradient in this backward; it is reduced as it is (zeros after "
-                    "zero_grad()), and every rank still takes part (reported once)");
-      // Its bucket no longer waits for it.
-      const size_t b = layout.where[i].first;
-      ready[i] = 1;
-      --pending[b];
-    }
-    launch_ready();
-  }
-  CHORUS_CHECK(next_launch == layout.buckets.size(),
-               "DistributedDataParallel: ", layout.buckets.size() - next_launch,
-               " buckets never started");
   if (!attached || intermediate) wait_all();
   if (intermediate && group->rank() != 0)
     for (Tensor& buf : flat) buf.zero_();  // rank 0 keeps the sum; the next c_r starts at zero
@@ -205,10 +162,19 @@ DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Com
   }
   d.work.resize(d.layout.buckets.size());
   d.in_flight.assign(d.layout.buckets.size(), 0);
-  d.pending.assign(d.layout.buckets.size(), 0);
-  d.ready.assign(d.params.size(), 0);
 
   Impl* self = &d;
+  std::vector<size_t> bucket_of;
+  for (size_t i = 0; i < d.params.size(); ++i) bucket_of.push_back(d.layout.where[i].first);
+  d.readiness.emplace("DistributedDataParallel", d.names, std::move(bucket_of),
+                      d.layout.buckets.size(),
+                      "it is reduced as it is (zeros after zero_grad()), and every rank still "
+                      "takes part",
+                      BucketReadiness::Owner{.open = [self] { self->open_step(); },
+                                             .unused = nullptr,
+                                             .final = nullptr,
+                                             .launch = [self](size_t b) { self->launch(b); },
+                                             .finished = [self] { self->finish(); }});
   for (size_t i = 0; i < d.params.size(); ++i)
     d.hooks.push_back(
         d.params[i].register_grad_ready_hook([self, i](Tensor& g) { self->on_grad_ready(i, g); }));
@@ -262,13 +228,6 @@ void DistributedDataParallel::attach(tensor::optim::Optimizer& optimizer) {
 
 void DistributedDataParallel::wait() { impl_->wait_all(); }
 
-DistributedDataParallel::NoSync::NoSync(int* depth) : depth_(depth) { ++*depth_; }
-DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : depth_(other.depth_) {
-  other.depth_ = nullptr;
-}
-DistributedDataParallel::NoSync::~NoSync() {
-  if (depth_ != nullptr) --*depth_;
-}
 DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
   return NoSync(&impl_->no_sync_depth);
 }
@@ -287,7 +246,8 @@ std::vector<DistributedDataParallel::BucketInfo> DistributedDataParallel::bucket
 }
 
 std::vector<std::string> DistributedDataParallel::unused_parameters() const {
-  return {impl_->unused.begin(), impl_->unused.end()};
+  const std::set<std::string>& unused = impl_->readiness->unused();
+  return {unused.begin(), unused.end()};
 }
 
 DistributedDataParallel::Stats DistributedDataParallel::stats() const { return impl_->stats; }

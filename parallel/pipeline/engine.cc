@@ -279,6 +279,9 @@ struct PipelineEngine::Impl {
 
 PipelineEngine::PipelineEngine(tensor::nn::GPT& model, DeviceMesh& mesh, PipelineOptions options)
     : impl_(std::make_unique<Impl>()) {
+  CHORUS_ARG_CHECK(model.config().experts == 0, "pipeline: a model with experts (",
+                   model.config().experts,
+                   ") is not supported: a stage would drop its MoE blocks' auxiliary losses");
   Impl& e = *impl_;
   e.model = &model;
   e.mesh = &mesh;

@@ -20,6 +20,8 @@ void tensor_parallel(tensor::nn::GPT& model, Communicator& tp) {
                    " (every rank takes the same number of heads)");
   CHORUS_ARG_CHECK(dynamic_cast<const VocabParallelEmbedding*>(model.wte.get()) == nullptr,
                    "tensor parallel: the model is tensor parallel already");
+  CHORUS_ARG_CHECK(cfg.experts == 0, "tensor parallel: a model with experts (", cfg.experts,
+                   ") is not supported: the MoE blocks have no tensor-parallel form yet");
   for (size_t i = 0; i < model.h.size(); ++i) {
     const std::string b = "h." + std::to_string(i) + ".";
     tensor::nn::Block& blk = *model.h[i];

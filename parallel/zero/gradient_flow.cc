@@ -27,6 +27,7 @@
 #include "chorus/kernels/cpu.h"
 #include "chorus/log.h"
 #include "chorus/tensor/autograd.h"
+#include "common/flat_layout.h"
 #include "zero/zero_state.h"
 
 namespace chorus::parallel {
@@ -39,20 +40,12 @@ void ZeroOptimizer::Impl::install_gradient_hooks() {
 
 void ZeroOptimizer::Impl::open_step() {
   wait_all_reduces();
-  backward = tensor::backward_id();
   intermediate = fold && options.stage == 1 && no_sync_depth > 0;
-  ready.assign(params.size(), 0);
-  for (ZeroGroup& g : groups) {
-    g.pending = static_cast<int>(g.slots.size());
-    g.launched = false;
-  }
-  next_launch = 0;
-  tensor::queue_backward_callback([this] { finish_backward(); });
 }
 
 void ZeroOptimizer::Impl::on_grad_ready(size_t i, Tensor& grad) {
   if (options.stage == 1 && no_sync_depth > 0 && !fold) return;
-  if (tensor::backward_id() != backward) open_step();
+  readiness->enter();
   const auto [gi, si] = where[i];
   ZeroGroup& g = groups[gi];
   const FlatSlot& slot = g.slots[si];
@@ -62,26 +55,14 @@ void ZeroOptimizer::Impl::on_grad_ready(size_t i, Tensor& grad) {
     params[i].set_grad({});  // the full gradient goes: only the shard stays
   } else {
     if (options.stage == 3) bind_unit_grads(gi);  // normally done before the unit's backward
-    // A gradient that is not (or no longer) the view into the group's buffer goes back into it.
-    Tensor view = g.flat_grad.narrow(0, slot.offset, slot.numel).view(params[i].shape());
-    if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
-      if (grad.defined())
-        view.copy_(grad);
-      else
-        view.zero_();
-      params[i].bind_grad(view);
-    }
+    rebind_into_bucket(params[i], grad,
+                       g.flat_grad.narrow(0, slot.offset, slot.numel).view(params[i].shape()));
   }
-  if (ready[i]) return;
-  ready[i] = 1;
-  if (--g.pending == 0) {
-    if (options.stage == 3) release(gi);  // every use of the unit's parameters is behind us
-    launch_ready();
-  }
+  readiness->ready(i);
 }
 
-void ZeroOptimizer::Impl::launch_ready() {
-  while (next_launch < groups.size() && groups[next_launch].pending == 0) launch(next_launch++);
+void ZeroOptimizer::Impl::group_final(size_t gi) {
+  if (options.stage == 3) release(gi);  // every use of the unit's parameters is behind us
 }
 
 void ZeroOptimizer::Impl::launch(size_t gi) {
@@ -89,7 +70,6 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
   const size_t shard = static_cast<size_t>(g.hi - g.lo);
   const size_t es = dtype_size(g.dtype);
   auto* flat = static_cast<std::byte*>(g.flat_grad.data_ptr());
-  g.launched = true;
   const ReduceOp op = options.average ? ReduceOp::kAvg : ReduceOp::kSum;
   if (options.stage == 1 && intermediate) {
     // Folding under no_sync(): onto rank 0's running sum.
@@ -130,23 +110,15 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
   g.reducing = true;
 }
 
+void ZeroOptimizer::Impl::unused_parameter(size_t i) {
+  // Reduced as zeros: its group needs a buffer.
+  const size_t gi = where[i].first;
+  if (options.stage == 3) bind_unit_grads(gi);
+  ZeroGroup& g = groups[gi];
+  if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype, device);
+}
+
 void ZeroOptimizer::Impl::finish_backward() {
-  if (next_launch < groups.size()) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (ready[i]) continue;
-      if (unused.insert(names[i]).second)
-        CHORUS_WARN(kLogPar, "ZeroOptimizer: parameter '", names[i],
-                    "' got no gradient in this backward; it is reduced as zero (reported once)");
-      ZeroGroup& g = groups[where[i].first];
-      if (options.stage == 3) bind_unit_grads(where[i].first);
-      if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype, device);
-      ready[i] = 1;
-      if (--g.pending == 0 && options.stage == 3) release(where[i].first);
-    }
-    launch_ready();
-  }
-  CHORUS_CHECK(next_launch == groups.size(), "ZeroOptimizer: ", groups.size() - next_launch,
-               " groups never reduced");
   if (intermediate) {
     // Rank 0 keeps the running sum; the next contribution of the others starts at zero.
     wait_all_reduces();

@@ -204,6 +204,15 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   };
   z.optimizer = std::make_unique<tensor::optim::AdamW>(std::move(pieces), adamw);
 
+  std::vector<size_t> group_of;
+  for (const auto& [g, slot] : z.where) group_of.push_back(g);
+  z.readiness.emplace(
+      "ZeroOptimizer", z.names, std::move(group_of), z.groups.size(), "it is reduced as zero",
+      BucketReadiness::Owner{.open = [self] { self->open_step(); },
+                             .unused = [self](size_t i) { self->unused_parameter(i); },
+                             .final = [self](size_t g) { self->group_final(g); },
+                             .launch = [self](size_t g) { self->launch(g); },
+                             .finished = [self] { self->finish_backward(); }});
   z.install_gradient_hooks();
   if (options.stage == 3) z.install_unit_hooks();
   CHORUS_INFO(kLogPar, "ZeroOptimizer stage ", options.stage, ": ", z.params.size(),
@@ -279,13 +288,6 @@ double ZeroOptimizer::clip_grad_norm(double max_norm, Communicator* model_parall
   return norm;
 }
 
-ZeroOptimizer::NoSync::NoSync(int* depth) : depth_(depth) { ++*depth_; }
-ZeroOptimizer::NoSync::NoSync(NoSync&& other) noexcept : depth_(other.depth_) {
-  other.depth_ = nullptr;
-}
-ZeroOptimizer::NoSync::~NoSync() {
-  if (depth_ != nullptr) --*depth_;
-}
 ZeroOptimizer::NoSync ZeroOptimizer::no_sync() { return NoSync(&impl_->no_sync_depth); }
 
 tensor::nn::NamedTensors ZeroOptimizer::state_dict() {

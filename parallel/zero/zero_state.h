@@ -12,6 +12,7 @@
 
 #include <optional>
 
+#include "common/bucket_readiness.h"
 #include "common/tensor_comm.h"
 
 #include <memory>
@@ -46,8 +47,6 @@ struct ZeroGroup {
   Tensor inbox;
 
   // The step in progress.
-  int pending = 0;  // gradients still to come in this backward
-  bool launched = false;
   Work reduce;         // its reduce-scatter
   Tensor reduce_into;  // where that reduce-scatter writes, when it is added to shard_grad later
   bool reducing = false;
@@ -72,9 +71,8 @@ struct ZeroOptimizer::Impl {
   std::vector<Tensor> params;
   std::vector<ZeroGroup> groups;
   std::vector<std::pair<size_t, size_t>> where;  // per parameter: (group, slot)
-  std::vector<char> ready;                       // per parameter: final in this backward
-  size_t next_launch = 0;                        // groups [0, next_launch) have started
-  uint64_t backward = 0;                         // backward_id() of the step's backward
+  // The step in progress: which groups are final and launched (common/bucket_readiness.h).
+  std::optional<BucketReadiness> readiness;
   int no_sync_depth = 0;
   // A deterministic dp group folds the micro-batches' gradients in the order one process adds
   // them (gradient_flow.cc): stage 1 onto rank 0 under no_sync(), stages 2-3 onto each shard's
@@ -84,7 +82,6 @@ struct ZeroOptimizer::Impl {
   std::unique_ptr<tensor::optim::AdamW> optimizer;  // over this rank's pieces
   std::vector<int> grad_hooks;
   std::vector<std::pair<tensor::nn::Module*, int>> module_hooks;
-  std::set<std::string> unused;
 
   // Stage 3: unit order in forward (indices into groups; the root unit is not among them).
   std::vector<size_t> forward_units;
@@ -95,7 +92,8 @@ struct ZeroOptimizer::Impl {
   void install_gradient_hooks();
   void on_grad_ready(size_t i, Tensor& grad);
   void open_step();
-  void launch_ready();
+  void group_final(size_t g);
+  void unused_parameter(size_t i);
   void launch(size_t g);
   void finish_backward();
   void wait_reduce(size_t g);

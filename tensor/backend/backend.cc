@@ -56,6 +56,15 @@ void Backend::layernorm_backward(const Tensor&, const Tensor&, const Tensor&, co
                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing("layernorm_backward");
 }
+void Backend::scale_rows(const Tensor&, const Tensor&, const Tensor&) { missing("scale_rows"); }
+void Backend::scale_rows_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  const Tensor&) {
+  missing("scale_rows_backward");
+}
+void Backend::logsumexp_forward(const Tensor&, const Tensor&) { missing("logsumexp_forward"); }
+void Backend::logsumexp_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  missing("logsumexp_backward");
+}
 void Backend::softmax_forward(const Tensor&, const Tensor&) { missing("softmax_forward"); }
 void Backend::softmax_backward(const Tensor&, const Tensor&, const Tensor&) {
   missing("softmax_backward");

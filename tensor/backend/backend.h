@@ -174,6 +174,17 @@ class Backend {
   virtual void embedding_forward(const Tensor& out, const Tensor& idx, const Tensor& weight);
   // dweight (V, C) rows at idx += dy (N, C) rows (repeated indices add up).
   virtual void embedding_backward(const Tensor& dweight, const Tensor& idx, const Tensor& dy);
+  // The routing pieces of a mixture of experts (ops/scale_rows.cc, ops/logsumexp.cc):
+  // out (M, C) = x (M, C) with row m times s[m] (s (M)); out may be x.
+  virtual void scale_rows(const Tensor& out, const Tensor& x, const Tensor& s);
+  // dx += dy * s per row; ds[m] += sum_c dy[m, c] x[m, c] (summed in double, c in order).
+  virtual void scale_rows_backward(const Tensor& dx, const Tensor& ds, const Tensor& x,
+                                   const Tensor& s, const Tensor& dy);
+  // out (N) = log sum_v exp(x[n, v]) over the last dim of x (N, V), in double.
+  virtual void logsumexp_forward(const Tensor& out, const Tensor& x);
+  // dx[n, v] += exp(x[n, v] - out[n]) * dy[n].
+  virtual void logsumexp_backward(const Tensor& dx, const Tensor& x, const Tensor& out,
+                                  const Tensor& dy);
 
   // ---- optimizers -------------------------------------------------------------------------------
   // One AdamW update of every listed parameter (llm.c's kernel; decoupled weight decay). The

@@ -2,7 +2,8 @@
 // backend/backend.h calls the vectorised loops of cpu/ (or the GEMM backends of gemm/) on the
 // tensors' pointers; memory comes from the block cache (runtime/block_cache.h). Definitions:
 // cpu/backend.cc (memory, copies, element-wise, reductions, optimizers) and
-// cpu/backend_layers.cc (GEMMs and the GPT layers).
+// cpu/backend_layers.cc (GEMMs and the GPT layers), cpu/backend_routing.cc (a mixture of
+// experts' routing kernels).
 #pragma once
 
 #include <atomic>
@@ -69,6 +70,12 @@ class CpuBackend final : public Backend {
                               const Tensor& dloss) override;
   void embedding_forward(const Tensor& out, const Tensor& idx, const Tensor& weight) override;
   void embedding_backward(const Tensor& dweight, const Tensor& idx, const Tensor& dy) override;
+  void scale_rows(const Tensor& out, const Tensor& x, const Tensor& s) override;
+  void scale_rows_backward(const Tensor& dx, const Tensor& ds, const Tensor& x, const Tensor& s,
+                           const Tensor& dy) override;
+  void logsumexp_forward(const Tensor& out, const Tensor& x) override;
+  void logsumexp_backward(const Tensor& dx, const Tensor& x, const Tensor& out,
+                          const Tensor& dy) override;
 
   void adamw(std::span<const AdamWTensors> params, const AdamWHyper& hyper) override;
   void sgd(const Tensor& param, const Tensor& grad, const Tensor& buf, double lr, double momentum,

@@ -8,12 +8,15 @@ namespace chorus::tensor::nn {
 GPT::GPT(GPTConfig cfg) : cfg_(cfg) {
   CHORUS_ARG_CHECK(cfg.vocab > 0 && cfg.context > 0 && cfg.layers > 0 && cfg.width > 0,
                    "GPT: vocab, context, layers and width must be positive");
+  CHORUS_ARG_CHECK(cfg.experts >= 0, "GPT: experts must be 0 (dense) or positive, got ",
+                   cfg.experts);
+  CHORUS_ARG_CHECK(cfg.moe_every >= 1, "GPT: moe_every must be at least 1, got ", cfg.moe_every);
   register_module("wte", wte, std::make_shared<Embedding>(cfg.vocab, cfg.width));
   register_module("wpe", wpe, std::make_shared<Embedding>(cfg.context, cfg.width));
   h.resize(static_cast<size_t>(cfg.layers));  // never resized again: registration points into it
   for (int64_t i = 0; i < cfg.layers; ++i)
     register_module("h." + std::to_string(i), h[static_cast<size_t>(i)],
-                    std::make_shared<Block>(cfg));
+                    std::make_shared<Block>(cfg, cfg.moe_block(i)));
   register_module("ln_f", ln_f, std::make_shared<LayerNorm>(cfg.width));
 }
 
@@ -30,7 +33,15 @@ Tensor GPT::embed(const Tensor& idx) const {
   return add(wte->forward(idx), wpe->forward(positions));  // (B, T, C)
 }
 
-Tensor GPT::blocks(const Tensor& x_in, int64_t begin, int64_t end, uint64_t step) const {
+void GPT::set_activation_checkpointing(bool on) {
+  CHORUS_ARG_CHECK(!on || cfg_.experts == 0,
+                   "GPT: activation checkpointing is not supported with experts (a recomputed "
+                   "block would lose its auxiliary losses)");
+  checkpoint_blocks_ = on;
+}
+
+Tensor GPT::blocks(const Tensor& x_in, int64_t begin, int64_t end, uint64_t step,
+                   std::vector<Tensor>* aux) const {
   CHORUS_ARG_CHECK(0 <= begin && begin <= end && end <= cfg_.layers, "GPT: blocks [", begin, ", ",
                    end, ") of ", cfg_.layers);
   Tensor x = x_in;
@@ -42,7 +53,7 @@ Tensor GPT::blocks(const Tensor& x_in, int64_t begin, int64_t end, uint64_t step
       x = checkpoint([blk, key](const Tensor& in) { return blk->forward(in, key); }, x,
                      blk->parameters());
     else
-      x = blk->forward(x, key);
+      x = blk->forward(x, key, aux);
   }
   return x;
 }
@@ -56,9 +67,12 @@ Tensor GPT::forward(const Tensor& idx, uint64_t step) const {
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, uint64_t step) const {
-  Tensor logits = forward(idx, step);
+  std::vector<Tensor> aux;
+  Tensor logits = hooked([&] { return head(blocks(embed(idx), 0, cfg_.layers, step, &aux)); });
   const int64_t N = idx.numel();
-  return wte->tied_loss(logits.view({N, logits.size(-1)}), targets.reshape({N}));
+  Tensor loss = wte->tied_loss(logits.view({N, logits.size(-1)}), targets.reshape({N}));
+  for (const Tensor& a : aux) loss = add(loss, a);
+  return loss;
 }
 
 }  // namespace chorus::tensor::nn

@@ -1,4 +1,5 @@
-// The GPT's modules: Linear, Embedding, LayerNorm, MLP, CausalSelfAttention, Block.
+// The GPT's modules: Linear, Embedding, LayerNorm, MLP, CausalSelfAttention, Block (the MoE:
+// moe.cc).
 #include <cmath>
 
 #include "chorus/tensor/nn.h"
@@ -90,19 +91,32 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
   return hooked([&] { return c_proj->forward(causal_attention_qkv(c_attn->forward(x), heads)); });
 }
 
-Block::Block(const GPTConfig& cfg) : dropout(cfg.dropout) {
+Block::Block(const GPTConfig& cfg, bool moe_block)
+    : dropout(cfg.dropout), aux_loss_coef(cfg.aux_loss_coef), z_loss_coef(cfg.z_loss_coef) {
   register_module("ln_1", ln_1, std::make_shared<LayerNorm>(cfg.width));
   register_module("attn", attn, std::make_shared<CausalSelfAttention>(cfg));
   register_module("ln_2", ln_2, std::make_shared<LayerNorm>(cfg.width));
-  register_module("mlp", mlp, std::make_shared<MLP>(cfg));
+  if (moe_block)
+    register_module("mlp", moe, std::make_shared<MoE>(cfg));
+  else
+    register_module("mlp", mlp, std::make_shared<MLP>(cfg));
 }
 
-Tensor Block::forward(const Tensor& x, RngKey rng) const {
+Tensor Block::forward(const Tensor& x, RngKey rng, std::vector<Tensor>* aux) const {
   return hooked([&] {
     const RngKey k_attn{rng.seed, rng.stream ^ 0x1}, k_mlp{rng.seed, rng.stream ^ 0x2};
     Tensor a = attn->forward(ln_1->forward(x));
     Tensor h = add(x, dropout > 0 ? tensor::dropout(a, dropout, k_attn) : a);
-    Tensor m = mlp->forward(ln_2->forward(h));
+    Tensor m;
+    if (moe) {
+      MoEStats stats;
+      m = moe->forward(ln_2->forward(h), aux ? &stats : nullptr);
+      if (aux)
+        aux->push_back(
+            add(scale(stats.load_balance, aux_loss_coef), scale(stats.z_loss, z_loss_coef)));
+    } else {
+      m = mlp->forward(ln_2->forward(h));
+    }
     return add(h, dropout > 0 ? tensor::dropout(m, dropout, k_mlp) : m);
   });
 }

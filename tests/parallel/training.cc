@@ -173,22 +173,15 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
                              static_cast<uint64_t>(step),
                              [&](bool last, const std::function<void()>& backward) {
                                if (last) return backward();
-                               if (ddp) {
-                                 auto quiet = ddp->no_sync();
-                                 backward();
-                               } else {
-                                 auto quiet = zero->no_sync();
-                                 backward();
-                               }
+                               const parallel::NoSync quiet = ddp ? ddp->no_sync() : zero->no_sync();
+                               backward();
                              });
       losses = pipe->losses();
     } else {
       for (int k = 0; k < spec.accumulation; ++k) {
         const bool last = k + 1 == spec.accumulation;
-        std::optional<parallel::DistributedDataParallel::NoSync> ddp_quiet;
-        std::optional<parallel::ZeroOptimizer::NoSync> zero_quiet;
-        if (!last && ddp) ddp_quiet.emplace(ddp->no_sync());
-        if (!last && zero) zero_quiet.emplace(zero->no_sync());
+        std::optional<parallel::NoSync> quiet;
+        if (!last) quiet.emplace(ddp ? ddp->no_sync() : zero->no_sync());
         Tensor loss = micro_loss(*model, spec, step, dp.rank(), k, scale);
         losses[static_cast<size_t>(k)] = loss.item();
         loss.backward();

@@ -104,6 +104,17 @@ TEST(Gemm, Float32OpsTrackFloat64) {
   check(
       "linear", [](auto& in) { return linear(in[0], in[1], in[2]); },
       {randn({67, 129}, 11), randn({45, 129}, 12), randn({45}, 13)}, 1e-5);
+  check(
+      "scale_rows", [](auto& in) { return scale_rows(in[0], in[1]); },
+      {randn({33, 65}, 14), randn({33}, 15)}, 1e-6);
+  check(
+      "logsumexp", [](auto& in) { return logsumexp(in[0]); },
+      {randn({33, 65}, 16, DataType::kF64, 4.0)}, 1e-6);
+  const Tensor rows = testing::randint({40}, 21, 17);
+  check(
+      "index_add_rows",
+      [&](auto& in) { return index_add_rows(in[0], rows, gather_rows(in[1], rows)); },
+      {randn({21, 9}, 18), randn({21, 9}, 19)}, 1e-6);
 }
 
 TEST(Gemm, AutocastRoundsOperandsAndResult) {

@@ -151,6 +151,18 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {2, "--tp 2 --zero 3", "--zero 3 works with data parallelism alone"},
       {2, "--tp 2 --dtype f16", "--dtype f16 (loss scaling) needs --zero 0, tp=1 and pp=1"},
       {1, "--device gpu", "--device gpu: expected cpu, cuda or cuda:N"},
+      {1, "--experts 2 --device cuda", "--experts runs on the CPU only so far"},
+      {1, "--experts 2 --top-k 3", "--top-k 3 is outside [1, 2]"},
+      {1, "--experts 1 --top-k 2", "--top-k 2 exceeds --experts 1"},
+      {1, "--experts 0", "--experts 0 is outside"},
+      {1, "--top-k 2", "--top-k needs --experts E"},
+      {1, "--experts 2 --checkpoint-activations", "--checkpoint-activations is not supported"},
+      {2, "--experts 2 --tp 2 --heads 2", "--experts works with data and expert parallelism only"},
+      {2, "--experts 4 --ep 4", "--ep 4 does not divide dp=2"},
+      {4, "--experts 3 --ep 2", "3 experts do not divide over --ep 2"},
+      {1, "--ep 2", "--ep needs --experts E"},
+      {2, "--experts 2 --ep 2 --zero 1", "--experts on more than one rank needs --zero 0"},
+      {2, "--experts 2 --save ckpt-never-written", "--save and --load do not take --experts on"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
@@ -230,6 +242,71 @@ TEST(ChorusTrain, StopsSavesAndResumesOnAnotherMesh) {
   const auto again = losses(third.out);
   for (const auto& [step, l] : again) EXPECT_NEAR(l, ref.at(step), 2e-4) << "step " << step;
   fs::remove_all(dir);
+}
+
+// A mixture-of-experts GPT on one process: the loss falls, and a run stopped, exported as one
+// file, imported and resumed continues on the same curve; a dense model refuses its checkpoint.
+TEST(ChorusTrain, ExpertsTrainAndResumeThroughAnExportedCheckpoint) {
+  const std::string dir = temp_dir();
+  const std::string flags =
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --lr 3e-3 "
+      "--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25 "
+      "--deterministic ";
+  const CommandResult whole = run_command(train(1, flags + "--steps 12"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  EXPECT_NE(whole.out.find("experts: 4 in each of 1 MoE block(s) of 2, 4 per rank (ep=1), top-2, "
+                           "capacity factor 1.25"),
+            std::string::npos)
+      << whole.out;
+  const auto ref = losses(whole.out);
+  ASSERT_EQ(ref.size(), 12u) << whole.out;
+  EXPECT_LT(ref.at(11), ref.at(0) - 0.5) << "the loss does not fall";
+  const CommandResult first =
+      run_command(train(1, flags + "--lr-steps 12 --steps 6 --save " + dir + "/ckpt"));
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const std::string bin = CHORUS_TRAIN_BIN;
+  ASSERT_EQ(run_command(bin + " --convert " + dir + "/ckpt " + dir + "/m.tensors").exit_code, 0);
+  ASSERT_EQ(run_command(bin + " --convert " + dir + "/m.tensors " + dir + "/again").exit_code, 0);
+  const CommandResult second = run_command(train(1, flags + "--steps 12 --load " + dir + "/again"));
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  const auto got = losses(second.out);
+  ASSERT_EQ(got.size(), 6u) << second.out;
+  for (const auto& [step, l] : got) EXPECT_EQ(l, ref.at(step)) << "step " << step;
+  const CommandResult dense = run_command(train(
+      1,
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --steps 8 --load " + dir + "/ckpt"));
+  EXPECT_NE(dense.exit_code, 0);
+  EXPECT_NE(dense.out.find("holds another model: experts 4, this one has none"), std::string::npos)
+      << dense.out;
+  fs::remove_all(dir);
+}
+
+// Experts over ep ranks (and replicated over dp/ep groups) against one process taking the same
+// micro-batches (the routing, its capacity and the load balance are per micro-batch): the same
+// losses, to the rounding of the experts' gradients summed across ranks.
+TEST(ChorusTrain, ExpertParallelRunsPrintTheOneProcessLosses) {
+  const std::string flags =
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --lr 3e-3 "
+      "--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25 "
+      "--steps 6 ";
+  for (const auto& [ranks, mesh] :
+       {std::pair<int, std::string>{2, "--dp 2 --ep 2"}, {4, "--dp 4 --ep 2"}}) {
+    const CommandResult one =
+        run_command(train(1, flags + "--micro-batches " + std::to_string(ranks)));
+    ASSERT_EQ(one.exit_code, 0) << one.out;
+    const auto ref = losses(one.out);
+    ASSERT_EQ(ref.size(), 6u) << one.out;
+    EXPECT_LT(ref.at(5), ref.at(0) - 0.3) << "the loss does not fall";
+    const CommandResult r = run_command(train(ranks, flags + mesh));
+    ASSERT_EQ(r.exit_code, 0) << mesh << "\n" << r.out;
+    EXPECT_NE(r.out.find("experts: 4 in each of 1 MoE block(s) of 2, 2 per rank (ep=2)"),
+              std::string::npos)
+        << r.out;
+    const auto got = losses(r.out);
+    ASSERT_EQ(got.size(), ref.size()) << r.out;
+    for (const auto& [step, l] : ref)
+      EXPECT_NEAR(got.at(step), l, 2e-4) << mesh << " step " << step;
+  }
 }
 
 TEST(ChorusTrain, ShowsAScheduleWithItsBubbleWithoutRanks) {

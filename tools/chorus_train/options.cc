@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -58,6 +59,8 @@ Trains the GPT on a byte corpus at any parallel configuration; rank 0 prints eve
 Mesh (omitted sizes are chosen from the world size and printed with the reason):
   --dp D --tp T --pp P     data x tensor x pipeline parallel ranks (D*T*P = world size)
   --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp (pipelines: 0-2)
+  --ep N                   expert parallel: each group of N consecutive dp ranks shares every
+                           MoE layer's experts, E/N per rank (N divides dp and E; default 1)
   --schedule NAME          gpipe | 1f1b (default) | interleaved
   --chunks V               interleaved: model chunks per stage (default 2)
   --balance B              where the stages are cut: measured (default: each block's and the
@@ -68,6 +71,14 @@ Mesh (omitted sizes are chosen from the world size and printed with the reason):
                            stop (one process, no ranks); --schedule-svg FILE also draws it
 Model:
   --layers L --width C --heads H --context T --vocab V   (default 4, 128, 4, 64, 256)
+  --experts E              a mixture of E expert MLPs instead of the dense MLP (default 0:
+                           dense); with data and expert parallelism only (tp=1, pp=1), DDP
+  --top-k K                experts per token, 1 (default) or 2, at most E
+  --moe-every N            MoE in every block (1, default) or every N-th (2: blocks 1, 3, ...)
+  --capacity-factor F      an expert takes at most ceil(F * tokens * K / E) tokens of a
+                           micro-batch, the rest are dropped (default 0: dropless)
+  --aux-loss-coef X        the load-balancing loss's weight in the loss (default 1e-2)
+  --z-loss-coef X          the router z-loss's weight in the loss (default 1e-3)
 Training:
   --batch B                global batch in sequences, split over dp and the micro-batches
                            (default 16): the same command at another mesh sees the same data
@@ -117,6 +128,7 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--dp", [&](auto& f, auto& v) { o.dp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--tp", [&](auto& f, auto& v) { o.tp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--pp", [&](auto& f, auto& v) { o.pp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
+  value("--ep", [&](auto& f, auto& v) { o.ep = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--zero", [&](auto& f, auto& v) { o.zero = static_cast<int>(as_int(f, v, 0, 3)); });
   value("--schedule", [&](auto& f, auto& v) {
     if (v != "gpipe" && v != "1f1b" && v != "interleaved")
@@ -135,6 +147,12 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--heads", [&](auto& f, auto& v) { o.heads = as_int(f, v, 1, 1 << 10); });
   value("--context", [&](auto& f, auto& v) { o.context = as_int(f, v, 1, 1 << 16); });
   value("--vocab", [&](auto& f, auto& v) { o.vocab = as_int(f, v, 256, 1 << 20); });
+  value("--experts", [&](auto& f, auto& v) { o.experts = as_int(f, v, 1, 1 << 16); });
+  value("--top-k", [&](auto& f, auto& v) { o.top_k = as_int(f, v, 1, 2); });
+  value("--moe-every", [&](auto& f, auto& v) { o.moe_every = as_int(f, v, 1, 4096); });
+  value("--capacity-factor", [&](auto& f, auto& v) { o.capacity_factor = as_double(f, v, 0); });
+  value("--aux-loss-coef", [&](auto& f, auto& v) { o.aux_loss_coef = as_double(f, v, 0); });
+  value("--z-loss-coef", [&](auto& f, auto& v) { o.z_loss_coef = as_double(f, v, 0); });
   value("--batch", [&](auto& f, auto& v) { o.batch = as_int(f, v, 1, 1 << 20); });
   value("--steps", [&](auto& f, auto& v) { o.steps = as_int(f, v, 0, int64_t{1} << 40); });
   value("--lr", [&](auto& f, auto& v) { o.lr = as_double(f, v, 0); });
@@ -215,6 +233,28 @@ Options parse_options(const std::vector<std::string>& args) {
   if (o.save_every > 0 && o.save.empty()) fail("--save-every needs --save DIR");
   if (!o.schedule_svg.empty() && !o.show_schedule) fail("--schedule-svg needs --show-schedule");
   if (o.min_lr > o.lr) fail("--min-lr is above --lr");
+  if (o.experts == 0) {
+    for (const auto& [flag, given] : {std::pair<const char*, bool>{"--top-k", o.top_k != 1},
+                                      {"--moe-every", o.moe_every != 1},
+                                      {"--capacity-factor", o.capacity_factor != 0},
+                                      {"--ep", o.ep != 1}})
+      if (given) fail(std::string(flag) + " needs --experts E");
+  } else {
+    if (o.top_k > o.experts)
+      fail("--top-k " + std::to_string(o.top_k) + " exceeds --experts " +
+           std::to_string(o.experts) + " (each token goes to K different experts)");
+    if (!std::isfinite(o.capacity_factor)) fail("--capacity-factor must be finite");
+    if (o.checkpoint_activations)
+      fail(
+          "--checkpoint-activations is not supported with --experts (a recomputed block would "
+          "lose its auxiliary losses)");
+    if (o.moe_every > o.layers)
+      fail("--moe-every " + std::to_string(o.moe_every) + " exceeds the " +
+           std::to_string(o.layers) + " layers: no block would have experts");
+    if (o.device != "cpu")
+      fail("--experts runs on the CPU only so far (the routing kernels have no GPU "
+           "implementation yet): --device cpu");
+  }
   return o;
 }
 
@@ -265,6 +305,27 @@ Mesh resolve_mesh(const Options& o, int world) {
   if (o.batch % (static_cast<int64_t>(dp) * m.micro_batches) != 0)
     fail("--batch " + std::to_string(o.batch) + " does not split into dp=" + std::to_string(dp) +
          " replicas x " + std::to_string(m.micro_batches) + " micro-batches");
+  m.ep = o.ep;
+  if (o.experts > 0) {
+    const std::string ep = std::to_string(o.ep);
+    if (tp > 1 || pp > 1)
+      fail("--experts works with data and expert parallelism only (tp=1, pp=1; this mesh is tp=" +
+           std::to_string(tp) + " pp=" + std::to_string(pp) + ")");
+    if (dp % o.ep != 0)
+      fail("--ep " + ep + " does not divide dp=" + std::to_string(dp) +
+           " (the expert groups are carved out of the data-parallel ranks)");
+    if (o.experts % o.ep != 0)
+      fail(std::to_string(o.experts) + " experts do not divide over --ep " + ep +
+           " (every rank holds the same number of experts)");
+    if (dp > 1 && o.zero > 0) fail("--experts on more than one rank needs --zero 0 (DDP) for now");
+    if (dp > 1 && o.dtype == "f16")
+      fail("--experts on more than one rank does not take --dtype f16 yet; use --dtype bf16");
+    if (dp > 1 && (!o.save.empty() || !o.load.empty()))
+      fail(
+          "--save and --load do not take --experts on more than one rank yet (the experts' "
+          "optimizer state and, with --ep, their shards are not in the checkpoint); train on "
+          "one process to checkpoint");
+  }
   if (o.zero == 3 && (pp > 1 || tp > 1))
     fail("--zero 3 works with data parallelism alone (tp=1, pp=1); use --zero 1 or 2 with tp/pp");
   if (o.dtype == "f16" && (tp > 1 || pp > 1 || o.zero > 0))

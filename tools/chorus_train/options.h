@@ -12,6 +12,7 @@ namespace chorus::train {
 struct Options {
   // The mesh; 0 = choose (docs: a proposal from the world size, printed with its reason).
   int dp = 0, tp = 0, pp = 0;
+  int ep = 1;                        // expert-parallel ranks, carved out of dp (needs --experts)
   int zero = 0;                      // 0 = DDP, 1-3 = ZeRO stage
   std::string schedule = "1f1b";     // gpipe, 1f1b, interleaved
   int chunks = 0;                    // interleaved: chunks per stage (0: 2)
@@ -19,6 +20,10 @@ struct Options {
   int micro_batches = 0;             // per step and replica (0: pp, or 1 without a pipeline)
   // The model.
   int64_t layers = 4, width = 128, heads = 4, context = 64, vocab = 256;
+  // Mixture of experts (tensor/nn.h: GPTConfig): 0 experts = the dense MLP everywhere.
+  int64_t experts = 0, top_k = 1, moe_every = 1;
+  double capacity_factor = 0;  // 0: dropless
+  double aux_loss_coef = 1e-2, z_loss_coef = 1e-3;
   // Training.
   int64_t batch = 16;  // global: split over dp and the micro-batches
   int64_t steps = 50;
@@ -66,6 +71,7 @@ Options parse_options(const std::vector<std::string>& args);
 // micro-batches do not divide, a combination the layers do not support).
 struct Mesh {
   int dp = 1, tp = 1, pp = 1;
+  int ep = 1;  // divides dp: groups of ep consecutive dp ranks share an MoE layer's experts
   int micro_batches = 1;
   int chunks = 1;
   std::string reason;

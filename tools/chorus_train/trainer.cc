@@ -18,6 +18,7 @@
 #include "chorus/launch_env.h"
 #include "chorus/parallel/checkpoint.h"
 #include "chorus/parallel/data_parallel.h"
+#include "chorus/parallel/expert_parallel.h"
 #include "chorus/parallel/grad_norm.h"
 #include "chorus/parallel/mesh.h"
 #include "chorus/parallel/pipeline.h"
@@ -44,12 +45,17 @@ double seconds(Clock::time_point t0) {
 }
 
 // The matmul FLOPs of one training step (forward and two backward GEMMs per weight, and the
-// causal attention's two products), for the MFU estimate.
+// causal attention's two products), for the MFU estimate. An MoE block counts the weights a
+// token meets: its router and top_k experts (tokens dropped over capacity are still counted).
 double step_flops(const tensor::nn::GPTConfig& c, int64_t batch) {
   const double N = double(batch) * double(c.context), C = double(c.width);
-  const double per_layer =
-      N * 12 * C * C + double(batch) * double(c.context) * double(c.context) * C;
-  return 6.0 * (double(c.layers) * per_layer + N * C * double(c.vocab));
+  double total = 0;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const double mlp =
+        c.moe_block(i) ? double(c.top_k) * 8 * C * C + C * double(c.experts) : 8 * C * C;
+    total += N * (4 * C * C + mlp) + double(batch) * double(c.context) * double(c.context) * C;
+  }
+  return 6.0 * (total + N * C * double(c.vocab));
 }
 
 // This rank's GEMM rate (GFLOP/s), measured while every rank measures: on the CPU an f32 512^3
@@ -166,12 +172,34 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
                                   .context = o.context,
                                   .layers = o.layers,
                                   .heads = o.heads,
-                                  .width = o.width};
+                                  .width = o.width,
+                                  .experts = o.experts,
+                                  .top_k = o.top_k,
+                                  .moe_every = o.moe_every,
+                                  .capacity_factor = o.capacity_factor,
+                                  .aux_loss_coef = o.aux_loss_coef,
+                                  .z_loss_coef = o.z_loss_coef};
   tensor::nn::GPT model(cfg);
   model.init(o.seed);
   const int64_t params_total = model.num_parameters();
   model.set_activation_checkpointing(o.checkpoint_activations);
   if (m.tp > 1) parallel::tensor_parallel(model, mesh.tp());
+  // Experts on more than one rank: ep groups of consecutive dp ranks share each MoE layer's
+  // experts (E/ep each); the dp/ep ranks holding the same experts form an expert-data-parallel
+  // group. DDP reduces the rest over dp; the experts' gradients, which already hold every token
+  // of their ep group, are summed over that group after backward.
+  const bool split_experts = o.experts > 0 && m.dp > 1;
+  auto is_expert = [](const std::string& name) {
+    return name.find(".mlp.experts.") != std::string::npos;
+  };
+  std::optional<Communicator> ep_group, expert_dp;
+  if (split_experts) {
+    ep_group =
+        dp.split(dp.rank() / m.ep, dp.rank(), "ep group " + std::to_string(dp.rank() / m.ep));
+    expert_dp = dp.split(dp.rank() % m.ep, dp.rank(),
+                         "expert-dp group " + std::to_string(dp.rank() % m.ep));
+    if (m.ep > 1) parallel::expert_parallel(model, *ep_group);
+  }
   model.to(device);  // before any wrapper binds buffers to the parameters
   std::unique_ptr<parallel::PipelineEngine> pipe;
   std::function<bool(const std::string&)> include;
@@ -190,15 +218,22 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
                                   .loss_scale = loss_scale});
     include = [&pipe](const std::string& name) { return pipe->owns(name); };
   }
+  if (split_experts) include = [is_expert](const std::string& name) { return !is_expert(name); };
   const tensor::optim::AdamWOptions adamw{.lr = o.lr, .weight_decay = o.weight_decay};
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<tensor::optim::AdamW> opt;
+  std::unique_ptr<tensor::optim::AdamW> opt, expert_opt;
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (o.zero == 0) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(
         model, dp, parallel::DDPOptions{.average = false, .include = include});
-    opt = std::make_unique<tensor::optim::AdamW>(
-        pipe ? pipe->parameters() : model.named_parameters(), adamw);
+    tensor::nn::NamedTensors params = pipe ? pipe->parameters() : model.named_parameters();
+    if (split_experts) {
+      tensor::nn::NamedTensors rest, experts;
+      for (auto& named : params) (is_expert(named.first) ? experts : rest).push_back(named);
+      params = std::move(rest);
+      expert_opt = std::make_unique<tensor::optim::AdamW>(std::move(experts), adamw);
+    }
+    opt = std::make_unique<tensor::optim::AdamW>(std::move(params), adamw);
     ddp->attach(*opt);
   } else {
     zero = std::make_unique<parallel::ZeroOptimizer>(
@@ -241,6 +276,19 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         static_cast<long long>(o.context), world.size(),
         device.is_cpu() ? (std::to_string(threads) + " compute thread(s) each").c_str()
                         : ("rank 0 on " + tensor::to_string(device)).c_str());
+    if (o.experts > 0) {
+      int64_t moe_blocks = 0;
+      for (int64_t i = 0; i < o.layers; ++i) moe_blocks += cfg.moe_block(i) ? 1 : 0;
+      char capacity[64] = "dropless";
+      if (o.capacity_factor > 0)
+        std::snprintf(capacity, sizeof capacity, "capacity factor %g", o.capacity_factor);
+      std::printf(
+          "experts: %lld in each of %lld MoE block(s) of %lld, %lld per rank (ep=%d), top-%lld, "
+          "%s; loss + %g x load balance + %g x router z-loss\n",
+          static_cast<long long>(o.experts), static_cast<long long>(moe_blocks),
+          static_cast<long long>(o.layers), static_cast<long long>(o.experts / m.ep), m.ep,
+          static_cast<long long>(o.top_k), capacity, o.aux_loss_coef, o.z_loss_coef);
+    }
     if (!m.reason.empty()) std::printf("%s\n", m.reason.c_str());
     std::printf(
         "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
@@ -309,6 +357,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
       for (const auto& c : pipe->channels()) traced.push_back(c);
     }
     if (m.tp * m.pp > 1) traced.emplace_back("mp", &mesh.mp());
+    if (m.ep > 1) traced.emplace_back("ep", &*ep_group);
   }
   std::unique_ptr<std::ofstream> json;
   if (root && !o.log_json.empty()) {
@@ -329,6 +378,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     if (tracer) step_span.emplace(tracer->span("step " + std::to_string(step)));
     const double lr = schedule.at(step);
     if (opt) opt->set_lr(lr);
+    if (expert_opt) expert_opt->set_lr(lr);
     if (zero) zero->set_lr(lr);
     const auto [x_all, y_all] = sampler.batch(step);
     // The batch in dp x micro_batches micro-batches; replica r's k-th is number k * dp + r, so
@@ -343,28 +393,21 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     {
       std::optional<parallel::Tracer::Span> fb;
       if (tracer) fb.emplace(tracer->span("forward and backward"));
+      // Accumulation without a reduction: whichever wrapper holds the gradients.
+      auto no_sync = [&] { return ddp ? ddp->no_sync() : zero->no_sync(); };
       tensor::AutocastGuard guard(autocast);
       if (pipe) {
         pipe->forward_backward(micro, static_cast<uint64_t>(step),
                                [&](bool last, const std::function<void()>& backward) {
                                  if (last) return backward();
-                                 if (ddp) {
-                                   auto quiet = ddp->no_sync();
-                                   backward();
-                                 } else {
-                                   auto quiet = zero->no_sync();
-                                   backward();
-                                 }
+                                 const parallel::NoSync quiet = no_sync();
+                                 backward();
                                });
         micro_losses = pipe->losses();
       } else {
         for (int k = 0; k < m.micro_batches; ++k) {
-          std::optional<parallel::DistributedDataParallel::NoSync> q1;
-          std::optional<parallel::ZeroOptimizer::NoSync> q2;
-          if (k + 1 < m.micro_batches) {
-            if (ddp) q1.emplace(ddp->no_sync());
-            if (zero) q2.emplace(zero->no_sync());
-          }
+          std::optional<parallel::NoSync> quiet;
+          if (k + 1 < m.micro_batches) quiet.emplace(no_sync());
           const auto [x, y] = micro(k);
           Tensor l = model.loss(x, y, static_cast<uint64_t>(step));
           if (global_micro > 1) l = tensor::scale(l, loss_scale);
@@ -378,7 +421,26 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     // The global gradient norm, clipped (scaled gradients under f16: the threshold scales too).
     const double scale = scaler ? scaler->get_scale() : 1.0;
     double norm = 0;
-    if (ddp) {
+    if (ddp && expert_opt) {
+      opt->wait_grads();
+      // An expert no token reached has no gradient: zeros, as DDP reduces an unused parameter.
+      for (const auto& [name, p] : expert_opt->params()) {
+        Tensor t = p;
+        if (!t.grad().defined()) t.set_grad(Tensor::zeros_like(t));
+        if (expert_dp->size() > 1)
+          expert_dp->all_reduce(t.grad().data_ptr(), t.grad().data_ptr(),
+                                static_cast<size_t>(t.grad().numel()), t.grad().dtype(),
+                                ReduceOp::kSum);
+      }
+      // Every element once: the replicated parameters on dp rank 0, each expert on the first
+      // rank of its expert-data-parallel group.
+      tensor::nn::NamedTensors all = opt->params();
+      for (const auto& named : expert_opt->params()) all.push_back(named);
+      const bool first_replica = dp.rank() == 0, first_expert_copy = expert_dp->rank() == 0;
+      norm = parallel::clip_grad_norm(all, o.clip, dp, [&](const std::string& name) {
+        return is_expert(name) ? first_expert_copy : first_replica;
+      });
+    } else if (ddp) {
       opt->wait_grads();
       norm = parallel::clip_grad_norm(opt->params(), o.clip * scale, mesh.mp(), counted) / scale;
     } else {
@@ -390,8 +452,10 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
         scaler->update();
       } else {
         opt->step();
+        if (expert_opt) expert_opt->step();
       }
       opt->zero_grad();
+      if (expert_opt) expert_opt->zero_grad();
     } else {
       zero->step();
       zero->zero_grad();

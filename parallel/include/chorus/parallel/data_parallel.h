@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "chorus/parallel/no_sync.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/optim.h"
 
@@ -89,19 +90,7 @@ class DistributedDataParallel {
   void wait();
 
   // While the returned guard lives, backward does not reduce (gradient accumulation).
-  class NoSync {
-   public:
-    ~NoSync();
-    NoSync(NoSync&& other) noexcept;
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-    NoSync& operator=(NoSync&&) = delete;
-
-   private:
-    friend class DistributedDataParallel;
-    explicit NoSync(int* depth);
-    int* depth_;
-  };
+  using NoSync = parallel::NoSync;  // no_sync.h
   [[nodiscard]] NoSync no_sync();
 
   struct BucketInfo {

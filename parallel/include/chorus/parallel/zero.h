@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "chorus/parallel/no_sync.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/optim.h"
 
@@ -114,19 +115,7 @@ class ZeroOptimizer {
 
   // Stage 1: while the guard lives backward accumulates locally (as DDP's no_sync); stages 2-3:
   // no effect (see above).
-  class NoSync {
-   public:
-    ~NoSync();
-    NoSync(NoSync&& other) noexcept;
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-    NoSync& operator=(NoSync&&) = delete;
-
-   private:
-    friend class ZeroOptimizer;
-    explicit NoSync(int* depth);
-    int* depth_;
-  };
+  using NoSync = parallel::NoSync;  // no_sync.h
   [[nodiscard]] NoSync no_sync();
 
   // Full tensors by name, gathered from the shards (collective over dp): the parameters, and

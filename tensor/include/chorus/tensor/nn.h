@@ -181,6 +181,21 @@ struct GPTConfig {
   int64_t heads = 4;
   int64_t width = 128;
   double dropout = 0.0;
+  // Mixture of experts (class MoE). experts == 0: every block has the dense MLP. Otherwise block
+  // i's MLP is an MoE of `experts` MLPs when i % moe_every == moe_every - 1 (moe_every 1: every
+  // block; 2: every other block, 1, 3, ...), each token going to its top_k (1 or 2) experts.
+  int64_t experts = 0;
+  int64_t top_k = 1;
+  int64_t moe_every = 1;
+  // An expert takes at most ceil(capacity_factor * tokens * top_k / experts) tokens per forward,
+  // the rest of its tokens are dropped (their output from that expert is zero); 0: dropless.
+  double capacity_factor = 0.0;
+  // GPT::loss adds aux_loss_coef * (load-balancing loss) + z_loss_coef * (router z-loss) of every
+  // MoE block (Megatron-Core's defaults: 1e-2 and 1e-3).
+  double aux_loss_coef = 1e-2;
+  double z_loss_coef = 1e-3;
+  // Whether block i's MLP is an MoE.
+  bool moe_block(int64_t i) const { return experts > 0 && i % moe_every == moe_every - 1; }
 };
 
 // x (B, T, C) -> (B, T, C): c_fc (C -> 4C), gelu, c_proj (4C -> C)
@@ -189,6 +204,59 @@ class MLP : public Module {
   MLP(const GPTConfig& cfg);
   virtual Tensor forward(const Tensor& x) const;
   std::shared_ptr<Linear> c_fc, c_proj;
+};
+
+// The auxiliary losses of one MoE forward, unweighted, and what its routing did.
+struct MoEStats {
+  Tensor load_balance;          // () E * sum_e f_e P_e (Switch / GShard): 1 when routing is uniform
+  Tensor z_loss;                // () mean over tokens of logsumexp(router logits)^2
+  std::vector<int64_t> routed;  // (E) assignments each expert was chosen for (top-k, pre-capacity)
+  std::vector<int64_t> kept;    // (E) assignments each expert computed (after capacity)
+  int64_t dropped = 0;          // assignments over capacity
+};
+
+// x (B, T, C) -> (B, T, C): a mixture of `experts` MLPs. Per token n (x viewed (N, C)):
+//   p = softmax(router(x[n])) (E; the router is a Linear without bias, "router.weight"),
+//   the top_k experts by p (ties to the lower index), each with gate p[e] (not renormalised),
+//   out[n] = sum over its kept experts e, in increasing e, of p[e] * experts[e](x[n]).
+// Capacity (capacity_factor > 0): an expert keeps at most ceil(cf * N * top_k / E) assignments,
+// first choices of every token before second choices, tokens in order; the rest are dropped.
+// Every expert computes its tokens as one batch and adds them into the output one expert after
+// the other (index_add_rows, fixed order): the same bits at any thread count. An expert with no
+// token does not run (its parameters get no gradient from this forward). With E = 1 the gate is
+// 1 exactly and the layer is the dense MLP.
+// Where one forward's tokens go (MoE::route): expert e computes rows tokens[e] of x (N, C),
+// ascending.
+struct MoERouting {
+  std::vector<std::vector<int64_t>> tokens;  // (E)
+  std::vector<int64_t> routed, kept;         // as in MoEStats
+  int64_t dropped = 0;
+};
+
+class MoE : public Module {
+ public:
+  MoE(const GPTConfig& cfg);
+  // stats (when given) receives the auxiliary losses and the routing counts.
+  virtual Tensor forward(const Tensor& x, MoEStats* stats = nullptr) const;
+  // The routing of router probabilities p (N, E) (top_k, ties, capacity: as above), on the host.
+  MoERouting route(const Tensor& probs) const;
+  // Fills stats (when given) from the router's logits and probabilities (N, E) and the routing.
+  void losses(const Tensor& logits, const Tensor& probs, MoERouting routing, MoEStats* stats) const;
+  // All experts, E (`experts` holds those of this module: all of them here, a slice in an
+  // expert-parallel subclass).
+  int64_t num_experts() const { return num_experts_; }
+  std::shared_ptr<Linear> router;             // (C -> E), no bias
+  std::vector<std::shared_ptr<MLP>> experts;  // "experts.0" ...
+  int64_t top_k;
+  double capacity_factor;
+
+ protected:
+  // The router and experts [first, first + count) only, registered under their names in the
+  // whole layer ("experts.<first>" ...), so that checkpoints and initialisation see one layer.
+  MoE(const GPTConfig& cfg, int64_t first, int64_t count);
+
+ private:
+  int64_t num_experts_;
 };
 
 // x (B, T, C) -> (B, T, C): qkv = c_attn(x) (B, T, 3C) read as (B, T, 3, NH, HS); heads as
@@ -201,16 +269,23 @@ class CausalSelfAttention : public Module {
   int64_t heads;
 };
 
-// x (B, T, C) -> x + attn(ln_1(x)) -> + mlp(ln_2(.)), with residual dropout.
+// x (B, T, C) -> x + attn(ln_1(x)) -> + mlp(ln_2(.)), with residual dropout. The MLP is a
+// dense MLP (`mlp`) or, for an MoE block (GPTConfig::moe_block), an MoE (`moe`, registered
+// under the same name "mlp": its parameters are "h.N.mlp.router.weight",
+// "h.N.mlp.experts.E.c_fc.weight", ...); the other pointer is null.
 class Block : public Module {
  public:
-  Block(const GPTConfig& cfg);
-  // rng: the dropout key of this call (unused when dropout is 0).
-  virtual Tensor forward(const Tensor& x, RngKey rng) const;
+  Block(const GPTConfig& cfg, bool moe_block = false);
+  // rng: the dropout key of this call (unused when dropout is 0). aux (when given, for an MoE
+  // block): receives the block's weighted auxiliary loss, aux_loss_coef * load balance +
+  // z_loss_coef * z-loss, a () tensor.
+  virtual Tensor forward(const Tensor& x, RngKey rng, std::vector<Tensor>* aux = nullptr) const;
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
+  std::shared_ptr<MoE> moe;
   double dropout;
+  double aux_loss_coef = 0, z_loss_coef = 0;
 };
 
 // GPT-2: token + position embeddings, `layers` blocks, final LayerNorm, lm_head tied to wte.
@@ -225,13 +300,17 @@ class GPT : public Module {
   // idx (B, T) -> token + position embeddings (B, T, C);
   Tensor embed(const Tensor& idx) const;
   // x (B, T, C) through blocks [begin, end) -> (B, T, C), each checkpointed when enabled;
-  Tensor blocks(const Tensor& x, int64_t begin, int64_t end, uint64_t step = 0) const;
+  // aux (when given) receives each MoE block's weighted auxiliary loss (Block::forward);
+  Tensor blocks(const Tensor& x, int64_t begin, int64_t end, uint64_t step = 0,
+                std::vector<Tensor>* aux = nullptr) const;
   // x (B, T, C) -> ln_f, then the lm_head tied to wte -> logits (B, T, V).
   Tensor head(const Tensor& x) const;
-  // Mean cross-entropy of forward(idx) against targets (B, T) -> ().
+  // Mean cross-entropy of forward(idx) against targets (B, T) -> (), plus every MoE block's
+  // weighted auxiliary loss (Block::forward), added in block order.
   Tensor loss(const Tensor& idx, const Tensor& targets, uint64_t step = 0) const;
   // Recompute each block's activations in backward instead of keeping them (checkpoint.h).
-  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+  // InvalidArgument with experts: the recomputed block would lose its auxiliary losses.
+  void set_activation_checkpointing(bool on);
   const GPTConfig& config() const { return cfg_; }
 
   std::shared_ptr<Embedding> wte, wpe;

@@ -52,6 +52,19 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // causal_attention on the q/k/v views, transposed back to (B, T, C), without the copies.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t heads);
 
+// ---- routing (a mixture of experts, nn/moe.cc) ----------------------------------------------
+// x (N, C), idx (M) i32/i64 -> (M, C): out[m] = x[idx[m]]. Backward adds dy[m] to row idx[m],
+// m in order.
+Tensor gather_rows(const Tensor& x, const Tensor& idx);
+// base (N, C), idx (M) i32/i64, src (M, C) -> (N, C): base with src[m] added to row idx[m], m in
+// order (a fixed order: the same bits at any thread count). InvalidArgument for an index outside
+// [0, N) (checked on the host).
+Tensor index_add_rows(const Tensor& base, const Tensor& idx, const Tensor& src);
+// x (M, C), s (M) -> (M, C): row m of x times s[m].
+Tensor scale_rows(const Tensor& x, const Tensor& s);
+// x (..., V) -> (...): log sum_v exp(x[..., v]), computed in double.
+Tensor logsumexp(const Tensor& x);
+
 // ---- loss
 // ------------------------------------------------------------------------------------------ Mean
 // over N of -log softmax(logits[n])[targets[n]]: logits (N, V), targets (N) i32/i64 -> ().
