@@ -48,6 +48,16 @@ void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, bo
                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   missing("attention_backward");
 }
+bool Backend::has_fused_attention(DataType, int64_t) const { return false; }
+void Backend::fused_attention_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&) {
+  missing("fused_attention_forward");
+}
+void Backend::fused_attention_backward(const Tensor&, const Tensor&, const Tensor&, bool,
+                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&) {
+  missing("fused_attention_backward");
+}
 void Backend::layernorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                 const Tensor&, const Tensor&, double) {
   missing("layernorm_forward");

@@ -148,6 +148,18 @@ class Backend {
   virtual void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, bool assign,
                                   const Tensor& dy, const Tensor& att, const Tensor& q,
                                   const Tensor& k, const Tensor& v);
+  // The fused form of the two above (flash attention: nothing T x T is stored), where a backend
+  // has it: has_fused_attention says whether it takes this dtype and head size (false by
+  // default; ops/attention.cc then uses the two above). Same operands; lse (B, NH, T) dense gets
+  // the logsumexp of each row's scaled scores, which backward takes with out to recompute the
+  // weights (out and lse as forward left them).
+  virtual bool has_fused_attention(DataType dtype, int64_t head_size) const;
+  virtual void fused_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
+                                       const Tensor& k, const Tensor& v);
+  virtual void fused_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                        bool assign, const Tensor& dy, const Tensor& out,
+                                        const Tensor& lse, const Tensor& q, const Tensor& k,
+                                        const Tensor& v);
   // x, out (N, C); weight, bias (C); mean, rstd (N) out.
   virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                  const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -392,6 +392,46 @@ void CudaBackend::attention_backward(const Tensor& dq, const Tensor& dk, const T
   }
 }
 
+// The fused kernels (cuda/flash_attention.cu): no (B, NH, T, T) buffer, any strides outside the
+// head dimension.
+
+namespace {
+
+cuda::HeadsOperand heads_operand(const Tensor& t) {
+  return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+}  // namespace
+
+bool CudaBackend::has_fused_attention(DataType dtype, int64_t head_size) const {
+  return cuda::flash_attention_supported(dtype, head_size, ordinal());
+}
+
+void CudaBackend::fused_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
+                                          const Tensor& k, const Tensor& v) {
+  check_float(q, "fused_attention_forward");
+  const Heads h = heads_of({&q});
+  gpu::DeviceGuard on(ordinal());
+  cuda::flash_attention_forward(q.dtype(), heads_operand(out), lse.data_ptr(), heads_operand(q),
+                                heads_operand(k), heads_operand(v), {h.B, h.NH, h.Tn, h.HS},
+                                scale_of(q.dtype(), h.HS), stream().native);
+}
+
+void CudaBackend::fused_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                           bool assign, const Tensor& dy, const Tensor& out,
+                                           const Tensor& lse, const Tensor& q, const Tensor& k,
+                                           const Tensor& v) {
+  check_float(q, "fused_attention_backward");
+  const Heads h = heads_of({&q});
+  const cuda::HeadsShape shape{h.B, h.NH, h.Tn, h.HS};
+  const Tensor work = scratch(cuda::flash_attention_scratch_bytes(q.dtype(), shape));
+  gpu::DeviceGuard on(ordinal());
+  cuda::flash_attention_backward(q.dtype(), heads_operand(dq), heads_operand(dk), heads_operand(dv),
+                                 assign, heads_operand(dy), heads_operand(out), lse.data_ptr(),
+                                 heads_operand(q), heads_operand(k), heads_operand(v), shape,
+                                 scale_of(q.dtype(), h.HS), work.data_ptr(), stream().native);
+}
+
 // ---- layernorm, softmax, cross-entropy ----------------------------------------------------------
 
 void CudaBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,

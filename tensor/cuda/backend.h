@@ -1,7 +1,8 @@
 // Internal: the CUDA backend: DeviceBackend (memory, stream, transfers) plus the CUDA kernels of
 // cuda/*.cu and cuBLASLt GEMMs (cuda/cublaslt.h). Each kernel checks what it takes, makes the
 // device current, and queues its work on the device's compute stream; scratch memory comes from
-// the device's caching allocator in stream order. Compiled only in a CUDA build (tensor/CMakeLists.txt).
+// the device's caching allocator in stream order. Compiled only in a CUDA build
+// (tensor/CMakeLists.txt).
 #pragma once
 
 #include <memory>
@@ -48,6 +49,12 @@ class CudaBackend final : public DeviceBackend {
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, bool assign,
                           const Tensor& dy, const Tensor& att, const Tensor& q, const Tensor& k,
                           const Tensor& v) override;
+  bool has_fused_attention(DataType dtype, int64_t head_size) const override;
+  void fused_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
+                               const Tensor& k, const Tensor& v) override;
+  void fused_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, bool assign,
+                                const Tensor& dy, const Tensor& out, const Tensor& lse,
+                                const Tensor& q, const Tensor& k, const Tensor& v) override;
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                          const Tensor& weight, const Tensor& bias, double eps) override;
   void layernorm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

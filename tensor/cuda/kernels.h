@@ -108,6 +108,33 @@ void causal_softmax(DataType dt, void* att, int64_t squares, int64_t T, Stream s
 void softmax_grad(DataType dt, void* dp, const void* p, int64_t squares, int64_t T, double scale,
                   Stream stream);
 
+// ---- fused causal attention (flash_attention.cu; tiles: flash.h) -------------------------------
+// FlashAttention-2's schedule: a block takes a tile of query rows through the key tiles the
+// causal mask leaves with an online softmax; nothing (B, NH, T, T) is stored. Forward writes out
+// and lse (B, NH, T) dense, the logsumexp of each row's scaled scores; backward recomputes the
+// weights tile by tile from q, k and lse: dk and dv per key tile (one block looping over query
+// tiles), dq per query tile (one block looping over key tiles), so no sum needs atomics.
+// A (B, NH, T, HS) operand: its first element and the element strides of dims 0-2 (dim 3 dense).
+struct HeadsOperand {
+  void* data;
+  int64_t s0, s1, s2;
+};
+struct HeadsShape {
+  int64_t B, NH, T, HS;
+};
+// Whether the fused kernels take dtype dt (f32, f64) and head size HS on device `ordinal`: HS in
+// [1, flash::kMaxHeadSize] and their shared memory within the device's limit per block.
+bool flash_attention_supported(DataType dt, int64_t HS, int ordinal);
+void flash_attention_forward(DataType dt, HeadsOperand out, void* lse, HeadsOperand q,
+                             HeadsOperand k, HeadsOperand v, const HeadsShape& shape, double scale,
+                             Stream stream);
+// dq, dk, dv (+)= the gradients [assigned when `assign`]; scratch: flash_attention_scratch_bytes.
+size_t flash_attention_scratch_bytes(DataType dt, const HeadsShape& shape);
+void flash_attention_backward(DataType dt, HeadsOperand dq, HeadsOperand dk, HeadsOperand dv,
+                              bool assign, HeadsOperand dy, HeadsOperand out, const void* lse,
+                              HeadsOperand q, HeadsOperand k, HeadsOperand v,
+                              const HeadsShape& shape, double scale, void* scratch, Stream stream);
+
 // ---- cross-entropy (cross_entropy.cu) -----------------------------------------------------------
 void row_max(DataType dt, void* row_max, const void* logits, int64_t N, int64_t V, Stream stream);
 void exp_sums_and_target(DataType dt, DataType idt, void* sums, const void* logits,

@@ -1,9 +1,12 @@
 // causal_attention: q, k, v (B, NH, T, HS), any outer strides -> out (B, NH, T, HS) contiguous.
 // causal_attention_qkv: qkv (B, T, 3, NH, HS) [c_attn's output] -> out (B, T, NH, HS) = (B, T, C).
-// Both save their inputs (q/k/v as views, no copies) and the attention weights (B, NH, T, T);
-// the kernels are the backend's (cpu/attention.cc on the CPU). The qkv form is the GPT's: it
-// reads q/k/v in place and writes the output and the qkv gradient in the layouts c_attn/c_proj
-// use, so no transpose or reshape copies (and their backward copies) surround it.
+// Both save their inputs (q/k/v as views, no copies) and, for backward, either the attention
+// weights (B, NH, T, T) [cpu/attention.cc on the CPU; batched GEMMs on CUDA] or, where the
+// device's backend has fused kernels and fused_attention() is on, the output and the logsumexp of
+// each row (B, NH, T) [cuda/flash_attention.cu: the weights are recomputed tile by tile]. The qkv
+// form is the GPT's: it reads q/k/v in place and writes the output and the qkv gradient in the
+// layouts c_attn/c_proj use, so no transpose or reshape copies (and their backward copies) surround
+// it.
 #include "ops/op_util.h"
 
 namespace chorus::tensor {
@@ -25,6 +28,42 @@ Tensor heads_view(const Tensor& x, int64_t heads) {
   return raw_view(x, {B, heads, Tn, HS}, {Tn * C, HS, C, 1}, x.offset());
 }
 
+// What backward needs: the weights, or (fused) the output and the rows' logsumexp.
+struct Saved {
+  Tensor att;       // (B, NH, T, T); undefined on the fused path
+  Tensor out, lse;  // the fused path's: out as a (B, NH, T, HS) view, cut from the graph
+};
+
+// out (a (B, NH, T, HS) view of `out_buffer`, made by `view`) = attention of q, k, v.
+template <class View>
+Saved attend(const Tensor& out_buffer, const View& view, const Tensor& q, const Tensor& k,
+             const Tensor& v) {
+  const int64_t B = q.size(0), NH = q.size(1), Tn = q.size(2), HS = q.size(3);
+  const Device dev = q.device();
+  Backend& backend = backend_for(dev);
+  Saved saved;
+  if (fused_attention() && backend.has_fused_attention(q.dtype(), HS)) {
+    // Detached: the node saving the output must not keep itself alive (a cycle).
+    saved.out = view(out_buffer.detach());
+    saved.lse = Tensor::empty({B, NH, Tn}, q.dtype(), dev);
+    backend.fused_attention_forward(saved.out, saved.lse, q, k, v);
+  } else {
+    saved.att = Tensor::empty({B, NH, Tn, Tn}, q.dtype(), dev);
+    backend.attention_forward(view(out_buffer), saved.att, q, k, v);
+  }
+  return saved;
+}
+
+void attend_backward(const Saved& saved, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     bool assign, const Tensor& dy, const Tensor& q, const Tensor& k,
+                     const Tensor& v) {
+  Backend& backend = backend_for(dy.device());
+  if (saved.att.defined())
+    backend.attention_backward(dq, dk, dv, assign, dy, saved.att, q, k, v);
+  else
+    backend.fused_attention_backward(dq, dk, dv, assign, dy, saved.out, saved.lse, q, k, v);
+}
+
 }  // namespace
 
 Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in) {
@@ -38,21 +77,20 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   check_float(q_in, "causal_attention");
   const int64_t B = q_in.size(0), NH = q_in.size(1), Tn = q_in.size(2), HS = q_in.size(3);
   const Tensor q = inner_dense(q_in), k = inner_dense(k_in), v = inner_dense(v_in);
-  const Device dev = q.device();
-  Tensor out = Tensor::empty({B, NH, Tn, HS}, q.dtype(), dev);
-  Tensor att = Tensor::empty({B, NH, Tn, Tn}, q.dtype(), dev);
-  backend_for(dev).attention_forward(out, att, q, k, v);
-  // backward: dq, dk, dv += (see cpu/attention.cc); the kernel needs all three buffers, so any
+  Tensor out = Tensor::empty({B, NH, Tn, HS}, q.dtype(), q.device());
+  const Saved saved = attend(
+      out, [](const Tensor& t) { return t; }, q, k, v);
+  // backward: dq, dk, dv += (see cpu/attention.cc); the kernels need all three buffers, so any
   // that are not wanted go to a scratch tensor.
-  return record(
-      "causal_attention", out, {q_in, k_in, v_in}, [q, k, v, att](const Tensor& dy, GradSink& g) {
-        Tensor d[3];
-        for (size_t i = 0; i < 3; ++i) {
-          d[i] = g.grad(i);
-          if (!d[i].defined()) d[i] = Tensor::zeros(q.shape(), dy.dtype(), dy.device());
-        }
-        backend_for(dy.device()).attention_backward(d[0], d[1], d[2], false, dy, att, q, k, v);
-      });
+  return record("causal_attention", out, {q_in, k_in, v_in},
+                [q, k, v, saved](const Tensor& dy, GradSink& g) {
+                  Tensor d[3];
+                  for (size_t i = 0; i < 3; ++i) {
+                    d[i] = g.grad(i);
+                    if (!d[i].defined()) d[i] = Tensor::zeros(q.shape(), dy.dtype(), dy.device());
+                  }
+                  attend_backward(saved, d[0], d[1], d[2], false, dy, q, k, v);
+                });
 }
 
 Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t heads) {
@@ -63,23 +101,20 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t heads) {
   check_float(qkv_in, "causal_attention_qkv");
   const int64_t B = qkv_in.size(0), Tn = qkv_in.size(1), C = qkv_in.size(2) / 3;
   const Tensor qkv = dense(qkv_in);
-  const Device dev = qkv.device();
-  Tensor out = Tensor::empty({B, Tn, C}, qkv.dtype(), dev);
-  Tensor att = Tensor::empty({B, heads, Tn, Tn}, qkv.dtype(), dev);
-  backend_for(dev).attention_forward(heads_view(out, heads), att, qkv_part(qkv, 0, heads),
-                                     qkv_part(qkv, 1, heads), qkv_part(qkv, 2, heads));
+  Tensor out = Tensor::empty({B, Tn, C}, qkv.dtype(), qkv.device());
+  const Saved saved = attend(
+      out, [heads](const Tensor& t) { return heads_view(t, heads); }, qkv_part(qkv, 0, heads),
+      qkv_part(qkv, 1, heads), qkv_part(qkv, 2, heads));
   // backward: dqkv (B, T, 3C) gets dq | dk | dv in place (assigned when the buffer is fresh).
-  return record("causal_attention_qkv", out, {qkv_in},
-                [qkv, att, heads](const Tensor& dy, GradSink& g) {
-                  bool fresh = false;
-                  Tensor dqkv = g.grad_for_write(0, &fresh);
-                  if (!dqkv.defined()) return;
-                  backend_for(dy.device())
-                      .attention_backward(qkv_part(dqkv, 0, heads), qkv_part(dqkv, 1, heads),
-                                          qkv_part(dqkv, 2, heads), fresh, heads_view(dy, heads),
-                                          att, qkv_part(qkv, 0, heads), qkv_part(qkv, 1, heads),
-                                          qkv_part(qkv, 2, heads));
-                });
+  return record(
+      "causal_attention_qkv", out, {qkv_in}, [qkv, saved, heads](const Tensor& dy, GradSink& g) {
+        bool fresh = false;
+        Tensor dqkv = g.grad_for_write(0, &fresh);
+        if (!dqkv.defined()) return;
+        attend_backward(saved, qkv_part(dqkv, 0, heads), qkv_part(dqkv, 1, heads),
+                        qkv_part(dqkv, 2, heads), fresh, heads_view(dy, heads),
+                        qkv_part(qkv, 0, heads), qkv_part(qkv, 1, heads), qkv_part(qkv, 2, heads));
+      });
 }
 
 }  // namespace chorus::tensor

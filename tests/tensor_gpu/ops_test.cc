@@ -142,7 +142,10 @@ TEST_F(TensorGpuOps, ElementWise) {
         "mul self" + t, device_, [](const Inputs& x) { return mul(x[0], x[0]); }, {a}, tol);
     // The same mask as the CPU's (one Philox draw per element, wherever it runs): exact.
     check_op(
-        "dropout" + t, device_, [](const Inputs& x) { return dropout(x[0], 0.3, {7, 11}); },
+        "dropout" + t, device_,
+        [](const Inputs& x) {
+          return dropout(x[0], 0.3, {7, 11});
+        },
         {random({1001}, 6, dt)}, 0.0);
   }
 }
@@ -159,8 +162,9 @@ TEST_F(TensorGpuOps, Sgd) {
     }
     return params;
   };
-  for (const optim::SGDOptions& o : {optim::SGDOptions{.lr = 0.1},
-                                     optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}}) {
+  for (const optim::SGDOptions& o :
+       {optim::SGDOptions{.lr = 0.1},
+        optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}}) {
     nn::NamedTensors cpu = make(Device::cpu()), gpu = make(device_);
     optim::SGD cpu_opt(cpu, o), gpu_opt(gpu, o);
     for (int step = 0; step < 5; ++step) {
@@ -291,6 +295,95 @@ TEST_F(TensorGpuOps, GptLayers) {
         "cross_entropy vocab shard" + t, device_,
         [](const Inputs& x) { return cross_entropy_vocab_parallel(x[0], x[1], 40, {}); },
         {random({37, 50}, 45, dt), random_indices({37}, 101, 46)}, tol);
+  }
+}
+
+// Causal attention on the shapes that stress the fused kernels' tiles (cuda/flash.h: 32 rows and
+// 32 keys a tile): T = 1, T inside one tile, at and around tile edges, many tiles; head sizes 1,
+// odd, 64 and 128 (the two register bounds); several heads; strided q/k/v (the transposed views
+// and the GPT's qkv layout). Inputs in [-3, 3] make peaked softmaxes, so a row's maximum moves
+// between key tiles (the online softmax's rescaling). The long case (on a GPU only) allows 2e-5:
+// sums over 1024 keys in f32 on either side.
+TEST_F(TensorGpuOps, AttentionShapes) {
+  struct Case {
+    int64_t B, NH, T, HS;
+  };
+  for (DataType dt : {DataType::kF32, DataType::kF64}) {
+    const double tol = dt == DataType::kF32 ? kReduction : kF64;
+    for (const Case c :
+         {Case{1, 1, 1, 8}, Case{2, 3, 31, 64}, Case{1, 2, 32, 64}, Case{2, 1, 33, 64},
+          Case{1, 2, 70, 5}, Case{1, 1, 97, 1}, Case{2, 2, 40, 128}, Case{1, 1, 65, 100}}) {
+      const std::string name = detail::concat("causal_attention ", c.B, "x", c.NH, "x", c.T, "x",
+                                              c.HS, " ", to_string(dt));
+      check_op(
+          name, device_,
+          [](const Inputs& x) {
+            return causal_attention(x[0].transpose(1, 2), x[1].transpose(1, 2),
+                                    x[2].transpose(1, 2));
+          },
+          {random({c.B, c.T, c.NH, c.HS}, 90, dt, -3, 3),
+           random({c.B, c.T, c.NH, c.HS}, 91, dt, -3, 3),
+           random({c.B, c.T, c.NH, c.HS}, 92, dt, -3, 3)},
+          tol);
+    }
+    check_op(
+        "causal_attention_qkv 2x45x(3x2x64)" + detail::concat(" ", to_string(dt)), device_,
+        [](const Inputs& x) { return causal_attention_qkv(x[0], 2); },
+        {random({2, 45, 384}, 93, dt, -3, 3)}, tol);
+  }
+  // Against itself the CPU would only spend seconds here.
+  if (device_.type == DeviceType::kCPU) return;
+  check_op(
+      "causal_attention 1x2x1024x64 f32", device_,
+      [](const Inputs& x) { return causal_attention(x[0], x[1], x[2]); },
+      {random({1, 2, 1024, 64}, 94, DataType::kF32, -2, 2),
+       random({1, 2, 1024, 64}, 95, DataType::kF32, -2, 2),
+       random({1, 2, 1024, 64}, 96, DataType::kF32, -2, 2)},
+      2e-5);
+}
+
+// Where the device has fused attention (the CUDA backend), the op takes it: no (B, NH, T, T)
+// buffer during forward; its results track the materialised path's on the same device
+// (set_fused_attention(false)), and repeat to the bit (no atomics).
+TEST_F(TensorGpuOps, FusedAttention) {
+  const int64_t B = 1, NH = 4, T = 1024, HS = 64;
+  if (!backend_for(device_).has_fused_attention(DataType::kF32, HS))
+    GTEST_SKIP() << to_string(device_) << " has no fused attention";
+  std::vector<Tensor> x;
+  for (int i = 0; i < 3; ++i) x.push_back(random({B, NH, T, HS}, 100 + i, DataType::kF32, -2, 2));
+  const Tensor dy = random({B, NH, T, HS}, 103).to(device_);
+  struct Result {
+    Tensor out, dq, dk, dv;
+  };
+  auto run = [&](bool fused) {
+    set_fused_attention(fused);
+    std::vector<Tensor> in;
+    for (const Tensor& t : x) {
+      in.push_back(t.to(device_).detach());
+      in.back().set_requires_grad(true);
+    }
+    synchronize(device_);
+    reset_peak_memory(device_);
+    const int64_t before = memory_stats(device_).current_bytes;
+    const Tensor out = causal_attention(in[0], in[1], in[2]);
+    synchronize(device_);
+    const int64_t forward_peak = memory_stats(device_).peak_bytes - before;
+    out.backward(dy);
+    set_fused_attention(true);
+    return std::make_pair(forward_peak, Result{out, in[0].grad(), in[1].grad(), in[2].grad()});
+  };
+  const auto [fused_peak, fused] = run(true);
+  const auto [again_peak, again] = run(true);
+  const auto [plain_peak, plain] = run(false);
+  const int64_t weights_bytes = B * NH * T * T * 4;
+  EXPECT_LT(fused_peak, weights_bytes / 4) << "the fused forward allocated the weights";
+  EXPECT_GE(plain_peak, weights_bytes) << "the materialised forward did not";
+  (void)again_peak;
+  const std::pair<const char*, Tensor Result::*> parts[] = {
+      {"out", &Result::out}, {"dq", &Result::dq}, {"dk", &Result::dk}, {"dv", &Result::dv}};
+  for (const auto& [what, part] : parts) {
+    EXPECT_TRUE((fused.*part).to_vector() == (again.*part).to_vector()) << what << " repeated";
+    expect_close(fused.*part, plain.*part, 2e-5, detail::concat("fused vs materialised ", what));
   }
 }
 

@@ -51,6 +51,12 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // [q | k | v, heads side by side] -> (B, T, NH * HS), heads side by side. Equal to
 // causal_attention on the q/k/v views, transposed back to (B, T, C), without the copies.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t heads);
+// Where a device has fused (flash) attention kernels (the CUDA backend, f32 and f64, head size
+// up to 128), both forms use them: they keep the output and a logsumexp per row for backward
+// instead of the (B, NH, T, T) weights. On by default; CHORUS_TENSOR_FUSED_ATTENTION=0 or
+// set_fused_attention(false) keeps the weights (the batched-GEMM path, as on the CPU).
+bool fused_attention();
+void set_fused_attention(bool on);
 
 // ---- routing (a mixture of experts, nn/moe.cc) ----------------------------------------------
 // x (N, C), idx (M) i32/i64 -> (M, C): out[m] = x[idx[m]]. Backward adds dy[m] to row idx[m],
