@@ -31,6 +31,7 @@ void Exchange::begin(const char* op_name, int64_t seq, const char* algorithm,
   timeout_ = timeout;
   deadline_ = kDeadlineNotSet;
   stamp_ = stamp;
+  if (fifo_only != fifo_only_) transport_.set_single_copy(!fifo_only);
   fifo_only_ = fifo_only;
   fanned_out_ = false;
   const size_t bytes = stamp.count * dtype_size(static_cast<DataType>(stamp.dtype));
@@ -204,8 +205,7 @@ transport::Request Exchange::send_request(int peer, const void* src, size_t byte
                                           bool assist) const {
   transport::Request r;
   r.kind = transport::Request::Kind::kSend;
-  r.assist = assist;
-  r.fifo_only = fifo_only_;
+  if (assist) r.facts = transport::Request::kSenderIdle;
   r.peer = peer;
   r.src = static_cast<const std::byte*>(src);
   r.bytes = bytes;
@@ -222,7 +222,7 @@ Exchange::RequestId Exchange::post_recv(int peer, void* dst, size_t bytes, bool 
   r.peer = peer;
   r.dst = static_cast<std::byte*>(dst);
   r.bytes = bytes;
-  r.stream_dst = stream;
+  if (stream) r.facts = transport::Request::kNotReadAgain;
   return post(r);
 }
 
@@ -236,7 +236,7 @@ Exchange::RequestId Exchange::post_recv_reduce(int peer, void* dst, const void* 
   r.bytes = count * dtype_size(dtype);
   r.dtype = dtype;
   r.op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  r.stream_dst = stream;
+  if (stream) r.facts = transport::Request::kNotReadAgain;
   return post(r);
 }
 
@@ -247,7 +247,6 @@ Exchange::RequestId Exchange::post_forward(RequestId from, int peer) {
   transport::Request& recv = requests_[from];
   transport::Request r;
   r.kind = transport::Request::Kind::kSend;
-  r.fifo_only = fifo_only_;
   r.peer = peer;
   r.src = recv.dst;
   r.bytes = recv.bytes;
@@ -265,11 +264,11 @@ void Exchange::post_fan_out(const void* src, size_t bytes, void* copy_to, bool s
     if (p == rank_) continue;
     transport::Request r;
     r.kind = transport::Request::Kind::kSend;
-    r.shared = true;
+    r.facts = transport::Request::kShared;
+    if (stream) r.facts |= transport::Request::kNotReadAgain;
     r.peer = p;
     r.src = static_cast<const std::byte*>(src);
     r.dst = static_cast<std::byte*>(copy_to);
-    r.stream_dst = stream;
     r.bytes = bytes;
     post(r);
   }
@@ -279,11 +278,11 @@ Exchange::RequestId Exchange::post_fan_in(int peer, void* dst, size_t bytes, boo
   CHORUS_CHECK(fans_out(), "fan-out over the ", transport_.name(), " transport");
   transport::Request r;
   r.kind = transport::Request::Kind::kRecv;
-  r.shared = true;
+  r.facts = transport::Request::kShared;
+  if (stream) r.facts |= transport::Request::kNotReadAgain;
   r.peer = peer;
   r.dst = static_cast<std::byte*>(dst);
   r.bytes = bytes;
-  r.stream_dst = stream;
   return post(r);
 }
 
@@ -301,6 +300,7 @@ bool Exchange::progress() {
             if (r.after != nullptr && !r.after->done) break;
             moved |= link.progress_send(r);
           } else {
+            transport::Request* forward_into = nullptr;
             if (r.forward != nullptr) {
               // Forwards that a receive before this one finished leave the queue first.
               auto& fq = send_q_[r.forward->peer];
@@ -308,9 +308,10 @@ bool Exchange::progress() {
                 fq.pop_front();
                 --pending_;
               }
-              r.forward_now = !r.forward->done && !fq.empty() && fq.front() == r.forward;
+              if (!r.forward->done && !fq.empty() && fq.front() == r.forward)
+                forward_into = r.forward;
             }
-            moved |= link.progress_recv(r);
+            moved |= link.progress_recv(r, forward_into);
           }
         }
         if (!r.done) break;

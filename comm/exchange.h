@@ -57,10 +57,10 @@ class Exchange {
 
   // `assist`: this rank waits for the send with nothing else to do; the receiver of a large
   // message it reads single copy may hand part of the copy back to this rank's wait
-  // (transport::Request::assist).
+  // (transport::Request::kSenderIdle).
   RequestId post_send(int peer, const void* src, size_t bytes, bool assist = false);
   // `stream`: write dst with streaming stores (a large result the algorithm does not read again;
-  // transport::Request::stream_dst).
+  // transport::Request::kNotReadAgain).
   RequestId post_recv(int peer, void* dst, size_t bytes, bool stream = false);
   // dst = local op incoming (count elements of dtype); dst may equal local.
   RequestId post_recv_reduce(int peer, void* dst, const void* local, size_t count, DataType dtype,

@@ -11,7 +11,7 @@ equally often), and prints one markdown table per world size: the median over ro
 library, chorus / best peer and chorus / Open MPI (above --all-peers-to ranks, default 4, Open MPI
 is the only peer). With 64 MiB among the sizes, the rooflines of all-gather, broadcast and
 all-reduce at that size (chorus-copy-roofline: plain and --ring, --all-reduce alone and --shared;
-docs/PERFORMANCE.md). Then the start-up time (process start to the first completed 8-byte
+docs/perf/collectives.md). Then the start-up time (process start to the first completed 8-byte
 all-reduce, 2 ranks, chorus-run vs each mpirun; the median of --startup-runs launches), and with
 --targets which of the performance targets are met.
 

@@ -28,7 +28,7 @@
 // as it can be, with every slot crossing from one core's cache to another.
 // --warmup W rounds run before the clock starts (default 1), as a benchmark's warm-up calls: the
 // first rounds run slower while the buffers' lines leave the state their first writes left.
-// docs/PERFORMANCE.md divides a collective's required copies by these rates to say how far a
+// docs/perf/collectives.md divides a collective's required copies by these rates to say how far a
 // target is from what the machine allows. Usage:
 //   chorus-copy-roofline [--procs P] [--bytes SIZE] [--iters N] [--store stream|cached]
 //                        [--ring | --all-reduce [--shared] [--warmup W]]

@@ -117,8 +117,8 @@ void libc_memcpy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, sr
 // slot to dst, or both in turn. Bytes counted are the traffic outside the slots, which stay in
 // cache: src read (into_slots), dst written (out_of_slots), both (through, comparable with
 // copy/copy_stream, which count read + written too). On two ranks the two halves run on two
-// cores and the slot crosses between them; these are the single-core figures PERFORMANCE.md
-// derives the bounds of the FIFO collectives from.
+// cores and the slot crosses between them; these are the single-core figures that
+// docs/perf/kernels.md derives the bounds of the FIFO collectives from.
 enum class FifoSide { kIn, kOut, kThrough };
 
 void bench_fifo(benchmark::State& state, FifoSide side, size_t bytes) {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "transport/rank_place.h"
+
 namespace chorus::algo {
 
 // Splits `count` elements into `parts` contiguous segments whose sizes differ by at most one
@@ -88,15 +90,8 @@ constexpr TreeNode rooted_tree(int rank, int root, int n) {
   return t;
 }
 
-// Where a rank runs, as far as the ring cares: its host index and, when the rank is bound to a
-// subset of the host's CPUs, the package (socket), NUMA node and lowest CPU of that subset
-// (-1 = not bound, or the subset spans several).
-struct RankPlace {
-  int host = 0;
-  int package = -1;
-  int numa = -1;
-  int cpu = -1;
-};
+// Where a rank runs, as far as the ring cares (transport/rank_place.h).
+using transport::RankPlace;
 
 // The ring order (position -> rank) that keeps neighbours close: ranks sorted depth first by
 // (host, package, NUMA node, CPU, rank), so the ring leaves each host, socket and NUMA node once

@@ -44,6 +44,8 @@ class CompositeTransport : public Transport, public Waiter, public PeerMonitor {
   void wake() override;
 
   std::string name() const override { return "shm+ucx"; }
+  // Only the shm links go single copy.
+  void set_single_copy(bool allowed) override { shm_->set_single_copy(allowed); }
   std::vector<int> check_peers(std::span<const int> waiting_for, const OpStamp& mine) override;
   std::string why_gone(int peer) override;
   void check_alarm() override;

@@ -99,11 +99,11 @@ bool parse_affinity(const std::string& list, std::set<int>* cpus) {
 
 // "<host id>\n<package> <numa> <cpu> <affinity list>": the transports that publish the host id
 // on its own (UCX) read up to the newline.
-std::string place_record(const std::string& host_id, const algo::RankPlace& p) {
+std::string place_record(const std::string& host_id, const RankPlace& p) {
   return detail::concat(host_id, "\n", p.package, " ", p.numa, " ", p.cpu, " ", affinity_list());
 }
 
-void parse_place(const std::string& record, std::string* host_id, algo::RankPlace* place,
+void parse_place(const std::string& record, std::string* host_id, RankPlace* place,
                  std::string* affinity) {
   const size_t nl = record.find('\n');
   *host_id = record.substr(0, nl);
@@ -119,9 +119,9 @@ void parse_place(const std::string& record, std::string* host_id, algo::RankPlac
 // Host index per rank, numbered in order of each host's lowest rank, and every rank's place.
 std::vector<int> gather_hosts(int rank, int world_size, Store& store,
                               std::chrono::milliseconds timeout, int* hosts,
-                              std::vector<algo::RankPlace>* places, int* host_cpus) {
+                              std::vector<RankPlace>* places, int* host_cpus) {
   const std::string me = local_host_id();
-  const algo::RankPlace here = local_place();
+  const RankPlace here = local_place();
   const std::string my_affinity = affinity_list();
   store.set("host/" + std::to_string(rank), place_record(me, here));
   // The CPUs this host's ranks may run on together (the union of their masks).
@@ -132,7 +132,7 @@ std::vector<int> gather_hosts(int rank, int world_size, Store& store,
   places->assign(world_size, {});
   for (int p = 0; p < world_size; ++p) {
     std::string id = me, affinity = my_affinity;
-    algo::RankPlace place = here;
+    RankPlace place = here;
     if (p != rank) try {
         parse_place(store.get("host/" + std::to_string(p), timeout), &id, &place, &affinity);
       } catch (const Timeout&) {
@@ -168,8 +168,8 @@ std::vector<int> gather_hosts(int rank, int world_size, Store& store,
 
 }  // namespace
 
-algo::RankPlace local_place() {
-  algo::RankPlace place;
+RankPlace local_place() {
+  RankPlace place;
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return place;

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "algo/patterns.h"
 #include "chorus/store.h"
+#include "transport/rank_place.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
@@ -24,7 +24,7 @@ struct Wiring {
   std::vector<int> host_of;
   int hosts = 1;
   // places[r]: rank r's host index and where on it it is bound (algo::ring_by_locality).
-  std::vector<algo::RankPlace> places;
+  std::vector<RankPlace> places;
   // The CPUs the ranks of this rank's host (in this communicator) may run on together: the size
   // of the union of their affinity masks (the online CPUs when one of them is not bound).
   int host_cpus = 1;
@@ -33,7 +33,7 @@ struct Wiring {
 // Where this process is bound: the package, NUMA node and lowest CPU of its CPU affinity mask
 // when that is a proper subset of the online CPUs and lies in one package / one node (from
 // /sys/devices/system/cpu); -1 for what is not bound or not known. host is left 0.
-algo::RankPlace local_place();
+RankPlace local_place();
 
 // Collective over the `world_size` ranks of one communicator (`store` is scoped to it).
 // `segment_prefix` names its shared-memory segments.

@@ -11,9 +11,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "chorus/error.h"
@@ -45,7 +47,26 @@ struct Request {
     kRecv,        // receive `bytes` into dst
     kRecvReduce,  // dst = local op incoming, element-wise (dst may equal local)
   };
+  // What the operation knows of the message that a transport may use to move it (or-ed into
+  // `facts`). A link without a use for one ignores it; kShared reaches only transports that fan
+  // out (the Exchange posts it only there).
+  enum Fact : uint8_t {
+    // Through the sender's shared buffer (Capabilities::fans_out): a send marked so is one of a
+    // set, one to every peer, of the same bytes, which the sender writes once into a buffer that
+    // every peer copies out of; a receive marked so reads the peer's shared buffer. Both sides
+    // mark alike (Exchange::post_fan_out / post_fan_in). `dst` on such a send, when set,
+    // receives a copy too (the root's own result of an out-of-place broadcast).
+    kShared = 1 << 0,
+    // A send whose sender has nothing else to do until it is done: a receiver that reads it
+    // single copy may hand part of the copy back to the sender, so that both copy at once.
+    kSenderIdle = 1 << 1,
+    // A receive (or a shared send's copy to dst) whose result the operation does not read again:
+    // large ones are written with streaming stores, which cost no read for ownership.
+    kNotReadAgain = 1 << 2,
+  };
   Kind kind = Kind::kSend;
+  uint8_t facts = 0;
+  bool done = false;  // set by the link; the Exchange then retires the request
   int peer = -1;
   const std::byte* src = nullptr;
   std::byte* dst = nullptr;
@@ -54,41 +75,30 @@ struct Request {
   DataType dtype = DataType::kU8;
   ReduceOp op = ReduceOp::kSum;  // never kAvg here: the algorithm divides at the end
   OpStamp stamp;                 // the operation this message belongs to
-  // A send that must not go single copy (algo::Path::kFifo): it copies through the transport's
-  // buffers whatever its size. The receiver accepts either way.
-  bool fifo_only = false;
-  // Through the sender's shared buffer (Capabilities::fans_out): a send marked so is one of a set,
-  // one to every peer, of the same bytes, which the sender writes once into a buffer that every
-  // peer copies out of; a receive marked so reads the peer's shared buffer instead of its FIFO.
-  // Both sides mark alike (Exchange::post_fan_out / post_fan_in). `dst` on such a send, when
-  // set, receives a copy too, taken from the shared buffer while it is in cache (the root's own
-  // result of an out-of-place broadcast), with streaming stores when stream_dst says so.
-  bool shared = false;
-  // Sends: the sender has nothing else to do until this send is done. A receiver of a large
-  // message read single copy may then hand part of the copy back to the sender, so that both
-  // copy at once (the shm transport's shared rendezvous, FifoCtrl::assist).
-  bool assist = false;
-  // Receives: write dst with streaming (non-temporal) stores. The algorithm sets it for large
-  // results it will not read again, which then cost no read for ownership (kernels::copy_stream).
-  bool stream_dst = false;
   // Forwarding (Exchange::post_forward): a receive whose result (dst, once written) another
   // request sends on to a further peer. `forward` on the receive points to that send, `after` on
-  // the send to the receive. A link that can writes each incoming piece into the outgoing buffers
-  // as it arrives (one pass over the bytes instead of two) while `forward_now` is set (the send is
-  // next in line to its peer); otherwise the send starts when the receive is done, from where
-  // the link left it.
+  // the send to the receive. The Exchange starts such a send once the receive is done, unless
+  // the receive's link wrote the pieces into it already as they arrived (Link::progress_recv).
   Request* forward = nullptr;
   Request* after = nullptr;
-  bool forward_now = false;
-  bool done = false;  // set by the link; the Exchange then retires the request
-  // The link's own bookkeeping of its progress on the request (zero when posted). The Exchange
-  // never reads it; a link reads another's only for a forward (Request::forward, after).
-  struct Progress {
-    size_t offset = 0;   // bytes moved so far
-    uint64_t token = 0;  // the number of the rendezvous or shared message it waits on
-    uint64_t addr = 0;   // where the peer's bytes are (an assisted single-copy receive)
-    uint8_t phase = 0;   // the link's state machine (0: not started)
-  } progress;
+
+  // The link's own record of its progress on the request: storage that belongs to the link that
+  // progresses it, which keeps a type of its own there (state<T>(): trivially copyable, at most
+  // kLinkStateBytes); zero when posted. The Exchange never reads it.
+  static constexpr size_t kLinkStateBytes = 32;
+  template <class T>
+  T& state() {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kLinkStateBytes &&
+                  alignof(T) <= alignof(uint64_t));
+    return *std::launder(reinterpret_cast<T*>(link_state_));
+  }
+  template <class T>
+  const T& state() const {
+    return const_cast<Request*>(this)->state<T>();
+  }
+
+ private:
+  alignas(uint64_t) std::byte link_state_[kLinkStateBytes]{};
 };
 
 class Link {
@@ -96,8 +106,11 @@ class Link {
   virtual ~Link() = default;
   // Advance the oldest unfinished send / receive of this link. Return true if anything moved.
   // Throw chorus::Error on a broken link or a size mismatch (naming the peer).
+  // `forward_into` (receives): the send that passes this receive's result on (Request::forward)
+  // while it is next in line to its peer, else null. A link that can writes each incoming piece
+  // into it as it arrives (one pass over the bytes instead of two), advancing that send too.
   virtual bool progress_send(Request& r) = 0;
-  virtual bool progress_recv(Request& r) = 0;
+  virtual bool progress_recv(Request& r, Request* forward_into) = 0;
   // The stamp of the next message from the peer, once it has arrived far enough to be told
   // (its header), without taking anything: the receive posted next takes it as usual. False
   // when nothing has arrived yet. Called only while no receive from the peer is in progress
@@ -127,7 +140,7 @@ class Link {
     (void)src, (void)remote, (void)bytes;
     throw Error(ErrorKind::kInternal, "put over a link that has none");
   }
-  // The same for the peer's shared buffer (Transport::fan_send_now; Request::shared): takes the
+  // The same for the peer's shared buffer (Transport::fan_send_now; Request::kShared): takes the
   // peer's next shared message into dst if it has arrived whole in one piece, else returns false
   // and leaves it to a posted shared receive.
   virtual bool fan_recv_now(void* dst, size_t bytes, const OpStamp& stamp) {
@@ -159,11 +172,11 @@ struct Capabilities {
   static constexpr size_t kDefaultChunkBytes = 256 << 10;
   // The pipelining unit algorithms should use over this transport (CHORUS_CHUNK_BYTES overrides).
   size_t chunk_bytes = kDefaultChunkBytes;
-  // The smallest message some peer reads single copy (so that Request::fifo_only changes how it
-  // travels); SIZE_MAX when no peer is read single copy.
+  // The smallest message some peer reads single copy (so that set_single_copy(false) changes how
+  // it travels); SIZE_MAX when no peer is read single copy.
   size_t single_copy_from = SIZE_MAX;
   // Whether this rank can send one message to all its peers through a shared buffer that it
-  // writes once and every peer reads (Request::shared): one host, every rank on this transport,
+  // writes once and every peer reads (Request::kShared): one host, every rank on this transport,
   // host memory. The same on every rank of a communicator.
   bool fans_out = false;
   // Whether every rank can write every other rank's memory (Link::put): one host, every rank on
@@ -201,6 +214,10 @@ class Transport {
   // memory. Transports that cannot move device memory (capabilities().moves_device_memory) refuse
   // a non-null context (chorus::Error).
   virtual void set_device_memory(const DeviceContext* device);
+  // Whether the sends of the operation about to run may go single copy (the default); false:
+  // they copy through the transport's buffers whatever their size (algo::Path::kFifo). The
+  // receiver accepts either way. Transports that never copy single copy ignore it.
+  virtual void set_single_copy(bool allowed) { (void)allowed; }
 
   // Device memory the application registered (Communicator::register_device_memory): a transport
   // that maps peers' device memory may send from inside it without copying, and peers may keep it

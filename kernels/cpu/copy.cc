@@ -7,7 +7,7 @@
 // streaming stores itself past a threshold derived from the cache sizes, so copy() does not try to
 // second-guess it. Callers that know the destination will not be read soon use copy_stream()
 // (kernels/cpu/isa/copy_stream.cc) instead: there the saved read for ownership is what counts
-// (docs/PERFORMANCE.md, the all-reduce bullet). chorus-kernels-bench prints both (copy/*).
+// (docs/perf/collectives.md, the all-reduce bullet). chorus-kernels-bench prints both (copy/*).
 #include <cstdint>
 #include <cstring>
 

@@ -1,4 +1,4 @@
-// Single copy driven by the sender. The shared rendezvous copy (Request::assist; the shm
+// Single copy driven by the sender. The shared rendezvous copy (Request::kSenderIdle; the shm
 // transport's FifoCtrl::assist): a sender
 // that only waits for a large single-copy send may write part of the message into the
 // receiver's buffer while the receiver reads the rest. Whoever is first takes the offered part:

@@ -135,7 +135,7 @@ struct CommOptions {
 };
 
 // One algorithm a communicator could run for a collective of a given size, with the time the
-// tuner's cost model predicts for it on this communicator (docs/PERFORMANCE.md, "Tuner").
+// tuner's cost model predicts for it on this communicator (docs/perf/collectives.md, "Tuner").
 struct AlgorithmEstimate {
   std::string algorithm;     // "ring", "tree", "direct", ..., "ring/fifo", ...
   double predicted_us = -1;  // model time per call in microseconds; < 0: no estimate
@@ -167,8 +167,9 @@ inline constexpr int kAnySource = -1;
 // once per communicator, collective and forced algorithm (rank 0), and which algorithm_for(),
 // explain() and Work::algorithm() report. A forced direct or twoshot runs as forced. The other
 // collectives are not affected. Cost: the two-shot step folds rank 0's copy first everywhere, so
-// ranks >= 2 make one more pass over their segment than in the default mode; docs/PERFORMANCE.md
-// ("Deterministic reductions") measures it. Communicators made by split() inherit the mode.
+// ranks >= 2 make one more pass over their segment than in the default mode (measured in
+// docs/perf/collectives.md, "Deterministic reductions"). Communicators made by split() inherit
+// the mode.
 class Communicator {
  public:
   // Reads rank, world size and master from the launcher's environment (see launch_env.h), hosts
@@ -483,7 +484,7 @@ class Communicator {
   // ---- algorithms ----------------------------------------------------------------------------
   // Forces an algorithm ("ring", "tree", "direct", ...) for later calls, or "auto". A "/fifo"
   // suffix ("ring/fifo") also makes its messages between ranks of one host copy through the
-  // shared-memory FIFO instead of being read single-copy (docs/PERFORMANCE.md, "Tuner"). Every
+  // shared-memory FIFO instead of being read single-copy (docs/perf/collectives.md, "Tuner"). Every
   // rank must make the same call at the same point. Throws InvalidArgument for an unknown name.
   void set_algorithm(std::string_view name);
   // The algorithm the selector picks for a collective of `bytes` per rank buffer.

@@ -46,13 +46,13 @@ bool FanBuffer::Reader::recv(Request& r) {
         deliver(r, 0, inline_payload(h), h->bytes);
         received += kLine;
       } else {
-        CHORUS_CHECK(h->kind == SlotKind::kEager && h->offset == r.progress.offset,
+        CHORUS_CHECK(h->kind == SlotKind::kEager && h->offset == progress(r).offset,
                      "fan-out piece out of order from rank ", peer);
-        deliver(r, r.progress.offset, payload(h), h->bytes);
+        deliver(r, progress(r).offset, payload(h), h->bytes);
         received += kLine + (h->bytes + kLine - 1) / kLine * kLine;
       }
-      r.progress.offset += h->bytes;
-      r.done = r.progress.offset == r.bytes;
+      progress(r).offset += h->bytes;
+      r.done = progress(r).offset == r.bytes;
     }
     ctrl->tail.store(received, std::memory_order_release);
     moved = true;
@@ -70,10 +70,10 @@ void FanBuffer::join(Request& r) {
   if (!same || fan_.joined == readers) {
     CHORUS_CHECK(fan_.written == fan_.bytes && (fan_.joined == 0 || fan_.joined == readers),
                  "a shared send began before the previous one went to every peer");
-    fan_ = Message{r.src, r.dst, r.stream_dst, r.bytes, r.stamp, 0, ++messages_, 0};
+    fan_ = Message{r.src, r.dst, stream_dst(r), r.bytes, r.stamp, 0, ++messages_, 0};
   }
   ++fan_.joined;
-  r.progress.token = fan_.number;
+  progress(r).token = fan_.number;
 }
 
 void FanBuffer::publish(SlotHeader* h, uint64_t bytes) {
@@ -171,15 +171,17 @@ bool FanBuffer::send_now(const void* src, size_t bytes, void* copy_to, const OpS
 
 }  // namespace shm
 
+using shm::progress;
+
 // One of the sends of a fan-out: writes what the readers have made room for, and is done once
 // the whole message is in the shared buffer (like an eager send: the caller's buffer is free
 // then, and the buffer's slots are not reused before every reader has had them).
 bool ShmLink::send_shared(Request& r) {
   CHORUS_CHECK(device_ == nullptr, "a shared send of device memory");
   shm::FanBuffer& fan = owner_.fan_;
-  if (r.progress.phase == 0) {
+  if (progress(r).phase == 0) {
     fan.join(r);
-    r.progress.phase = kFanning;
+    progress(r).phase = kFanning;
   }
   const bool moved = fan.fill();
   r.done = fan.written(r);

@@ -1,4 +1,4 @@
-// chorus — a rank's fan-out buffer (shm_layout.h; Request::shared): the writer, this rank, that
+// chorus — a rank's fan-out buffer (shm_layout.h; Request::kShared): the writer, this rank, that
 // writes each piece of a message once, and its readers, which copy pieces out of the peers'
 // buffers.
 //
@@ -54,8 +54,8 @@ class FanBuffer {
   // Writes as many pieces as the slowest reader leaves room for; rings the readers if any.
   bool fill();
   bool written(const Request& r) const {
-    return fan_.number > r.progress.token ||
-           (fan_.number == r.progress.token && fan_.written == fan_.bytes);
+    return fan_.number > progress(r).token ||
+           (fan_.number == progress(r).token && fan_.written == fan_.bytes);
   }
   // The small-message path (Transport::fan_send_now): a whole message in one piece, or false.
   bool send_now(const void* src, size_t bytes, void* copy_to, const OpStamp& stamp);

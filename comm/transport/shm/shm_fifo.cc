@@ -9,13 +9,14 @@
 
 #include "chorus/error.h"
 #include "transport/shm/shm_link.h"
+#include "transport/shm/shm_request.h"
 #include "transport/shm/shm_slot.h"
 #include "transport/shm/shm_transport.h"
 
 namespace chorus::transport {
 
-using shm::deliver;
 using shm::payload;
+using shm::progress;
 
 ShmLink::ShmLink(ShmTransport& owner, int peer, pid_t peer_pid, const shm::Layout& layout,
                  std::byte* own_base, std::byte* peer_base, int rank,
@@ -39,19 +40,19 @@ ShmLink::ShmLink(ShmTransport& owner, int peer, pid_t peer_pid, const shm::Layou
       ipc_chunk_bytes_(ipc_chunk_bytes) {}
 
 bool ShmLink::progress_send(Request& r) {
-  if (r.shared) [[unlikely]]
+  if (shm::shared(r)) [[unlikely]]
     return send_shared(r);
   if (device_ != nullptr) [[unlikely]]
     return send_device(r);
   return send_host(r);
 }
 
-bool ShmLink::progress_recv(Request& r) {
-  if (r.shared) [[unlikely]]
+bool ShmLink::progress_recv(Request& r, Request* forward_into) {
+  if (shm::shared(r)) [[unlikely]]
     return recv_shared(r);
   if (device_ != nullptr) [[unlikely]]
     return recv_device(r);
-  return recv_host(r);
+  return receive<false>(r, forward_into);
 }
 
 bool ShmLink::send_now(const void* src, size_t bytes, const OpStamp& stamp) {
@@ -92,14 +93,16 @@ bool ShmLink::recv_now(void* dst, size_t bytes, const OpStamp& stamp) {
 }
 
 bool ShmLink::send_host(Request& r) {
-  if (r.progress.phase == kAwaitingAck) {
-    const bool assisted = r.assist && assist(r);
-    if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < r.progress.token) return assisted;
+  if (progress(r).phase == kAwaitingAck) {
+    const bool assisted = progress(r).assisted && assist(r);
+    if (out_ctrl_->rndv_done.load(std::memory_order_acquire) < progress(r).token) return assisted;
     r.done = true;
     return true;
   }
-  if (r.bytes >= cma_threshold_ && !r.fifo_only && single_copy()) return send_rendezvous(r);
-  if (r.bytes <= shm::kInlineBytes && r.progress.offset == 0) {
+  // A send that has begun through the FIFO (a forward) goes on there.
+  if (r.bytes >= cma_threshold_ && single_copy_allowed_ && progress(r).offset == 0 && single_copy())
+    return send_rendezvous(r);
+  if (r.bytes <= shm::kInlineBytes && progress(r).offset == 0) {
     if (!slot_free()) return false;
     auto* h = slot_header(out_slots_, sent_);
     h->kind = shm::SlotKind::kInline;
@@ -109,48 +112,60 @@ bool ShmLink::send_host(Request& r) {
     if (r.bytes > 0) std::memcpy(shm::inline_payload(h), r.src, r.bytes);
     publish(h);
     peer_bell_.ring();
-    r.progress.offset = r.bytes;
+    progress(r).offset = r.bytes;
     r.done = true;
     return true;
   }
+  return send_eager<false>(r);
+}
+
+// The message through the slots, a slot's payload at a time, copied there from host memory or
+// (kDevice) from the device memory of the operation.
+template <bool kDevice>
+bool ShmLink::send_eager(Request& r) {
   bool moved = false;
-  while (r.progress.offset < r.bytes && slot_free()) {
-    const size_t n = std::min(layout_.slot_bytes, r.bytes - r.progress.offset);
+  while (progress(r).offset < r.bytes && slot_free()) {
+    const size_t n = std::min(layout_.slot_bytes, r.bytes - progress(r).offset);
     auto* h = slot_header(out_slots_, sent_);
-    h->kind = shm::SlotKind::kEager;
-    h->bytes = static_cast<uint32_t>(n);
-    h->total = r.bytes;
-    h->offset = r.progress.offset;
-    h->stamp = r.stamp;
-    std::memcpy(payload(h), r.src + r.progress.offset, n);
-    r.progress.offset += n;
+    eager_header(h, r, n);
+    if constexpr (kDevice)
+      copy_from_device(payload(h), r.src + progress(r).offset, n);
+    else
+      std::memcpy(payload(h), r.src + progress(r).offset, n);
+    progress(r).offset += n;
     publish(h);
     moved = true;
   }
   if (moved) {
     peer_bell_.ring();
-    r.done = r.progress.offset == r.bytes;
+    r.done = progress(r).offset == r.bytes;
   }
   return moved;
 }
+template bool ShmLink::send_eager<true>(Request& r);
 
-bool ShmLink::recv_host(Request& r) {
-  if (r.progress.phase == kAwaitingAssist) {
+// The slot protocol of a receive, one for host and device memory (kDevice: the receive's memory
+// is on the operation's device): takes the peer's slots in order, whatever their kind (a
+// sender's memory may be host or device memory either way), and delivers each into the
+// receive's memory. A host receive also forwards (forward_into) and shares a rendezvous copy.
+template <bool kDevice>
+bool ShmLink::receive(Request& r, Request* forward_into) {
+  if (!kDevice && progress(r).phase == kAwaitingAssist) {
     if (!finish_assisted(r)) return false;
     acknowledge(r);
     return true;
   }
   // Forwarding: the link to the peer the result goes on to, when that peer is on this host too.
   ShmLink* out = nullptr;
-  if (r.forward_now && r.forward->peer != owner_.rank_) {
-    out = owner_.links_[static_cast<size_t>(r.forward->peer)].get();
+  if (!kDevice && forward_into != nullptr && forward_into->peer != owner_.rank_) {
+    out = owner_.links_[static_cast<size_t>(forward_into->peer)].get();
     if (out != nullptr && out->device_ != nullptr) out = nullptr;
   }
   bool moved = false, forwarded = false;
   for (;;) {
     if (r.done) break;
-    if (out != nullptr && r.forward->progress.offset < r.progress.offset)
-      forwarded |= out->forward_received(r);
+    if (out != nullptr && progress(*forward_into).offset < progress(r).offset)
+      forwarded |= out->forward_received(r, *forward_into);
     const auto* h = slot_header(in_slots_, received_);
     if (h->seq.load(std::memory_order_acquire) != received_ + 1) break;
     check_slot(h, r);
@@ -158,40 +173,51 @@ bool ShmLink::recv_host(Request& r) {
       const uint64_t addr = h->addr;
       const bool assisted = h->offset == 1;
       consume_slot();
-      if (receive_rendezvous(r, addr, assisted)) acknowledge(r);
+      if constexpr (kDevice) {
+        receive_rendezvous_into_device(r, addr);  // never shares the copy
+        acknowledge(r);
+      } else if (receive_rendezvous(r, addr, assisted)) {
+        acknowledge(r);
+      }
       return true;
     }
     if (h->kind == shm::SlotKind::kDeviceRendezvous) [[unlikely]] {
       const shm::DeviceRendezvous d = shm::decode(h, payload(h));
       consume_slot();
-      receive_device_into_host(r, d);
-      acknowledge_piece(r, d.piece_bytes);
+      if constexpr (kDevice) {
+        receive_device_piece(r, d);  // acknowledged once its copy has run
+      } else {
+        receive_device_into_host(r, d);
+        acknowledge_piece(r, d.piece_bytes);
+      }
       return true;
     }
     if (h->kind == shm::SlotKind::kInline) {
-      if (r.bytes > 0) deliver(r, 0, shm::inline_payload(h), r.bytes);
+      if (r.bytes > 0) deliver_into<kDevice>(r, 0, shm::inline_payload(h), r.bytes);
       consume_slot();
       peer_bell_.ring();
-      r.progress.offset = r.bytes;
+      progress(r).offset = r.bytes;
       r.done = true;
       return true;
     }
-    CHORUS_CHECK_EQ(h->offset, r.progress.offset, "eager slot out of order from rank ", peer_);
-    if (out != nullptr && r.forward->progress.offset == r.progress.offset && out->slot_free()) {
-      out->forward_piece(r, payload(h), h->bytes);
+    CHORUS_CHECK_EQ(h->offset, progress(r).offset, "eager slot out of order from rank ", peer_);
+    if (out != nullptr && progress(*forward_into).offset == progress(r).offset &&
+        out->slot_free()) {
+      out->forward_piece(r, *forward_into, payload(h), h->bytes);
       forwarded = true;
     } else {
-      deliver(r, r.progress.offset, payload(h), h->bytes);
+      deliver_into<kDevice>(r, progress(r).offset, payload(h), h->bytes);
     }
-    r.progress.offset += h->bytes;
+    progress(r).offset += h->bytes;
     consume_slot();
     moved = true;
-    r.done = r.progress.offset == r.bytes;
+    r.done = progress(r).offset == r.bytes;
   }
   // The sender may be waiting for room in the FIFO; the forward's receiver for data.
   if (moved) peer_bell_.ring();
   if (forwarded) out->peer_bell_.ring();
   return moved || forwarded;
 }
+template bool ShmLink::receive<true>(Request& r, Request* forward_into);
 
 }  // namespace chorus::transport

@@ -14,7 +14,7 @@
 //   fan buffer: fan_capacity() bytes
 //
 // The fan buffer is the one thing in a segment that flows *out* of its rank: written by this
-// rank alone and read by every peer (Request::shared: a broadcast root writes each piece once,
+// rank alone and read by every peer (Request::kShared: a broadcast root writes each piece once,
 // however many receive it). It is a byte ring of pieces, each a SlotHeader and its payload
 // rounded up to 64 bytes (at most fan_slot_bytes; none for an INLINE piece of at most 16 bytes),
 // so that many small messages fit at once and a large one goes in large pieces. Positions count

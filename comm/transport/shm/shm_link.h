@@ -2,11 +2,12 @@
 // segment and reads the FIFO for the peer in its own.
 //
 // The link's work is spread over the files of shm/ by concept, all of them members of this one
-// class so that each reaches the FIFO it moves bytes through: the slot FIFO and the small-message
-// path (shm_fifo.cc), the single-copy rendezvous and the shared copy (shm_rendezvous.cc),
-// forwarding (shm_forward.cc), the fan-out buffer (shm_fan.cc) and device memory
-// (shm_link_device.cc). The FIFO's own bookkeeping (a slot's place, whether one is free,
-// publishing and consuming) is inline here: every one of those files writes or reads slots.
+// class so that each reaches the FIFO it moves bytes through: the slot FIFO, its protocol for
+// host and device memory alike, and the small-message path (shm_fifo.cc), the single-copy
+// rendezvous and the shared copy (shm_rendezvous.cc), forwarding (shm_forward.cc), the fan-out
+// buffer (shm_fan.cc) and what only device memory does (shm_link_device.cc). The FIFO's own
+// bookkeeping (a slot's place, whether one is free, publishing and consuming) is inline here:
+// every one of those files writes or reads slots.
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +24,7 @@
 #include "transport/shm/shm_device.h"
 #include "transport/shm/shm_fan.h"
 #include "transport/shm/shm_layout.h"
+#include "transport/shm/shm_request.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
@@ -39,11 +41,13 @@ class ShmLink : public Link {
 
   // The device context of the operation being run (null: host memory); see Transport.
   void set_device(const DeviceContext* device) { device_ = device; }
+  // Whether sends of the operation may go single copy (Transport::set_single_copy).
+  void set_single_copy(bool allowed) { single_copy_allowed_ = allowed; }
 
   bool single_copy() const { return out_ctrl_->cma_ok.load(std::memory_order_acquire) != 0; }
 
   bool progress_send(Request& r) override;
-  bool progress_recv(Request& r) override;
+  bool progress_recv(Request& r, Request* forward_into) override;
   bool peek(OpStamp& stamp) override {
     const auto* h = slot_header(in_slots_, received_);
     if (h->seq.load(std::memory_order_acquire) != received_ + 1) return false;
@@ -71,7 +75,28 @@ class ShmLink : public Link {
  private:
   // ---- the slot FIFO (shm_fifo.cc) --------------------------------------------------------------
   bool send_host(Request& r);
-  bool recv_host(Request& r);
+  // The slot protocol of eager sends and of receives, one for host and device memory (kDevice:
+  // the request's memory is on the operation's device; instantiated for both in shm_fifo.cc).
+  template <bool kDevice>
+  bool send_eager(Request& r);
+  template <bool kDevice>
+  bool receive(Request& r, Request* forward_into);
+  // The eager slot h of n bytes at progress(r).offset of r, but its payload.
+  void eager_header(shm::SlotHeader* h, const Request& r, size_t n) const {
+    h->kind = shm::SlotKind::kEager;
+    h->bytes = static_cast<uint32_t>(n);
+    h->total = r.bytes;
+    h->offset = shm::progress(r).offset;
+    h->stamp = r.stamp;
+  }
+  // n incoming bytes at `offset` of the message into the receive's memory (copy or reduce).
+  template <bool kDevice>
+  void deliver_into(Request& r, size_t offset, const std::byte* data, size_t n) {
+    if constexpr (kDevice)
+      deliver_to_device(r, offset, data, n);
+    else
+      shm::deliver(r, offset, data, n);
+  }
 
   // ---- the shared buffer (shm_fan.cc) -----------------------------------------------------------
   bool send_shared(Request& r);
@@ -79,8 +104,8 @@ class ShmLink : public Link {
 
   // ---- forwarding (Request::forward; shm_forward.cc), called on the link the result goes out on
   void publish_forward(Request& f, shm::SlotHeader* h, size_t n);
-  bool forward_received(Request& in);
-  void forward_piece(Request& in, const std::byte* data, size_t n);
+  bool forward_received(const Request& in, Request& f);
+  void forward_piece(Request& in, Request& f, const std::byte* data, size_t n);
 
   // ---- the single-copy rendezvous and the shared copy (shm_rendezvous.cc) -----------------------
   // Publishes a rendezvous slot for a send that goes single copy; false when the FIFO is full.
@@ -92,7 +117,8 @@ class ShmLink : public Link {
 
   // ---- device memory (shm_device.h; shm_link_device.cc) -----------------------------------------
   bool send_device(Request& r);
-  bool send_device_through_fifo(Request& r);
+  // n bytes of device memory into a slot's payload, finished before returning.
+  void copy_from_device(std::byte* slot, const std::byte* src, size_t n);
   // Publishes the whole message as one piece read straight from the caller's buffer (registered
   // memory, or a peer in this process).
   bool send_device_direct(Request& r);
@@ -111,12 +137,16 @@ class ShmLink : public Link {
   Outbox& outbox();
   const std::byte* map_peer(const shm::DeviceRendezvous& d, int device);
   bool recv_device(Request& r);
+  // A device receive's pieces of the kinds a host receive does not see: a host rendezvous read
+  // through staging memory; a device rendezvous piece, whose copy (or reduction) is queued.
+  void receive_rendezvous_into_device(Request& r, uint64_t addr);
+  void receive_device_piece(Request& r, const shm::DeviceRendezvous& d);
   // A piece of a device rendezvous is in place: the sender may reuse its memory.
   void acknowledge_piece(Request& r, size_t bytes) {
     in_ctrl_->rndv_done.fetch_add(1, std::memory_order_release);
     peer_bell_.ring();
-    r.progress.offset += bytes;
-    r.done = r.progress.offset == r.bytes;
+    shm::progress(r).offset += bytes;
+    r.done = shm::progress(r).offset == r.bytes;
   }
   void deliver_to_device(Request& r, size_t offset, const std::byte* data, size_t n);
   gpu::Event& sync_event();
@@ -192,6 +222,7 @@ class ShmLink : public Link {
   Doorbell& peer_bell_;
   std::vector<std::byte>& staging_;
   size_t cma_threshold_;
+  bool single_copy_allowed_ = true;
   uint64_t sent_ = 0;       // slots this rank published to the peer
   uint64_t tail_seen_ = 0;  // the receiver's tail as last read
   uint64_t received_ = 0;   // slots this rank consumed from the peer

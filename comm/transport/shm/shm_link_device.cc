@@ -13,19 +13,23 @@
 #include "chorus/log.h"
 #include "transport/shm/shm_cma.h"
 #include "transport/shm/shm_link.h"
+#include "transport/shm/shm_request.h"
 #include "transport/shm/shm_slot.h"
 #include "transport/shm/shm_transport.h"
 
 namespace chorus::transport {
+
+using shm::progress;
+
 namespace {
 constexpr auto kHostCopyTimeout = std::chrono::minutes(5);
 
 // Checks a device rendezvous piece against the receive it lands in: the next bytes, in bounds.
 void check_piece(const shm::DeviceRendezvous& d, const Request& r, int peer) {
-  CHORUS_CHECK(d.piece_offset == r.progress.offset && d.piece_bytes > 0 &&
-                   d.piece_bytes <= r.bytes - r.progress.offset,
+  CHORUS_CHECK(d.piece_offset == progress(r).offset && d.piece_bytes > 0 &&
+                   d.piece_bytes <= r.bytes - progress(r).offset,
                "device piece [", d.piece_offset, ", +", d.piece_bytes, ") from rank ", peer,
-               " does not continue the ", r.bytes, "-byte message at ", r.progress.offset);
+               " does not continue the ", r.bytes, "-byte message at ", progress(r).offset);
 }
 }  // namespace
 
@@ -66,16 +70,16 @@ ShmLink::Outbox& ShmLink::outbox() {
 // device), a larger one as device rendezvous pieces: straight from the caller's buffer when it is
 // registered or the peer shares this process, else through the outbox.
 bool ShmLink::send_device(Request& r) {
-  if (r.progress.phase == kAwaitingAck || r.bytes == 0) return send_host(r);
-  if (r.progress.phase == kThroughFifo) return send_device_through_fifo(r);
-  if (r.progress.phase == kThroughOutbox) return send_through_outbox(r);
+  if (progress(r).phase == kAwaitingAck || r.bytes == 0) return send_host(r);
+  if (progress(r).phase == kThroughFifo) return send_eager<true>(r);
+  if (progress(r).phase == kThroughOutbox) return send_through_outbox(r);
   if (r.bytes <= layout_.slot_bytes) {
-    r.progress.phase = kThroughFifo;
-    return send_device_through_fifo(r);
+    progress(r).phase = kThroughFifo;
+    return send_eager<true>(r);
   }
   if (peer_pid_ == own_pid_ || owner_.registered_.contains(r.src, r.bytes))
     return send_device_direct(r);
-  r.progress.phase = kThroughOutbox;
+  progress(r).phase = kThroughOutbox;
   return send_through_outbox(r);
 }
 
@@ -100,8 +104,8 @@ bool ShmLink::send_device_direct(Request& r) {
   h->total = r.bytes;
   h->stamp = r.stamp;
   shm::encode(d, h, payload(h));
-  r.progress.token = ++rndv_sent_;
-  r.progress.phase = kAwaitingAck;
+  progress(r).token = ++rndv_sent_;
+  progress(r).phase = kAwaitingAck;
   publish(h);
   peer_bell_.ring();
   return true;
@@ -130,7 +134,7 @@ bool ShmLink::send_through_outbox(Request& r) {
       h->stamp = r.stamp;
       shm::encode(d, h, payload(h));
       box.chunks.carry(box.filling, ++rndv_sent_);
-      r.progress.token = rndv_sent_;
+      progress(r).token = rndv_sent_;
       box.filling = -1;
       --owner_.device_copies_;
       exported_ = true;
@@ -138,22 +142,22 @@ bool ShmLink::send_through_outbox(Request& r) {
       moved = true;
       continue;
     }
-    if (r.progress.offset < r.bytes) {
+    if (progress(r).offset < r.bytes) {
       const int chunk = box.chunks.next_free(out_ctrl_->rndv_done.load(std::memory_order_acquire));
       if (chunk < 0) break;
-      const size_t n = box.chunks.piece_bytes(r.progress.offset, r.bytes);
+      const size_t n = box.chunks.piece_bytes(progress(r).offset, r.bytes);
       gpu::memcpy_async(static_cast<std::byte*>(box.buffer.data()) + box.chunks.offset_of(chunk),
-                        r.src + r.progress.offset, n, device_->stream);
+                        r.src + progress(r).offset, n, device_->stream);
       box.filled.record(device_->stream);
       box.filling = chunk;
-      box.filling_offset = r.progress.offset;
+      box.filling_offset = progress(r).offset;
       box.filling_bytes = n;
-      r.progress.offset += n;
+      progress(r).offset += n;
       ++owner_.device_copies_;  // the copy ends without a peer ringing: poll
       moved = true;
       continue;
     }
-    if (out_ctrl_->rndv_done.load(std::memory_order_acquire) >= r.progress.token) {
+    if (out_ctrl_->rndv_done.load(std::memory_order_acquire) >= progress(r).token) {
       r.done = true;
       moved = true;
     }
@@ -163,27 +167,9 @@ bool ShmLink::send_through_outbox(Request& r) {
   return moved;
 }
 
-bool ShmLink::send_device_through_fifo(Request& r) {
-  bool moved = false;
-  while (r.progress.offset < r.bytes && slot_free()) {
-    const size_t n = std::min(layout_.slot_bytes, r.bytes - r.progress.offset);
-    auto* h = slot_header(out_slots_, sent_);
-    h->kind = shm::SlotKind::kEager;
-    h->bytes = static_cast<uint32_t>(n);
-    h->total = r.bytes;
-    h->offset = r.progress.offset;
-    h->stamp = r.stamp;
-    gpu::memcpy_async(payload(h), r.src + r.progress.offset, n, device_->stream);
-    finish_device_work(*device_, sync_event());
-    r.progress.offset += n;
-    publish(h);
-    moved = true;
-  }
-  if (moved) {
-    peer_bell_.ring();
-    r.done = r.progress.offset == r.bytes;
-  }
-  return moved;
+void ShmLink::copy_from_device(std::byte* slot, const std::byte* src, size_t n) {
+  gpu::memcpy_async(slot, src, n, device_->stream);
+  finish_device_work(*device_, sync_event());
 }
 
 // The peer's piece as this process addresses it on `device`: its own address between ranks of
@@ -210,70 +196,43 @@ const std::byte* ShmLink::map_peer(const shm::DeviceRendezvous& d, int device) {
   return static_cast<const std::byte*>(m->mapping.data()) + d.offset;
 }
 
-// Receives into device memory, from any kind of slot.
+// Receives into device memory, from any kind of slot (the slot protocol: ShmLink::receive).
 bool ShmLink::recv_device(Request& r) {
-  if (r.progress.phase == kAwaitingCopy) {
+  if (progress(r).phase == kAwaitingCopy) {
     if (!copy_done_->query()) return false;
     --owner_.device_copies_;
-    r.progress.phase = 0;
-    acknowledge_piece(r, r.progress.token);
+    progress(r).phase = 0;
+    acknowledge_piece(r, progress(r).token);
     return true;
   }
-  bool moved = false;
-  while (!r.done) {
-    const auto* h = slot_header(in_slots_, received_);
-    if (h->seq.load(std::memory_order_acquire) != received_ + 1) break;
-    check_slot(h, r);
-    if (h->kind == shm::SlotKind::kDeviceRendezvous) {
-      const shm::DeviceRendezvous d = shm::decode(h, payload(h));
-      check_piece(d, r, peer_);
-      consume_slot();
-      const std::byte* src = map_peer(d, device_->device);
-      const size_t at = d.piece_offset;
-      if (r.kind == Request::Kind::kRecv)
-        gpu::memcpy_async(r.dst + at, src, d.piece_bytes, device_->stream);
-      else
-        kernels::gpu::reduce(r.dtype, r.op, r.dst + at, r.local + at, src,
-                             d.piece_bytes / dtype_size(r.dtype), device_->stream);
-      if (!copy_done_) copy_done_.emplace();
-      copy_done_->record(device_->stream);
-      r.progress.phase = kAwaitingCopy;
-      r.progress.token = d.piece_bytes;  // acknowledged once the copy has run
-      ++owner_.device_copies_;
-      return true;
-    }
-    // A rank with host buffers sent it: through host memory, then onto the device.
-    if (h->kind == shm::SlotKind::kRendezvous) {
-      const uint64_t addr = h->addr;
-      consume_slot();
-      if (staging_.size() < kStagingBytes) staging_.resize(kStagingBytes);
-      const size_t piece = kStagingBytes / 64 * 64;
-      for (size_t off = 0; off < r.bytes; off += piece) {
-        const size_t n = std::min(piece, r.bytes - off);
-        if (int err = shm::cma_read(peer_pid_, staging_.data(), addr + off, n))
-          throw_copy_error(err);
-        deliver_to_device(r, off, staging_.data(), n);
-      }
-      acknowledge(r);
-      return true;
-    }
-    if (h->kind == shm::SlotKind::kInline) {
-      if (r.bytes > 0) deliver_to_device(r, 0, shm::inline_payload(h), r.bytes);
-      consume_slot();
-      peer_bell_.ring();
-      r.progress.offset = r.bytes;
-      r.done = true;
-      return true;
-    }
-    CHORUS_CHECK_EQ(h->offset, r.progress.offset, "eager slot out of order from rank ", peer_);
-    deliver_to_device(r, r.progress.offset, payload(h), h->bytes);
-    r.progress.offset += h->bytes;
-    consume_slot();
-    moved = true;
-    r.done = r.progress.offset == r.bytes;
+  return receive<true>(r, nullptr);
+}
+
+void ShmLink::receive_device_piece(Request& r, const shm::DeviceRendezvous& d) {
+  check_piece(d, r, peer_);
+  const std::byte* src = map_peer(d, device_->device);
+  const size_t at = d.piece_offset;
+  if (r.kind == Request::Kind::kRecv)
+    gpu::memcpy_async(r.dst + at, src, d.piece_bytes, device_->stream);
+  else
+    kernels::gpu::reduce(r.dtype, r.op, r.dst + at, r.local + at, src,
+                         d.piece_bytes / dtype_size(r.dtype), device_->stream);
+  if (!copy_done_) copy_done_.emplace();
+  copy_done_->record(device_->stream);
+  progress(r).phase = kAwaitingCopy;
+  progress(r).token = d.piece_bytes;  // acknowledged once the copy has run
+  ++owner_.device_copies_;
+}
+
+// A rank with host buffers sent it: through host memory, then onto the device.
+void ShmLink::receive_rendezvous_into_device(Request& r, uint64_t addr) {
+  if (staging_.size() < kStagingBytes) staging_.resize(kStagingBytes);
+  const size_t piece = kStagingBytes / 64 * 64;
+  for (size_t off = 0; off < r.bytes; off += piece) {
+    const size_t n = std::min(piece, r.bytes - off);
+    if (int err = shm::cma_read(peer_pid_, staging_.data(), addr + off, n)) throw_copy_error(err);
+    deliver_to_device(r, off, staging_.data(), n);
   }
-  if (moved) peer_bell_.ring();
-  return moved;
 }
 
 // Host bytes into device memory (copy or reduce), finished before returning: `data` may be a

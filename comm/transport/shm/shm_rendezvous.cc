@@ -1,6 +1,6 @@
 // chorus — single copy over shm: the rendezvous (the receiver reads the sender's buffer with
-// process_vm_readv), the shared rendezvous copy (Request::assist, FifoCtrl::assist: the waiting
-// sender writes part of the message into the receiver's memory meanwhile) and puts.
+// process_vm_readv), the shared rendezvous copy (Request::kSenderIdle, FifoCtrl::assist: the
+// waiting sender writes part of the message into the receiver's memory meanwhile) and puts.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include "chorus/log.h"
 #include "transport/shm/shm_cma.h"
 #include "transport/shm/shm_link.h"
+#include "transport/shm/shm_request.h"
 #include "transport/shm/shm_slot.h"
 #include "transport/shm/shm_transport.h"
 
@@ -16,6 +17,7 @@ namespace chorus::transport {
 
 using shm::cma_read;
 using shm::cma_write;
+using shm::progress;
 
 bool ShmLink::send_rendezvous(Request& r) {
   if (!slot_free()) return false;
@@ -24,13 +26,14 @@ bool ShmLink::send_rendezvous(Request& r) {
   h->bytes = 0;
   h->total = r.bytes;
   // The receiver may share the copy when this rank can write its memory (it can read it).
-  r.assist = r.assist && device_ == nullptr && r.bytes >= kAssistFromBytes &&
-             in_ctrl_->cma_ok.load(std::memory_order_acquire) != 0;
-  h->offset = r.assist ? 1 : 0;
+  progress(r).assisted = (r.facts & Request::kSenderIdle) != 0 && device_ == nullptr &&
+                         r.bytes >= kAssistFromBytes &&
+                         in_ctrl_->cma_ok.load(std::memory_order_acquire) != 0;
+  h->offset = progress(r).assisted ? 1 : 0;
   h->addr = reinterpret_cast<uint64_t>(r.src);
   h->stamp = r.stamp;
-  r.progress.token = ++rndv_sent_;
-  r.progress.phase = kAwaitingAck;
+  progress(r).token = ++rndv_sent_;
+  progress(r).phase = kAwaitingAck;
   publish(h);
   peer_bell_.ring();
   return true;
@@ -50,9 +53,9 @@ bool ShmLink::receive_rendezvous(Request& r, uint64_t addr, bool assisted) {
     in_ctrl_->assist.store(token << 2 | shm::kAssistOffered, std::memory_order_release);
     peer_bell_.ring();
     if (int err = cma_read(peer_pid_, r.dst, addr, half)) throw_copy_error(err);
-    r.progress.token = token;
-    r.progress.addr = addr;  // should the second half come back
-    r.progress.phase = kAwaitingAssist;
+    progress(r).token = token;
+    progress(r).addr = addr;  // should the second half come back
+    progress(r).phase = kAwaitingAssist;
     return finish_assisted(r);
   }
   if (r.kind == Request::Kind::kRecv) {
@@ -89,10 +92,10 @@ bool ShmLink::receive_rendezvous(Request& r, uint64_t addr, bool assisted) {
 // of the message into the receiver's memory. A failed write hands the part back (Offered
 // again; the receiver then reads it) and asks for no more.
 bool ShmLink::assist(Request& r) {
-  const uint64_t offered = r.progress.token << 2 | shm::kAssistOffered;
+  const uint64_t offered = progress(r).token << 2 | shm::kAssistOffered;
   uint64_t state = out_ctrl_->assist.load(std::memory_order_acquire);
   if (state != offered ||
-      !out_ctrl_->assist.compare_exchange_strong(state, r.progress.token << 2 | shm::kAssistTaken,
+      !out_ctrl_->assist.compare_exchange_strong(state, progress(r).token << 2 | shm::kAssistTaken,
                                                  std::memory_order_acq_rel))
     return false;
   const uint64_t offset = out_ctrl_->assist_offset, bytes = out_ctrl_->assist_bytes;
@@ -103,10 +106,10 @@ bool ShmLink::assist(Request& r) {
   if (err != 0) {
     CHORUS_INFO(kLogShm, "to rank ", peer_, ": shared copy refused (", std::strerror(err),
                 "); the receiver copies alone");
-    r.assist = false;
+    progress(r).assisted = false;
   }
   out_ctrl_->assist.store(
-      r.progress.token << 2 | (err == 0 ? shm::kAssistDone : shm::kAssistOffered),
+      progress(r).token << 2 | (err == 0 ? shm::kAssistDone : shm::kAssistOffered),
       std::memory_order_release);
   peer_bell_.ring();
   return true;
@@ -117,13 +120,13 @@ bool ShmLink::assist(Request& r) {
 // written it (Done), or is read here if the sender handed it back.
 bool ShmLink::finish_assisted(Request& r) {
   uint64_t state = in_ctrl_->assist.load(std::memory_order_acquire);
-  if (state == (r.progress.token << 2 | shm::kAssistOffered) &&
-      in_ctrl_->assist.compare_exchange_strong(state, r.progress.token << 2 | shm::kAssistRevoked,
+  if (state == (progress(r).token << 2 | shm::kAssistOffered) &&
+      in_ctrl_->assist.compare_exchange_strong(state, progress(r).token << 2 | shm::kAssistRevoked,
                                                std::memory_order_acq_rel)) {
     const uint64_t offset = in_ctrl_->assist_offset;
-    if (int err = cma_read(peer_pid_, r.dst + offset, r.progress.addr + offset, r.bytes - offset))
+    if (int err = cma_read(peer_pid_, r.dst + offset, progress(r).addr + offset, r.bytes - offset))
       throw_copy_error(err);
-  } else if (state != (r.progress.token << 2 | shm::kAssistDone)) {
+  } else if (state != (progress(r).token << 2 | shm::kAssistDone)) {
     return false;
   }
   return true;

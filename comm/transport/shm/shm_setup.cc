@@ -31,7 +31,7 @@ const IntKnob kSlotBytes{"CHORUS_SHM_SLOT_BYTES", 64 << 10,
                          "payload bytes per shm FIFO slot (multiple of 64, at least 128)"};
 const IntKnob kDepth{"CHORUS_SHM_DEPTH", 8, "slots per shm FIFO (per ordered pair of ranks)"};
 // 32 KiB: from there the single copy beats the FIFO's two for every collective at np=2
-// (docs/PERFORMANCE.md, "The single-copy threshold"); below it the system call costs more.
+// (docs/perf/collectives.md, "The single-copy threshold"); below it the system call costs more.
 const IntKnob kCmaThreshold{"CHORUS_SHM_CMA_THRESHOLD", 32 << 10,
                             "messages of at least this many bytes move single-copy (CMA)"};
 const IntKnob kCma{"CHORUS_SHM_CMA", 1, "1 = allow single-copy process_vm_readv between ranks"};
@@ -39,7 +39,7 @@ const IntKnob kCma{"CHORUS_SHM_CMA", 1, "1 = allow single-copy process_vm_readv 
 // 8 pieces of 64 KiB; smaller messages take only their own size, so many fit at once. A 2 MiB
 // buffer (256 KiB pieces) moved 64 MiB no faster and let the writer of small messages run so
 // far ahead that its readers copied from beyond L2: np=2 4 KiB broadcast 1.8-3.5 us per call
-// against 0.36-0.39 (docs/PERFORMANCE.md, "The fan-out buffer").
+// against 0.36-0.39 (docs/perf/collectives.md, "The fan-out buffer").
 const IntKnob kFanSlotBytes{"CHORUS_SHM_FAN_SLOT_BYTES", 64 << 10,
                             "largest piece (payload bytes, multiple of 64) of a rank's shared "
                             "fan-out buffer"};

@@ -10,6 +10,7 @@
 #include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
 #include "transport/shm/shm_layout.h"
+#include "transport/shm/shm_request.h"
 #include "transport/transport.h"
 
 namespace chorus::transport::shm {
@@ -37,7 +38,7 @@ inline void check_slot(const SlotHeader* h, const Request& r, int peer) {
 
 // Writes n result bytes to a receive's destination: streaming stores when it asked for them.
 inline void store(const Request& r, std::byte* dst, const std::byte* src, size_t n) {
-  if (r.stream_dst)
+  if (stream_dst(r))
     kernels::copy_stream(dst, src, n);
   else
     std::memcpy(dst, src, n);
@@ -48,7 +49,7 @@ inline void store(const Request& r, std::byte* dst, const std::byte* src, size_t
 inline void deliver(Request& r, size_t offset, const std::byte* data, size_t n) {
   if (r.kind == Request::Kind::kRecv) {
     store(r, r.dst + offset, data, n);
-  } else if (!r.stream_dst) {
+  } else if (!stream_dst(r)) {
     kernels::reduce(r.dtype, r.op, r.dst + offset, r.local + offset, data, n / dtype_size(r.dtype));
   } else {
     kernels::reduce_stream(r.dtype, r.op, r.dst + offset, r.local + offset, data,

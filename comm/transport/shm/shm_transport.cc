@@ -1,5 +1,5 @@
-// chorus — the shm transport as a whole (shm_transport.h): its links and abandoning a failed
-// operation. Set-up is in shm_setup.cc, peer monitoring in shm_peers.cc, the
+// chorus — the shm transport as a whole (shm_transport.h): its links, the operation's path and
+// abandoning a failed operation. Set-up is in shm_setup.cc, peer monitoring in shm_peers.cc, the
 // links' paths in shm_fifo.cc, shm_rendezvous.cc, shm_forward.cc, shm_fan.cc and
 // shm_link_device.cc.
 #include "transport/shm/shm_transport.h"
@@ -26,6 +26,11 @@ void ShmTransport::abandon() {
 Link& ShmTransport::link(int peer) {
   CHORUS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "no link to rank ", peer);
   return *links_[peer];
+}
+
+void ShmTransport::set_single_copy(bool allowed) {
+  for (auto& l : links_)
+    if (l) l->set_single_copy(allowed);
 }
 
 }  // namespace chorus::transport

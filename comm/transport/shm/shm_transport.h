@@ -84,8 +84,8 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
     // Bytes written straight into a forward's outgoing buffers as they arrived
     // (Request::forward): the one-pass path rather than sending the result after the receive.
     uint64_t forwarded_in_pass_bytes = 0;
-    // Bytes this rank wrote into its receivers' memory for them (Request::assist): how often the
-    // receivers of its waited-for sends shared their copy.
+    // Bytes this rank wrote into its receivers' memory for them (Request::kSenderIdle): how often
+    // the receivers of its waited-for sends shared their copy.
     uint64_t assisted_bytes = 0;
   };
   const Counters& counters() const { return counters_; }
@@ -93,6 +93,7 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
   // Device memory through IPC (shm_device.h): possible when every rank of the communicator is on
   // this host and all publish the same GPU signature (capabilities().moves_device_memory).
   void set_device_memory(const DeviceContext* device) override;
+  void set_single_copy(bool allowed) override;
   void register_device_memory(const void* base, size_t bytes) override;
   bool deregister_device_memory(const void* base) override;
 

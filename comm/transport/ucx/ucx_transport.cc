@@ -82,18 +82,26 @@ class UcxLink : public Link {
     }
   }
 
+  // This link's part of a request (Request::state): its step (0: not posted, 1: posted, 2: the
+  // header of a receive checked) and the progress calls a send has had.
+  struct Progress {
+    uint8_t phase = 0;
+    uint64_t calls = 0;
+  };
+  static Progress& state(Request& r) { return r.state<Progress>(); }
+
   bool progress_send(Request& r) override {
-    if (r.progress.phase == 0) {
+    if (state(r).phase == 0) {
       send_hdr_ = WireHeader{r.stamp, r.bytes};
       const uint64_t n = sent_++;
       send_req_[0] = post_send(&send_hdr_, sizeof send_hdr_, tag_of(t_.rank(), n, 0));
       send_req_[1] = post_send(r.src, r.bytes, tag_of(t_.rank(), n, 1));
-      r.progress.phase = 1;
+      state(r).phase = 1;
     } else if (send_req_[0] != nullptr || send_req_[1] != nullptr) {
       t_.progress_worker();
     }
     const bool done = send_finished(send_req_[0]) & send_finished(send_req_[1]);
-    if (!done) return r.progress.offset++ == 0;  // moved when posted (offset counts progress calls)
+    if (!done) return state(r).calls++ == 0;  // moved when posted
     r.done = true;
     return true;
   }
@@ -115,9 +123,10 @@ class UcxLink : public Link {
     return true;
   }
 
-  bool progress_recv(Request& r) override {
+  bool progress_recv(Request& r, Request* forward_into) override {
+    (void)forward_into;  // the forward is sent once the receive is done
     bool moved = false;
-    if (r.progress.phase == 0) {
+    if (state(r).phase == 0) {
       const uint64_t n = received_++;
       std::byte* into = r.dst;
       if (r.kind == Request::Kind::kRecvReduce) {
@@ -133,17 +142,17 @@ class UcxLink : public Link {
       }
       peeking_ = false;
       recv_req_[1] = post_recv(into, r.bytes, tag_of(peer_, n, 1), &data_len_);
-      r.progress.phase = 1;
+      state(r).phase = 1;
       moved = true;
     } else {
       t_.progress_worker();
     }
-    if (r.progress.phase == 1 && recv_finished(recv_req_[0], &hdr_len_, nullptr)) {
+    if (state(r).phase == 1 && recv_finished(recv_req_[0], &hdr_len_, nullptr)) {
       check_header(r);
-      r.progress.phase = 2;
+      state(r).phase = 2;
       moved = true;
     }
-    if (!recv_finished(recv_req_[1], &data_len_, &data_status_) || r.progress.phase != 2)
+    if (!recv_finished(recv_req_[1], &data_len_, &data_status_) || state(r).phase != 2)
       return moved;
     if (data_status_ != UCS_OK) t_.throw_peer_error(peer_, data_status_, "a receive");
     if (r.kind == Request::Kind::kRecvReduce)

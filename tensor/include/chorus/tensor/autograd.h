@@ -55,7 +55,6 @@ class Node {
        DataType out_dtype, Device out_device);
 
   const std::string& name() const { return name_; }
-  uint64_t sequence_nr() const { return seq_; }
   const std::vector<Edge>& edges() const { return edges_; }
   const Shape& out_shape() const { return out_shape_; }
   DataType out_dtype() const { return out_dtype_; }
