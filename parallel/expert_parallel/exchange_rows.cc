@@ -1,18 +1,19 @@
 // exchange_rows: the uneven all-to-all of an expert-parallel layer's rows (expert_parallel.h),
 // and its backward, the same exchange with the counts reversed.
-#include <cstring>
 #include <numeric>
 
 #include "chorus/parallel/expert_parallel.h"
 #include "chorus/tensor/autograd.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 namespace {
 
 using tensor::Tensor;
 
-// x (S, C) dense on the CPU -> (R, C): pairwise steps s = 1 .. P-1, each sending to me + s and
-// receiving from me - s at once (send_recv), after this rank's own block is copied.
+// x (S, C) dense -> (R, C) on x's device: pairwise steps s = 1 .. P-1, each sending to me + s and
+// receiving from me - s at once (send_recv, in the engine's order: common/tensor_comm.h), after
+// this rank's own block is copied.
 Tensor exchange(const Tensor& x, int64_t C, const std::vector<int64_t>& send_rows,
                 const std::vector<int64_t>& recv_rows, Communicator& comm) {
   const int P = comm.size(), me = comm.rank();
@@ -21,18 +22,19 @@ Tensor exchange(const Tensor& x, int64_t C, const std::vector<int64_t>& send_row
     send_at[p + 1] = send_at[p] + send_rows[p];
     recv_at[p + 1] = recv_at[p] + recv_rows[p];
   }
-  Tensor out = Tensor::empty({recv_at[P], C}, x.dtype());
+  Tensor out = Tensor::empty({recv_at[P], C}, x.dtype(), x.device());
   const size_t row_bytes = static_cast<size_t>(C) * dtype_size(x.dtype());
   const auto* src = static_cast<const char*>(x.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
   if (send_rows[me] > 0)
-    std::memcpy(dst + recv_at[me] * row_bytes, src + send_at[me] * row_bytes,
-                static_cast<size_t>(send_rows[me]) * row_bytes);
+    out.narrow(0, recv_at[me], recv_rows[me]).copy_(x.narrow(0, send_at[me], send_rows[me]));
+  TensorComm ordered(comm, x.device(), CommOrder::kInline);
   for (int s = 1; s < P; ++s) {
     const int to = (me + s) % P, from = (me - s + P) % P;
-    comm.send_recv(src + send_at[to] * row_bytes, static_cast<size_t>(send_rows[to] * C), to,
-                   dst + recv_at[from] * row_bytes, static_cast<size_t>(recv_rows[from] * C), from,
-                   x.dtype());
+    Work w = ordered.send_recv_async(
+        src + send_at[to] * row_bytes, static_cast<size_t>(send_rows[to] * C), to,
+        dst + recv_at[from] * row_bytes, static_cast<size_t>(recv_rows[from] * C), from, x.dtype());
+    ordered.complete(w);
   }
   return out;
 }
@@ -43,8 +45,6 @@ Tensor exchange_rows(const Tensor& x_in, const std::vector<int64_t>& send_rows,
                      const std::vector<int64_t>& recv_rows, Communicator& comm) {
   const size_t P = static_cast<size_t>(comm.size());
   CHORUS_ARG_CHECK(x_in.defined() && x_in.dim() == 2, "exchange_rows: x must be (S, C)");
-  CHORUS_ARG_CHECK(x_in.device().is_cpu(), "exchange_rows: x is on ", to_string(x_in.device()),
-                   "; expert parallelism runs on the CPU only for now");
   CHORUS_ARG_CHECK(x_in.dtype() == DataType::kF32 || x_in.dtype() == DataType::kF64,
                    "exchange_rows: dtype ", to_string(x_in.dtype()), " (f32 or f64)");
   CHORUS_ARG_CHECK(send_rows.size() == P && recv_rows.size() == P,

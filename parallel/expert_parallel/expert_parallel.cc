@@ -12,8 +12,9 @@ namespace {
 
 using tensor::Tensor;
 
-Tensor index_tensor(const std::vector<int64_t>& v) {
-  return Tensor::from_vector(std::span<const int64_t>(v), {static_cast<int64_t>(v.size())});
+Tensor index_tensor(const std::vector<int64_t>& v, tensor::Device device) {
+  return Tensor::from_vector(std::span<const int64_t>(v), {static_cast<int64_t>(v.size())})
+      .to(device);
 }
 
 // The first expert of this rank (checks that ep divides E, on every rank alike).
@@ -49,8 +50,6 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
     const int P = ep_->size();
     CHORUS_ARG_CHECK(x.dim() >= 1 && x.size(-1) == C, "expert parallel MoE: input must be (..., ",
                      C, "), got ", tensor::to_string(x.shape()));
-    CHORUS_ARG_CHECK(x.device().is_cpu(), "expert parallel MoE: the input is on ",
-                     to_string(x.device()), "; expert parallelism runs on the CPU only for now");
     const int64_t N = x.numel() / C;
     const Tensor xf = x.reshape({N, C});
     const Tensor logits = router->forward(xf);     // (N, E)
@@ -75,7 +74,7 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
       }
 
     // Dispatch: rows by destination, expert, token.
-    const Tensor xs = tensor::gather_rows(xf, index_tensor(send_idx));
+    const Tensor xs = tensor::gather_rows(xf, index_tensor(send_idx, x.device()));
     const Tensor xr = exchange_rows(xs, send_rows, recv_rows, *ep_);  // (R, C) by source
 
     // Each local expert once, on its rows from every source in source order. yr starts as
@@ -92,14 +91,14 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
           at += n;
         }
       if (rows.empty()) continue;
-      const Tensor idx = index_tensor(rows);
+      const Tensor idx = index_tensor(rows, x.device());
       const Tensor y = experts[static_cast<size_t>(l)]->forward(tensor::gather_rows(xr, idx));
       yr = tensor::index_add_rows(yr, idx, y);
     }
 
     // Combine: the outputs back in send_idx's order, gated and added in expert order.
     const Tensor ys = exchange_rows(yr, recv_rows, send_rows, *ep_);  // (S, C)
-    Tensor out = Tensor::zeros({N, C}, x.dtype());
+    Tensor out = Tensor::zeros({N, C}, x.dtype(), x.device());
     const Tensor p_flat = probs.view({N * E, 1});
     int64_t pos = 0;
     for (int64_t e = 0; e < E; ++e) {
@@ -111,14 +110,14 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
         at[i] = rows[i] * E + e;
         here[i] = pos + static_cast<int64_t>(i);
       }
-      const Tensor gate = tensor::gather_rows(p_flat, index_tensor(at)).view({m});
-      const Tensor y = tensor::gather_rows(ys, index_tensor(here));
-      out = tensor::index_add_rows(out, index_tensor(rows), tensor::scale_rows(y, gate));
+      const Tensor gate = tensor::gather_rows(p_flat, index_tensor(at, x.device())).view({m});
+      const Tensor y = tensor::gather_rows(ys, index_tensor(here, x.device()));
+      out = tensor::index_add_rows(out, index_tensor(rows, x.device()), tensor::scale_rows(y, gate));
       pos += m;
     }
     // No token of this rank kept: ys (0, C) still joins the output, so that its backward (an
     // exchange the other ranks take part in) runs here too.
-    if (send_idx.empty()) out = tensor::index_add_rows(out, index_tensor({}), ys);
+    if (send_idx.empty()) out = tensor::index_add_rows(out, index_tensor({}, x.device()), ys);
     losses(logits, probs, std::move(routing), stats);
     return out.view(x.shape());
   });

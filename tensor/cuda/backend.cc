@@ -564,6 +564,40 @@ void CudaBackend::embedding_backward(const Tensor& dweight, const Tensor& idx, c
 
 // ---- optimizers ---------------------------------------------------------------------------------
 
+// ---- a mixture of experts' routing --------------------------------------------------------------
+
+void CudaBackend::scale_rows(const Tensor& out, const Tensor& x, const Tensor& s) {
+  check_float(x, "scale_rows");
+  const int64_t M = s.numel(), C = M == 0 ? 0 : x.numel() / M;
+  gpu::DeviceGuard on(ordinal());
+  cuda::scale_rows(x.dtype(), out.data_ptr(), x.data_ptr(), s.data_ptr(), M, C, stream().native);
+}
+
+void CudaBackend::scale_rows_backward(const Tensor& dx, const Tensor& ds, const Tensor& x,
+                                      const Tensor& s, const Tensor& dy) {
+  check_float(dy, "scale_rows backward");
+  const int64_t M = s.numel(), C = M == 0 ? 0 : x.numel() / M;
+  gpu::DeviceGuard on(ordinal());
+  cuda::scale_rows_backward(dy.dtype(), ptr(dx), ptr(ds), x.data_ptr(), s.data_ptr(),
+                            dy.data_ptr(), M, C, stream().native);
+}
+
+void CudaBackend::logsumexp_forward(const Tensor& out, const Tensor& x) {
+  check_float(x, "logsumexp");
+  const int64_t N = out.numel(), V = N == 0 ? 0 : x.numel() / N;
+  gpu::DeviceGuard on(ordinal());
+  cuda::logsumexp_forward(x.dtype(), out.data_ptr(), x.data_ptr(), N, V, stream().native);
+}
+
+void CudaBackend::logsumexp_backward(const Tensor& dx, const Tensor& x, const Tensor& out,
+                                     const Tensor& dy) {
+  check_float(x, "logsumexp backward");
+  const int64_t N = out.numel(), V = N == 0 ? 0 : x.numel() / N;
+  gpu::DeviceGuard on(ordinal());
+  cuda::logsumexp_backward(x.dtype(), dx.data_ptr(), x.data_ptr(), out.data_ptr(), dy.data_ptr(),
+                           N, V, stream().native);
+}
+
 // SGD as the CPU runs it (cpu/backend.cc): d = grad + weight_decay * param; buf = momentum * buf
 // + d; param -= lr * buf (or lr * d without momentum).
 void CudaBackend::sgd(const Tensor& param, const Tensor& grad, const Tensor& buf, double lr,

@@ -72,6 +72,12 @@ class CudaBackend final : public DeviceBackend {
   void embedding_forward(const Tensor& out, const Tensor& idx, const Tensor& weight) override;
   void embedding_backward(const Tensor& dweight, const Tensor& idx, const Tensor& dy) override;
 
+  void scale_rows(const Tensor& out, const Tensor& x, const Tensor& s) override;
+  void scale_rows_backward(const Tensor& dx, const Tensor& ds, const Tensor& x, const Tensor& s,
+                           const Tensor& dy) override;
+  void logsumexp_forward(const Tensor& out, const Tensor& x) override;
+  void logsumexp_backward(const Tensor& dx, const Tensor& x, const Tensor& out,
+                          const Tensor& dy) override;
   void sgd(const Tensor& param, const Tensor& grad, const Tensor& buf, double lr, double momentum,
            double weight_decay) override;
   void adamw(std::span<const AdamWTensors> params, const AdamWHyper& hyper) override;

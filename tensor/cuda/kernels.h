@@ -83,6 +83,18 @@ size_t norm_scratch_bytes();
 void max_abs(DataType dt, const void* x, int64_t n, float* result, void* scratch, Stream stream);
 void square_limbs(DataType dt, const void* x, int64_t n, double scale, uint64_t* result,
                   void* scratch, Stream stream);
+// A mixture of experts' routing (routing.cu; the Backend kernels of the same names):
+//   scale_rows: out (M, C) = x with row m times s[m] (out may be x);
+//   scale_rows_backward: dx += dy * s per row, ds[m] += sum_c dy x (in double); either may be null;
+//   logsumexp_forward: out (N) = log sum_v exp(x[n, v]) (in double);
+//   logsumexp_backward: dx[n, v] += exp(x[n, v] - out[n]) dy[n].
+void scale_rows(DataType dt, void* out, const void* x, const void* s, int64_t M, int64_t C,
+                Stream stream);
+void scale_rows_backward(DataType dt, void* dx, void* ds, const void* x, const void* s,
+                         const void* dy, int64_t M, int64_t C, Stream stream);
+void logsumexp_forward(DataType dt, void* out, const void* x, int64_t N, int64_t V, Stream stream);
+void logsumexp_backward(DataType dt, void* dx, const void* x, const void* out, const void* dy,
+                        int64_t N, int64_t V, Stream stream);
 // out (C) (+)= column sums of in (N, C) [assigned when `assign`].
 size_t column_sums_scratch_bytes(DataType dt, int64_t N, int64_t C);
 void column_sums(DataType dt, void* out, const void* in, int64_t N, int64_t C, bool assign,

@@ -150,6 +150,29 @@ TEST_F(TensorGpuOps, ElementWise) {
   }
 }
 
+// A mixture of experts' routing ops (rows gathered, added back by index with repeats, scaled per
+// row; the router's log-sum-exp), forward and backward, against the CPU.
+TEST_F(TensorGpuOps, ExpertRouting) {
+  for (DataType dt : {DataType::kF32, DataType::kF64}) {
+    const double tol = dt == DataType::kF32 ? kElementwise : kF64;
+    const std::string t = detail::concat(" ", to_string(dt));
+    const Tensor idx = random_indices({23}, 9, 40);  // repeated rows among 9
+    check_op(
+        "gather_rows" + t, device_, [](const Inputs& x) { return gather_rows(x[0], x[1]); },
+        {random({9, 13}, 41, dt), idx}, tol);
+    check_op(
+        "index_add_rows" + t, device_,
+        [](const Inputs& x) { return index_add_rows(x[0], x[1], x[2]); },
+        {random({9, 13}, 42, dt), idx, random({23, 13}, 43, dt)}, tol);
+    check_op(
+        "scale_rows" + t, device_, [](const Inputs& x) { return scale_rows(x[0], x[1]); },
+        {random({23, 13}, 44, dt), random({23}, 45, dt)}, tol);
+    check_op(
+        "logsumexp" + t, device_, [](const Inputs& x) { return logsumexp(x[0]); },
+        {random({31, 7}, 46, dt, -4, 4)}, tol);
+  }
+}
+
 // SGD with momentum and weight decay over several steps tracks the CPU's.
 TEST_F(TensorGpuOps, Sgd) {
   auto make = [&](Device dev) {

@@ -151,7 +151,6 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {2, "--tp 2 --zero 3", "--zero 3 works with data parallelism alone"},
       {2, "--tp 2 --dtype f16", "--dtype f16 (loss scaling) needs --zero 0, tp=1 and pp=1"},
       {1, "--device gpu", "--device gpu: expected cpu, cuda or cuda:N"},
-      {1, "--experts 2 --device cuda", "--experts runs on the CPU only so far"},
       {1, "--experts 2 --top-k 3", "--top-k 3 is outside [1, 2]"},
       {1, "--experts 1 --top-k 2", "--top-k 2 exceeds --experts 1"},
       {1, "--experts 0", "--experts 0 is outside"},

@@ -157,6 +157,24 @@ TEST_F(TrainGpu, DeterministicRerunsSaveTheSameBits) {
     EXPECT_TRUE(run_and_save(4, flags) == first) << "rerun " << rerun << " saved other bits";
 }
 
+// A mixture of experts on the GPU: one process follows the CPU's losses, and its experts split
+// over 2 ranks sharing the GPU (dp 2 x ep 2... as dp 2, ep 2) follow one GPU process taking the
+// same micro-batches (the experts' sums are grouped otherwise: within 2e-4).
+TEST_F(TrainGpu, MixtureOfExpertsTracksOneProcess) {
+  const std::string flags = kModel + "--experts 4 --top-k 2 --steps 3 ";
+  const CommandResult cpu = run_command(train(1, flags + "--micro-batches 2 --device cpu"));
+  const CommandResult one =
+      run_command(train(1, flags + "--micro-batches 2 --device " + device()));
+  const CommandResult ep = run_command(train(2, flags + "--dp 2 --ep 2 --device " + device()));
+  for (const CommandResult* r : {&cpu, &one, &ep}) ASSERT_EQ(r->exit_code, 0) << r->out;
+  const auto c = losses(cpu.out), g = losses(one.out), e = losses(ep.out);
+  ASSERT_EQ(c.size(), 3u) << cpu.out;
+  for (const auto& [step, loss] : c) {
+    EXPECT_NEAR(g.at(step), loss, 1e-5 * std::fabs(loss)) << "one GPU, step " << step;
+    EXPECT_NEAR(e.at(step), g.at(step), 2e-4 * std::fabs(loss)) << "ep 2, step " << step;
+  }
+}
+
 // A stop, a save and a resume at another mesh continue on the GPU from the saved state.
 TEST_F(TrainGpu, ResumesOnAnotherMesh) {
   const std::string flags = "--deterministic --device " + device() + " " + kModel;

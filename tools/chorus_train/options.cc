@@ -251,9 +251,6 @@ Options parse_options(const std::vector<std::string>& args) {
     if (o.moe_every > o.layers)
       fail("--moe-every " + std::to_string(o.moe_every) + " exceeds the " +
            std::to_string(o.layers) + " layers: no block would have experts");
-    if (o.device != "cpu")
-      fail("--experts runs on the CPU only so far (the routing kernels have no GPU "
-           "implementation yet): --device cpu");
   }
   return o;
 }
