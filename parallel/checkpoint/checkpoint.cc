@@ -135,7 +135,8 @@ FileInfo write_items(const std::vector<Item>& items, const std::string& path,
     e.shape = it.full_shape;
     e.offset = offset;
     const size_t es = dtype_size(e.dtype);
-    const Tensor host = it.local.to(tensor::Device::cpu());  // a GPU's tensors are written from a copy
+    const Tensor host =
+        it.local.to(tensor::Device::cpu());  // a GPU's tensors are written from a copy
     const auto* base = static_cast<const char*>(host.data_ptr());
     uint64_t h = fnv1a(nullptr, 0);
     for (const Run& run : it.region) {

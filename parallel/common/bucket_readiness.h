@@ -24,11 +24,11 @@ namespace chorus::parallel {
 class BucketReadiness {
  public:
   struct Owner {
-    std::function<void()> open;                   // a new backward's first gradient
-    std::function<void(size_t param)> unused;     // at finish, before an unused one counts
-    std::function<void(size_t bucket)> final;     // every gradient of the bucket is final
-    std::function<void(size_t bucket)> launch;    // in bucket order
-    std::function<void()> finished;               // every bucket has launched
+    std::function<void()> open;                 // a new backward's first gradient
+    std::function<void(size_t param)> unused;   // at finish, before an unused one counts
+    std::function<void(size_t bucket)> final;   // every gradient of the bucket is final
+    std::function<void(size_t bucket)> launch;  // in bucket order
+    std::function<void()> finished;             // every bucket has launched
   };
   // bucket_of[p]: parameter p's bucket (< buckets); names for the warnings; `unused_note` ends
   // the warning about a parameter without a gradient.

@@ -42,7 +42,7 @@ gpu::Stream communication_stream(Device device) {
 
 struct TensorComm::Streams {
   gpu::Stream compute;
-  gpu::Stream comm;                         // kOverlap
+  gpu::Stream comm;                        // kOverlap
   std::optional<gpu::Event> compute_done;  // kOverlap
 };
 
@@ -76,19 +76,19 @@ void TensorComm::complete(Work& work) const {
 }
 
 Work TensorComm::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype,
-                            ReduceOp op) {
+                                  ReduceOp op) {
   if (!on_gpu()) return group_->all_reduce_async(send, recv, count, dtype, op);
   return group_->all_reduce_async(send, recv, count, dtype, op, next_stream());
 }
 
-Work TensorComm::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                        int root) {
+Work TensorComm::reduce_async(const void* send, void* recv, size_t count, DataType dtype,
+                              ReduceOp op, int root) {
   if (!on_gpu()) return group_->reduce_async(send, recv, count, dtype, op, root);
   return group_->reduce_async(send, recv, count, dtype, op, root, next_stream());
 }
 
-Work TensorComm::reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
-                                ReduceOp op) {
+Work TensorComm::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                      DataType dtype, ReduceOp op) {
   if (!on_gpu()) return group_->reduce_scatter_async(send, recv, recv_count, dtype, op);
   return group_->reduce_scatter_async(send, recv, recv_count, dtype, op, next_stream());
 }
@@ -98,7 +98,8 @@ Work TensorComm::all_gather_async(const void* send, void* recv, size_t send_coun
   return group_->all_gather_async(send, recv, send_count, dtype, next_stream());
 }
 
-Work TensorComm::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+Work TensorComm::broadcast_async(const void* send, void* recv, size_t count, DataType dtype,
+                                 int root) {
   if (!on_gpu()) return group_->broadcast_async(send, recv, count, dtype, root);
   return group_->broadcast_async(send, recv, count, dtype, root, next_stream());
 }
@@ -119,13 +120,12 @@ Work TensorComm::recv_async(void* recv, size_t count, DataType dtype, int peer) 
 }
 
 Work TensorComm::send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
-                           size_t recv_count, int recv_peer, DataType dtype) {
+                                 size_t recv_count, int recv_peer, DataType dtype) {
   if (!on_gpu())
     return group_->send_recv_async(send, send_count, send_peer, recv, recv_count, recv_peer, dtype);
   return group_->send_recv_async(send, send_count, send_peer, recv, recv_count, recv_peer, dtype,
                                  next_stream());
 }
-
 
 void TensorComm::all_reduce(const void* send, void* recv, size_t count, DataType dtype,
                             ReduceOp op) {

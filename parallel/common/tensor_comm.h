@@ -51,16 +51,17 @@ class TensorComm {
 
   // The Communicator's calls (its argument rules), ordered as above.
   Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
-  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
+  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                    int root);
   Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType dtype,
-                      ReduceOp op);
+                            ReduceOp op);
   Work all_gather_async(const void* send, void* recv, size_t send_count, DataType dtype);
   Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root);
   Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype);
   Work send_async(const void* send, size_t count, DataType dtype, int peer);
   Work recv_async(void* recv, size_t count, DataType dtype, int peer);
-  Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv, size_t recv_count,
-                 int recv_peer, DataType dtype);
+  Work send_recv_async(const void* send, size_t send_count, int send_peer, void* recv,
+                       size_t recv_count, int recv_peer, DataType dtype);
 
   // Where the results of `work` (issued by this) are needed: see above.
   void complete(Work& work) const;

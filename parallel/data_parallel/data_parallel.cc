@@ -54,9 +54,9 @@ struct DistributedDataParallel::Impl {
 
   bool attached = false;
   int no_sync_depth = 0;
-  bool fold = false;             // the group is deterministic: every backward reduces (see above)
-  bool intermediate = false;     // the step in progress reduces onto rank 0 only (no_sync, fold)
-  std::vector<int> hooks;        // grad-ready hook handles, per parameter
+  bool fold = false;          // the group is deterministic: every backward reduces (see above)
+  bool intermediate = false;  // the step in progress reduces onto rank 0 only (no_sync, fold)
+  std::vector<int> hooks;     // grad-ready hook handles, per parameter
   int forward_hook = 0;
   Stats stats;
 

@@ -112,7 +112,8 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
       }
       const Tensor gate = tensor::gather_rows(p_flat, index_tensor(at, x.device())).view({m});
       const Tensor y = tensor::gather_rows(ys, index_tensor(here, x.device()));
-      out = tensor::index_add_rows(out, index_tensor(rows, x.device()), tensor::scale_rows(y, gate));
+      out =
+          tensor::index_add_rows(out, index_tensor(rows, x.device()), tensor::scale_rows(y, gate));
       pos += m;
     }
     // No token of this rank kept: ys (0, C) still joins the output, so that its backward (an

@@ -176,9 +176,9 @@ struct PipelineEngine::Impl {
         const PipeAction& rcv = is_send(mine[0]->op) ? *mine[1] : *mine[0];
         Tensor out = payload(snd);
         Tensor in = receive_buffer(rcv);
-        Work w = on(c).send_recv_async(out.data_ptr(), static_cast<size_t>(out.numel()),
-                                       peer(snd), in.data_ptr(), static_cast<size_t>(in.numel()),
-                                       peer(rcv), out.dtype());
+        Work w = on(c).send_recv_async(out.data_ptr(), static_cast<size_t>(out.numel()), peer(snd),
+                                       in.data_ptr(), static_cast<size_t>(in.numel()), peer(rcv),
+                                       out.dtype());
         send_buffers.push_back(out);
         expect(rcv, in, w);
         continue;
@@ -191,10 +191,9 @@ struct PipelineEngine::Impl {
           send_buffers.push_back(out);  // kept until the send is done
         } else {
           Tensor in = receive_buffer(*a);
-          expect(
-              *a, in,
-              on(c).recv_async(in.data_ptr(), static_cast<size_t>(in.numel()), in.dtype(),
-                               peer(*a)));
+          expect(*a, in,
+                 on(c).recv_async(in.data_ptr(), static_cast<size_t>(in.numel()), in.dtype(),
+                                  peer(*a)));
         }
       }
     }

@@ -8,8 +8,8 @@
 
 #include "chorus/error.h"
 #include "chorus/parallel/pipeline.h"
-#include "chorus/tensor/device.h"
 #include "chorus/tensor/autograd.h"
+#include "chorus/tensor/device.h"
 
 namespace chorus::parallel {
 

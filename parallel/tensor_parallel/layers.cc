@@ -6,9 +6,9 @@
 #include "chorus/error.h"
 #include "chorus/parallel/tensor_parallel.h"
 #include "chorus/tensor/autograd.h"
-#include "common/tensor_comm.h"
 #include "chorus/tensor/random.h"
 #include "common/fault_injection.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 
@@ -187,9 +187,9 @@ Tensor VocabParallelEmbedding::tied_logits(const Tensor& x) const {
   std::vector<double> pad(static_cast<size_t>(logits.numel()), 0.0);
   for (size_t i = 0; i < pad.size(); ++i)
     if (static_cast<int64_t>(i) % rows_ >= real) pad[i] = -std::numeric_limits<double>::infinity();
-  return tensor::add(logits,
-                     Tensor::from_vector(std::span<const double>(pad), logits.shape(), logits.dtype())
-                         .to(logits.device()));
+  return tensor::add(
+      logits, Tensor::from_vector(std::span<const double>(pad), logits.shape(), logits.dtype())
+                  .to(logits.device()));
 }
 
 Tensor VocabParallelEmbedding::tied_loss(const Tensor& logits, const Tensor& targets) const {

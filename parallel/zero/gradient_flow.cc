@@ -77,9 +77,8 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
         beside->reduce_async(flat, flat, static_cast<size_t>(g.numel), g.dtype, ReduceOp::kSum, 0);
   } else if (options.stage == 1) {
     // In place: this rank's reduced shard lands at [lo, hi) of the gradient buffer.
-    g.reduce =
-        beside->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard, g.dtype,
-                                     op);
+    g.reduce = beside->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard,
+                                            g.dtype, op);
   } else {
     // Free the buffers of reduce-scatters that are done, and keep at most kInFlight full
     // buffers alive: beyond that, the oldest is waited for (bounded memory for less overlap).

@@ -219,8 +219,8 @@ decltype(auto) dispatch_gradient(DataType dt, const char* what, F&& f) {
     case DataType::kF16:
       return f(Half{});
     default:
-      throw InvalidArgument(chorus::detail::concat(what, ": ", to_string(dt),
-                                           " is not a floating-point type"));
+      throw InvalidArgument(
+          chorus::detail::concat(what, ": ", to_string(dt), " is not a floating-point type"));
   }
 }
 }  // namespace

@@ -63,7 +63,7 @@ optim::U128 square_units(const T* x, int64_t n, int scale_exponent) {
   return total;
 }
 
-#define CHORUS_SQUARE_UNITS(T)                    \
+#define CHORUS_SQUARE_UNITS(T)                  \
   template float max_abs<T>(const T*, int64_t); \
   template optim::U128 square_units<T>(const T*, int64_t, int);
 CHORUS_SQUARE_UNITS(float)

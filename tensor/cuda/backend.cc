@@ -578,8 +578,8 @@ void CudaBackend::scale_rows_backward(const Tensor& dx, const Tensor& ds, const 
   check_float(dy, "scale_rows backward");
   const int64_t M = s.numel(), C = M == 0 ? 0 : x.numel() / M;
   gpu::DeviceGuard on(ordinal());
-  cuda::scale_rows_backward(dy.dtype(), ptr(dx), ptr(ds), x.data_ptr(), s.data_ptr(),
-                            dy.data_ptr(), M, C, stream().native);
+  cuda::scale_rows_backward(dy.dtype(), ptr(dx), ptr(ds), x.data_ptr(), s.data_ptr(), dy.data_ptr(),
+                            M, C, stream().native);
 }
 
 void CudaBackend::logsumexp_forward(const Tensor& out, const Tensor& x) {
@@ -594,8 +594,8 @@ void CudaBackend::logsumexp_backward(const Tensor& dx, const Tensor& x, const Te
   check_float(x, "logsumexp backward");
   const int64_t N = out.numel(), V = N == 0 ? 0 : x.numel() / N;
   gpu::DeviceGuard on(ordinal());
-  cuda::logsumexp_backward(x.dtype(), dx.data_ptr(), x.data_ptr(), out.data_ptr(), dy.data_ptr(),
-                           N, V, stream().native);
+  cuda::logsumexp_backward(x.dtype(), dx.data_ptr(), x.data_ptr(), out.data_ptr(), dy.data_ptr(), N,
+                           V, stream().native);
 }
 
 // SGD as the CPU runs it (cpu/backend.cc): d = grad + weight_decay * param; buf = momentum * buf

@@ -62,9 +62,8 @@ void scale_rows(DataType dt, void* out, const void* x, const void* s, int64_t M,
   if (M * C == 0) return;
   dispatch_float(dt, "scale_rows", [&](auto tag) {
     using T = decltype(tag);
-    scale_rows_kernel<T><<<static_cast<unsigned>(row_blocks(M * C)), kThreads, 0,
-                           native(stream)>>>(static_cast<T*>(out), static_cast<const T*>(x),
-                                             static_cast<const T*>(s), M, C);
+    scale_rows_kernel<T><<<static_cast<unsigned>(row_blocks(M * C)), kThreads, 0, native(stream)>>>(
+        static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(s), M, C);
   });
   check_launch("scale_rows");
 }
@@ -74,16 +73,15 @@ void scale_rows_backward(DataType dt, void* dx, void* ds, const void* x, const v
   if (M == 0) return;
   dispatch_float(dt, "scale_rows backward", [&](auto tag) {
     using T = decltype(tag);
-    scale_rows_backward_kernel<T><<<static_cast<unsigned>(row_blocks(M)), kThreads, 0,
-                                    native(stream)>>>(
-        static_cast<T*>(dx), static_cast<T*>(ds), static_cast<const T*>(x),
-        static_cast<const T*>(s), static_cast<const T*>(dy), M, C);
+    scale_rows_backward_kernel<T>
+        <<<static_cast<unsigned>(row_blocks(M)), kThreads, 0, native(stream)>>>(
+            static_cast<T*>(dx), static_cast<T*>(ds), static_cast<const T*>(x),
+            static_cast<const T*>(s), static_cast<const T*>(dy), M, C);
   });
   check_launch("scale_rows backward");
 }
 
-void logsumexp_forward(DataType dt, void* out, const void* x, int64_t N, int64_t V,
-                       Stream stream) {
+void logsumexp_forward(DataType dt, void* out, const void* x, int64_t N, int64_t V, Stream stream) {
   if (N == 0) return;
   dispatch_float(dt, "logsumexp", [&](auto tag) {
     using T = decltype(tag);
@@ -98,10 +96,10 @@ void logsumexp_backward(DataType dt, void* dx, const void* x, const void* out, c
   if (N * V == 0) return;
   dispatch_float(dt, "logsumexp backward", [&](auto tag) {
     using T = decltype(tag);
-    logsumexp_backward_kernel<T><<<static_cast<unsigned>(row_blocks(N * V)), kThreads, 0,
-                                   native(stream)>>>(
-        static_cast<T*>(dx), static_cast<const T*>(x), static_cast<const T*>(out),
-        static_cast<const T*>(dy), N, V);
+    logsumexp_backward_kernel<T>
+        <<<static_cast<unsigned>(row_blocks(N * V)), kThreads, 0, native(stream)>>>(
+            static_cast<T*>(dx), static_cast<const T*>(x), static_cast<const T*>(out),
+            static_cast<const T*>(dy), N, V);
   });
   check_launch("logsumexp backward");
 }

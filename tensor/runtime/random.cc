@@ -43,7 +43,9 @@ uint64_t stream_id(std::string_view name) {
   return h & ~kNormalDomain;
 }
 
-float uniform_at(RngKey key, uint64_t index) { return philox::uniform(key.seed, key.stream, index); }
+float uniform_at(RngKey key, uint64_t index) {
+  return philox::uniform(key.seed, key.stream, index);
+}
 
 float normal_at(RngKey key, uint64_t index) {
   const auto r = philox4x32(counter_for(index >> 1, key.stream | kNormalDomain), key_for(key.seed));

@@ -73,10 +73,10 @@ TEST(PipelineSchedule, TheValidatorRejectsBrokenSchedules) {
   // Stage 0 holds micro-batch 1's forward back until micro-batch 0's backward, which needs stage
   // 1's backward, which stage 1 runs only after micro-batch 1's forward: a deadlock, both named.
   s = parallel::gpipe(2, 2, /*tied_embedding=*/false);
-  s.actions[0] = {
-      {PipeOp::kForward, 0, 0},  {PipeOp::kSendActivation, 0, 0}, {PipeOp::kRecvGrad, 0, 0},
-      {PipeOp::kBackward, 0, 0}, {PipeOp::kForward, 1, 0},        {PipeOp::kSendActivation, 1, 0},
-      {PipeOp::kRecvGrad, 1, 0}, {PipeOp::kBackward, 1, 0}};
+  s.actions[0] = {{PipeOp::kForward, 0, 0},  {PipeOp::kSendActivation, 0, 0},
+                  {PipeOp::kRecvGrad, 0, 0}, {PipeOp::kBackward, 0, 0},
+                  {PipeOp::kForward, 1, 0},  {PipeOp::kSendActivation, 1, 0},
+                  {PipeOp::kRecvGrad, 1, 0}, {PipeOp::kBackward, 1, 0}};
   s.actions[1] = {{PipeOp::kRecvActivation, 0, 0}, {PipeOp::kRecvActivation, 1, 0},
                   {PipeOp::kForward, 0, 0},        {PipeOp::kForward, 1, 0},
                   {PipeOp::kBackward, 0, 0},       {PipeOp::kSendGrad, 0, 0},

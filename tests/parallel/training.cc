@@ -169,13 +169,13 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
     std::vector<double> losses(static_cast<size_t>(spec.accumulation), 0.0);
     if (pipe) {
       tensor::AutocastGuard autocast(spec.autocast);
-      pipe->forward_backward([&](int m) { return micro_batch(spec, step, dp.rank(), m); },
-                             static_cast<uint64_t>(step),
-                             [&](bool last, const std::function<void()>& backward) {
-                               if (last) return backward();
-                               const parallel::NoSync quiet = ddp ? ddp->no_sync() : zero->no_sync();
-                               backward();
-                             });
+      pipe->forward_backward(
+          [&](int m) { return micro_batch(spec, step, dp.rank(), m); }, static_cast<uint64_t>(step),
+          [&](bool last, const std::function<void()>& backward) {
+            if (last) return backward();
+            const parallel::NoSync quiet = ddp ? ddp->no_sync() : zero->no_sync();
+            backward();
+          });
       losses = pipe->losses();
     } else {
       for (int k = 0; k < spec.accumulation; ++k) {

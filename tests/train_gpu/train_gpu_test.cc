@@ -33,9 +33,9 @@ std::string beside(const std::string& program) {
 
 std::string train(int ranks, const std::string& flags) {
   const std::string bin = beside("chorus-train");
-  return ranks == 1 ? bin + " " + flags
-                    : beside("chorus-run") + " -n " + std::to_string(ranks) + " " + bin + " " +
-                          flags;
+  return ranks == 1
+             ? bin + " " + flags
+             : beside("chorus-run") + " -n " + std::to_string(ranks) + " " + bin + " " + flags;
 }
 
 std::map<int, double> losses(const std::string& out) {
@@ -121,11 +121,10 @@ TEST_F(TrainGpu, EveryMeshOnOneGpuSavesTheOneGpuBits) {
     int ranks;
     std::string flags;
   };
-  for (const Mesh& m : {Mesh{2, "--dp 2 --micro-batches 2"}, Mesh{2, "--dp 2 --micro-batches 2 --zero 1"},
-                        Mesh{2, "--dp 2 --micro-batches 2 --zero 3"},
-                        Mesh{2, "--pp 2 --micro-batches 4"},
-                        Mesh{4, "--dp 2 --pp 2 --micro-batches 2"},
-                        Mesh{4, "--dp 4 --micro-batches 1 --zero 2"}})
+  for (const Mesh& m :
+       {Mesh{2, "--dp 2 --micro-batches 2"}, Mesh{2, "--dp 2 --micro-batches 2 --zero 1"},
+        Mesh{2, "--dp 2 --micro-batches 2 --zero 3"}, Mesh{2, "--pp 2 --micro-batches 4"},
+        Mesh{4, "--dp 2 --pp 2 --micro-batches 2"}, Mesh{4, "--dp 4 --micro-batches 1 --zero 2"}})
     EXPECT_TRUE(run_and_save(m.ranks, flags + m.flags) == one)
         << m.flags << " saved other bits than one GPU process";
 }
@@ -163,8 +162,7 @@ TEST_F(TrainGpu, DeterministicRerunsSaveTheSameBits) {
 TEST_F(TrainGpu, MixtureOfExpertsTracksOneProcess) {
   const std::string flags = kModel + "--experts 4 --top-k 2 --steps 3 ";
   const CommandResult cpu = run_command(train(1, flags + "--micro-batches 2 --device cpu"));
-  const CommandResult one =
-      run_command(train(1, flags + "--micro-batches 2 --device " + device()));
+  const CommandResult one = run_command(train(1, flags + "--micro-batches 2 --device " + device()));
   const CommandResult ep = run_command(train(2, flags + "--dp 2 --ep 2 --device " + device()));
   for (const CommandResult* r : {&cpu, &one, &ep}) ASSERT_EQ(r->exit_code, 0) << r->out;
   const auto c = losses(cpu.out), g = losses(one.out), e = losses(ep.out);
@@ -183,8 +181,8 @@ TEST_F(TrainGpu, ResumesOnAnotherMesh) {
   const CommandResult first =
       run_command(train(2, flags + "--steps 2 --lr-steps 4 --dp 2 --save " + dir_ + "/half"));
   ASSERT_EQ(first.exit_code, 0) << first.out;
-  const CommandResult rest = run_command(
-      train(1, flags + "--steps 4 --micro-batches 2 --load " + dir_ + "/half"));
+  const CommandResult rest =
+      run_command(train(1, flags + "--steps 4 --micro-batches 2 --load " + dir_ + "/half"));
   ASSERT_EQ(rest.exit_code, 0) << rest.out;
   const auto a = losses(whole.out), b = losses(rest.out);
   for (int step : {2, 3}) EXPECT_EQ(b.at(step), a.at(step)) << "step " << step;

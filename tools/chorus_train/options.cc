@@ -171,8 +171,9 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--threads",
         [&](auto& f, auto& v) { o.threads = static_cast<int>(as_int(f, v, 1, 4096)); });
   value("--device", [&](auto& f, auto& v) {
-    const bool indexed = v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
-                         std::all_of(v.begin() + 5, v.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool indexed =
+        v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
+        std::all_of(v.begin() + 5, v.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (v != "cpu" && v != "cuda" && !indexed) fail(f + " " + v + ": expected cpu, cuda or cuda:N");
     o.device = v;
   });
