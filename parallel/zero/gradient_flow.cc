@@ -25,8 +25,10 @@
 
 #include "chorus/error.h"
 #include "chorus/kernels/cpu.h"
+#include "chorus/kernels/gpu.h"
 #include "chorus/log.h"
 #include "chorus/tensor/autograd.h"
+#include "chorus/tensor/device.h"
 #include "common/flat_layout.h"
 #include "zero/zero_state.h"
 
@@ -164,9 +166,14 @@ void ZeroOptimizer::Impl::finish_gradients() {
   wait_all_reduces();
   if (!fold || options.stage == 1 || !options.average || averaged) return;
   averaged = true;
-  for (ZeroGroup& g : groups)
-    kernels::divide(g.dtype, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
-                    static_cast<size_t>(g.hi - g.lo), ranks);
+  for (ZeroGroup& g : groups) {
+    if (device.is_cpu())
+      kernels::divide(g.dtype, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
+                      static_cast<size_t>(g.hi - g.lo), ranks);
+    else  // the same division on the device, in the engine's order
+      kernels::gpu::divide(g.dtype, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
+                           static_cast<size_t>(g.hi - g.lo), ranks, tensor::compute_stream(device));
+  }
 }
 
 void ZeroOptimizer::Impl::poll_reduces() {

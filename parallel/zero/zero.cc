@@ -66,10 +66,6 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
     if (!options.include || options.include(name)) all.emplace_back(name, p);
   check_same_parameters(dp, all, "ZeroOptimizer");
   z.device = common_device(all, "ZeroOptimizer");
-  CHORUS_ARG_CHECK(z.device.is_cpu() || !z.fold || options.stage == 1 || !options.average,
-                   "ZeroOptimizer: the deterministic mode's averaged stage ", options.stage,
-                   " divides its folded shards on the host; on ", tensor::to_string(z.device),
-                   " it is not supported yet (stage 1, or the default mode)");
   z.beside.emplace(dp, z.device, CommOrder::kOverlap);
   z.inline_.emplace(dp, z.device, CommOrder::kInline);
   if (options.broadcast_parameters) broadcast_parameters(dp, all);
