@@ -8,13 +8,15 @@ namespace chorus::parallel {
 
 BucketReadiness::BucketReadiness(std::string who, std::vector<std::string> names,
                                  std::vector<size_t> bucket_of, size_t buckets,
-                                 std::string unused_note, Owner owner)
+                                 std::string unused_note, Owner owner,
+                                 std::function<bool(const std::string&)> quiet)
     : who_(std::move(who)),
       unused_note_(std::move(unused_note)),
       names_(std::move(names)),
       bucket_of_(std::move(bucket_of)),
       size_(buckets, 0),
       owner_(std::move(owner)),
+      quiet_(std::move(quiet)),
       pending_(buckets, 0),
       seen_(names_.size(), 0),
       next_launch_(buckets) {
@@ -56,7 +58,7 @@ void BucketReadiness::finish() {
   if (next_launch_ < pending_.size()) {
     for (size_t p = 0; p < seen_.size(); ++p) {
       if (seen_[p]) continue;
-      if (unused_.insert(names_[p]).second)
+      if (unused_.insert(names_[p]).second && !(quiet_ && quiet_(names_[p])))
         CHORUS_WARN(kLogPar, who_, ": parameter '", names_[p],
                     "' got no gradient in this backward; ", unused_note_, " (reported once)");
       if (owner_.unused) owner_.unused(p);

@@ -31,9 +31,11 @@ class BucketReadiness {
     std::function<void()> finished;             // every bucket has launched
   };
   // bucket_of[p]: parameter p's bucket (< buckets); names for the warnings; `unused_note` ends
-  // the warning about a parameter without a gradient.
+  // the warning about a parameter without a gradient; `quiet` names parameters expected to go
+  // without one sometimes (no warning; unused() still lists them).
   BucketReadiness(std::string who, std::vector<std::string> names, std::vector<size_t> bucket_of,
-                  size_t buckets, std::string unused_note, Owner owner);
+                  size_t buckets, std::string unused_note, Owner owner,
+                  std::function<bool(const std::string&)> quiet = nullptr);
 
   // Opens the step when this is a new backward's first hook (owner.open, then finish() queued
   // on the engine).
@@ -55,6 +57,7 @@ class BucketReadiness {
   std::vector<size_t> bucket_of_;
   std::vector<int> size_;  // per bucket: its parameters
   Owner owner_;
+  std::function<bool(const std::string&)> quiet_;
   uint64_t backward_ = 0;     // tensor::backward_id() of the open step's backward
   std::vector<int> pending_;  // per bucket: gradients still to come
   std::vector<char> seen_;    // per parameter: counted in this step

@@ -174,7 +174,8 @@ DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Com
                                              .unused = nullptr,
                                              .final = nullptr,
                                              .launch = [self](size_t b) { self->launch(b); },
-                                             .finished = [self] { self->finish(); }});
+                                             .finished = [self] { self->finish(); }},
+                      options.may_be_unused);
   for (size_t i = 0; i < d.params.size(); ++i)
     d.hooks.push_back(
         d.params[i].register_grad_ready_hook([self, i](Tensor& g) { self->on_grad_ready(i, g); }));

@@ -257,6 +257,12 @@ TEST(ChorusTrain, ExpertsTrainAndResumeThroughAnExportedCheckpoint) {
                            "capacity factor 1.25"),
             std::string::npos)
       << whole.out;
+  // An expert without tokens in a step is expected (8 experts, top-1, 64 tokens: some idle): no
+  // warning about its missing gradient.
+  const CommandResult idle = run_command(
+      train(1, "--layers 2 --width 32 --heads 2 --context 16 --batch 4 --experts 8 --steps 2"));
+  ASSERT_EQ(idle.exit_code, 0) << idle.out;
+  EXPECT_EQ(idle.out.find("got no gradient"), std::string::npos) << idle.out;
   const auto ref = losses(whole.out);
   ASSERT_EQ(ref.size(), 12u) << whole.out;
   EXPECT_LT(ref.at(11), ref.at(0) - 0.5) << "the loss does not fall";

@@ -225,7 +225,12 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (o.zero == 0) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(
-        model, dp, parallel::DDPOptions{.average = false, .include = include});
+        model, dp,
+        parallel::DDPOptions{
+            .average = false,
+            .include = include,
+            .may_be_unused =
+                o.experts > 0 ? std::function<bool(const std::string&)>(is_expert) : nullptr});
     tensor::nn::NamedTensors params = pipe ? pipe->parameters() : model.named_parameters();
     if (split_experts) {
       tensor::nn::NamedTensors rest, experts;

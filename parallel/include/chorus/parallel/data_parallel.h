@@ -70,6 +70,9 @@ struct DDPOptions {
   // When set, only the parameters it accepts (by name) are checked, broadcast and reduced; the
   // rest belong to someone else (a pipeline stage's wrapper takes its own stage's).
   std::function<bool(const std::string& name)> include = nullptr;
+  // Parameters it accepts may go without a gradient in a backward (a mixture of experts' idle
+  // experts): no warning for them; unused_parameters() still lists them.
+  std::function<bool(const std::string& name)> may_be_unused = nullptr;
 };
 
 class DistributedDataParallel {
