@@ -7,6 +7,7 @@
 #include "chart.h"
 #include "collectives.h"
 #include "error.h"
+#include "local_probe.h"
 #include "memory.h"
 #include "mesh.h"
 #include "model.h"
@@ -207,6 +208,27 @@ TEST(PlanReport, JsonAndPictureCarryEveryMesh) {
   for (size_t at = svg.find(">dp="); at != std::string::npos; at = svg.find(">dp=", at + 1))
     ++labels;
   EXPECT_EQ(labels, runnable);
+}
+
+// `local` prices compute at the rate the engine measures on one of the model's blocks, not at the
+// GEMM peak (which still divides MFU).
+TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRate) {
+  plan::Setup s;
+  s.model.layers = 2;
+  s.model.width = 32;
+  s.model.heads = 2;
+  s.model.context = 16;
+  s.batch = 8;
+  Cluster c = cluster_preset("local", 1);
+  EXPECT_EQ(c.model_flops_per_s, 0);
+  calibrate_local(c, s);
+  ASSERT_GT(c.model_flops_per_s, 0);
+  EXPECT_NE(c.source.find("one block forward and backward"), std::string::npos) << c.source;
+  const MeshChoice m{.dp = 1, .tp = 1, .pp = 1, .micro_batches = 1, .micro_batch_size = 8};
+  const StepTime t = estimate_step(s, m, c);
+  const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
+  EXPECT_NEAR(t.compute, flops / c.model_flops_per_s, 1e-9 * t.compute);
+  EXPECT_NEAR(t.mfu, flops / t.total / (double(c.world()) * c.f32_flops), 1e-12);
 }
 
 }  // namespace

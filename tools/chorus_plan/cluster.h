@@ -31,9 +31,17 @@ struct Cluster {
   // bandwidth a collective reaches (stated in docs/PLANNING.md; 1 for measured rates).
   double compute_efficiency = 1;
   double link_efficiency = 1;
+  // `local`, once a model is known (calibrate_local): the FLOP rate the engine reaches on this
+  // model's blocks (forward and backward at its micro-batch), which the compute time uses instead
+  // of the peak x efficiency; MFU stays against the peak. 0: not measured.
+  double model_flops_per_s = 0;
 
   int world() const { return per_node * nodes; }
   double flops(const std::string& dtype) const { return dtype == "f32" ? f32_flops : bf16_flops; }
+  // The rate the compute time is priced at.
+  double compute_flops(const std::string& dtype) const {
+    return model_flops_per_s > 0 ? model_flops_per_s : flops(dtype) * compute_efficiency;
+  }
 };
 
 // 8xh100, 8xh200, 8xmi300x, 8xa100 (and `local`, which local_cluster() measures).

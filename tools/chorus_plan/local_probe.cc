@@ -10,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "chorus/tensor/amp.h"
 #include "chorus/tensor/gemm.h"
+#include "chorus/tensor/nn.h"
+#include "chorus/tensor/ops.h"
+#include "chorus/tensor/random.h"
 #include "chorus/tools/tune_table.h"
 
 namespace chorus::plan {
@@ -91,6 +95,45 @@ Cluster local_cluster() {
   c.compute_efficiency = 1;  // measured rates
   c.link_efficiency = 1;
   return c;
+}
+
+void calibrate_local(Cluster& c, const Setup& s) {
+  const ModelShape& m = s.model;
+  const int64_t b = std::max<int64_t>(1, s.batch / std::max(1, c.world()));
+  tensor::set_num_threads(1);
+  tensor::nn::GPTConfig cfg;
+  cfg.vocab = m.vocab;
+  cfg.context = m.context;
+  cfg.layers = 1;
+  cfg.heads = m.heads;
+  cfg.width = m.width;
+  tensor::nn::Block block(cfg);
+  block.init(1);
+  tensor::Tensor x = tensor::Tensor::empty({b, m.context, m.width});
+  tensor::fill_normal_(x, {1, 2}, 0.0, 1.0);
+  x.set_requires_grad(true);
+  const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
+                        : s.dtype == "f16" ? DataType::kF16
+                                           : DataType::kF32;
+  std::vector<double> t;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    {
+      tensor::AutocastGuard autocast(lowp);
+      tensor::sum(block.forward(x, {})).backward();
+    }
+    if (rep > 0) t.push_back(since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  // One block's share of the step's FLOPs (model_flops' per-layer terms) over b sequences.
+  ModelShape one = m;
+  one.layers = 1;
+  one.vocab = 0;
+  const double flops = model_flops(one, double(b) * double(m.context));
+  c.model_flops_per_s = flops / t[t.size() / 2];
+  c.source += "; compute: one block forward and backward at " + std::to_string(b) + " x " +
+              std::to_string(m.context) + " tokens, measured (" +
+              std::to_string(static_cast<int64_t>(c.model_flops_per_s / 1e9)) + " GFLOP/s)";
 }
 
 }  // namespace chorus::plan

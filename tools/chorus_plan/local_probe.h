@@ -6,9 +6,16 @@
 #pragma once
 
 #include "cluster.h"
+#include "setup.h"
 
 namespace chorus::plan {
 
 Cluster local_cluster();
+
+// `local` with a model: measures the engine on one of the model's blocks, forward and backward
+// at b sequences of its context in its dtype, on one thread (b = the global batch over the
+// cluster's ranks, at least 1), and prices compute at that rate (Cluster::model_flops_per_s):
+// the GEMM peak overstates what a small model's products, norms, softmaxes and attention reach.
+void calibrate_local(Cluster& c, const Setup& s);
 
 }  // namespace chorus::plan

@@ -8,6 +8,7 @@
 #include "chart.h"
 #include "cluster.h"
 #include "error.h"
+#include "local_probe.h"
 #include "options.h"
 #include "plan.h"
 #include "report.h"
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
     }
     Cluster cluster = cluster_preset(o.cluster, o.nodes);
     if (o.per_node > 0) cluster.per_node = o.per_node;
+    if (o.cluster == "local") calibrate_local(cluster, o.setup);
     const Plan plan = make_plan(o.setup, cluster, o.mesh);
     const std::string out = o.json ? json_report(plan) : text_report(plan);
     std::fputs(out.c_str(), stdout);

@@ -21,7 +21,7 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   // Recomputation adds a forward of the blocks: 4/3 of their work.
   const double recompute = s.checkpoint_activations ? 4.0 / 3 : 1.0;
   const double rank_flops = flops * stage_part * recompute / (double(m.dp) * m.tp);
-  t.compute = rank_flops / (c.flops(s.dtype) * c.compute_efficiency);
+  t.compute = rank_flops / c.compute_flops(s.dtype);
 
   // Tensor parallelism: two all-reduces of b s h forward and two backward per block (two more
   // for a recomputed forward), one each for the embedding and the head's input.
