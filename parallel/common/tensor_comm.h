@@ -45,10 +45,6 @@ class TensorComm {
   TensorComm(TensorComm&&) noexcept;
   TensorComm& operator=(TensorComm&&) noexcept;
 
-  Communicator& group() const { return *group_; }
-  tensor::Device device() const { return device_; }
-  bool on_gpu() const { return !device_.is_cpu(); }
-
   // The Communicator's calls (its argument rules), ordered as above.
   Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -76,6 +72,7 @@ class TensorComm {
 
  private:
   struct Streams;
+  bool on_gpu() const { return !device_.is_cpu(); }
   // The stream of the next call: the compute stream (kInline) or the communication stream after
   // it waits for the compute stream (kOverlap). Only on a GPU.
   gpu::Stream next_stream();

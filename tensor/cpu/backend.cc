@@ -205,35 +205,15 @@ double CpuBackend::sum_squares(std::span<const Tensor> tensors) {
   return sq;
 }
 
-namespace {
-// Calls f(T{}) for the float dtypes a gradient may have (f32, f64, bf16, f16).
-template <class F>
-decltype(auto) dispatch_gradient(DataType dt, const char* what, F&& f) {
-  switch (dt) {
-    case DataType::kF32:
-      return f(float{});
-    case DataType::kF64:
-      return f(double{});
-    case DataType::kBF16:
-      return f(BFloat16{});
-    case DataType::kF16:
-      return f(Half{});
-    default:
-      throw InvalidArgument(
-          chorus::detail::concat(what, ": ", to_string(dt), " is not a floating-point type"));
-  }
-}
-}  // namespace
-
 float CpuBackend::max_abs(const Tensor& x) {
-  return dispatch_gradient(x.dtype(), "gradient norm", [&](auto tag) {
+  return dispatch_float_any(x.dtype(), "gradient norm", [&](auto tag) {
     using T = decltype(tag);
     return cpu::max_abs(x.data<T>(), x.numel());
   });
 }
 
 optim::U128 CpuBackend::square_units(const Tensor& x, int scale_exponent) {
-  return dispatch_gradient(x.dtype(), "gradient norm", [&](auto tag) {
+  return dispatch_float_any(x.dtype(), "gradient norm", [&](auto tag) {
     using T = decltype(tag);
     return cpu::square_units(x.data<T>(), x.numel(), scale_exponent);
   });

@@ -43,6 +43,24 @@ decltype(auto) dispatch_float(DataType t, const char* op, F&& f) {
       detail::concat(op, ": dtype ", to_string(t), " not supported (f32 or f64; cast first)"));
 }
 
+// Calls f(T{}) for any float dtype (f32, f64, bf16 or f16).
+template <class F>
+decltype(auto) dispatch_float_any(DataType t, const char* op, F&& f) {
+  switch (t) {
+    case DataType::kF32:
+      return f(float{});
+    case DataType::kF64:
+      return f(double{});
+    case DataType::kBF16:
+      return f(BFloat16{});
+    case DataType::kF16:
+      return f(Half{});
+    default:
+      break;
+  }
+  throw InvalidArgument(detail::concat(op, ": ", to_string(t), " is not a floating-point type"));
+}
+
 // Calls f(T{}) for an index dtype (i32 or i64).
 template <class F>
 decltype(auto) dispatch_index(DataType t, const char* op, F&& f) {

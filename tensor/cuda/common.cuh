@@ -151,6 +151,28 @@ void dispatch_float(DataType dt, const char* what, F&& f) {
   }
 }
 
+// Calls f(T{}) for any float dtype: f32, f64, bf16 (__nv_bfloat16) or f16 (__half).
+template <class F>
+void dispatch_float_any(DataType dt, const char* what, F&& f) {
+  switch (dt) {
+    case DataType::kF32:
+      f(float{});
+      return;
+    case DataType::kF64:
+      f(double{});
+      return;
+    case DataType::kBF16:
+      f(__nv_bfloat16{});
+      return;
+    case DataType::kF16:
+      f(__half{});
+      return;
+    default:
+      throw InvalidArgument(
+          detail::concat(what, ": ", to_string(dt), " is not a floating-point type"));
+  }
+}
+
 template <class F>
 void dispatch_index(DataType dt, const char* what, F&& f) {
   switch (dt) {

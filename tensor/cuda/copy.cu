@@ -77,22 +77,6 @@ void dispatch_any(DataType dt, F&& f) {
   }
 }
 
-template <class F>
-void dispatch_float_any(DataType dt, F&& f) {
-  switch (dt) {
-    case DataType::kF32:
-      return f(float{});
-    case DataType::kF64:
-      return f(double{});
-    case DataType::kBF16:
-      return f(__nv_bfloat16{});
-    case DataType::kF16:
-      return f(__half{});
-    default:
-      throw InvalidArgument("CUDA copy: not a float dtype");
-  }
-}
-
 int64_t numel(const Layout& l) {
   int64_t n = 1;
   for (int d = 0; d < l.ndim; ++d) n *= l.shape[d];
@@ -119,8 +103,9 @@ void strided_copy(DataType dst_dt, void* dst, DataType src_dt, const void* src,
         static_cast<D*>(dst), static_cast<const S*>(src), layout, n, accumulate);
   };
   if (is_float_type(dst_dt)) {
-    dispatch_float_any(dst_dt,
-                       [&](auto d) { dispatch_float_any(src_dt, [&](auto s) { launch(d, s); }); });
+    dispatch_float_any(dst_dt, "CUDA copy", [&](auto d) {
+      dispatch_float_any(src_dt, "CUDA copy", [&](auto s) { launch(d, s); });
+    });
   } else {
     dispatch_any(dst_dt, [&](auto d) { launch(d, d); });
   }

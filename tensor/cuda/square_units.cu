@@ -18,28 +18,6 @@ int partials_for(int64_t n) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks > kPartials ? kPartials : blocks));
 }
 
-// Calls f(T{}) for the float dtypes a gradient may have.
-template <class F>
-void dispatch_gradient(DataType dt, const char* what, F&& f) {
-  switch (dt) {
-    case DataType::kF32:
-      f(float{});
-      return;
-    case DataType::kF64:
-      f(double{});
-      return;
-    case DataType::kBF16:
-      f(__nv_bfloat16{});
-      return;
-    case DataType::kF16:
-      f(__half{});
-      return;
-    default:
-      throw InvalidArgument(
-          detail::concat(what, ": ", to_string(dt), " is not a floating-point type"));
-  }
-}
-
 // |x| as the CPU takes it (cpu/square_units.cc): through double, rounded to float; NaN -> +inf.
 template <class T>
 __device__ __forceinline__ float abs_of(T x) {
@@ -107,7 +85,7 @@ size_t norm_scratch_bytes() { return kPartials * kLimbs * sizeof(unsigned long l
 void max_abs(DataType dt, const void* x, int64_t n, float* result, void* scratch, Stream stream) {
   auto* partial = static_cast<float*>(scratch);
   const int blocks = partials_for(n);
-  dispatch_gradient(dt, "gradient norm", [&](auto tag) {
+  dispatch_float_any(dt, "gradient norm", [&](auto tag) {
     using T = decltype(tag);
     max_abs_partials_kernel<T>
         <<<blocks, kThreads, 0, native(stream)>>>(partial, static_cast<const T*>(x), n);
@@ -123,7 +101,7 @@ void square_limbs(DataType dt, const void* x, int64_t n, double scale, uint64_t*
                    " elements in one pass (fewer than 2^32)");
   auto* partial = static_cast<unsigned long long*>(scratch);
   const int blocks = partials_for(n);
-  dispatch_gradient(dt, "gradient norm", [&](auto tag) {
+  dispatch_float_any(dt, "gradient norm", [&](auto tag) {
     using T = decltype(tag);
     square_partials_kernel<T>
         <<<blocks, kThreads, 0, native(stream)>>>(partial, static_cast<const T*>(x), n, scale);

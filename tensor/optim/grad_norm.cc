@@ -46,16 +46,11 @@ void scale_grad(const Tensor& g, double factor) {
     be.scale(g, g, factor);  // a 16-bit gradient on a GPU is refused by the kernel, by name
     return;
   }
-  dispatch_any(g.dtype(), "gradient norm", [&](auto tag) {
+  dispatch_float_any(g.dtype(), "gradient norm", [&](auto tag) {  // bf16 or f16 here
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      T* x = g.data<T>();
-      for (int64_t i = 0, n = g.numel(); i < n; ++i)
-        x[i] = T(static_cast<float>(x[i]) * static_cast<float>(factor));
-    } else {
-      throw InvalidArgument("gradient norm: " + std::string(to_string(g.dtype())) +
-                            " is not a floating-point type");
-    }
+    T* x = g.data<T>();
+    for (int64_t i = 0, n = g.numel(); i < n; ++i)
+      x[i] = T(static_cast<float>(x[i]) * static_cast<float>(factor));
   });
 }
 

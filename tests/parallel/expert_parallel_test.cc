@@ -9,6 +9,7 @@
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/random.h"
 #include "multiproc.h"
+#include "tensor_compare.h"
 
 namespace chorus::testing {
 namespace {
@@ -19,15 +20,6 @@ Tensor random(tensor::Shape shape, uint64_t stream) {
   Tensor t = Tensor::empty(std::move(shape), DataType::kF64);
   tensor::fill_normal_(t, {91, stream}, 0.0, 1.0);
   return t;
-}
-
-double max_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
-  EXPECT_EQ(va.size(), vb.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(va.size(), vb.size()); ++i)
-    d = std::max(d, std::abs(va[i] - vb[i]));
-  return d;
 }
 
 // Rank r sends (r + 2 p) % 3 rows to rank p (none for some pairs, itself included), each row

@@ -11,6 +11,7 @@
 #include "chorus/tensor/gemm.h"
 #include "chorus/tensor/random.h"
 #include "multiproc.h"
+#include "tensor_compare.h"
 #include "training.h"
 
 namespace chorus::testing {
@@ -22,16 +23,6 @@ Tensor random(tensor::Shape shape, uint64_t stream, DataType dt = DataType::kF64
   Tensor t = Tensor::empty(std::move(shape), dt);
   tensor::fill_normal_(t, {77, stream}, 0.0, 1.0);
   return t;
-}
-
-// max |a - b| over elements, a and b any layout.
-double max_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
-  EXPECT_EQ(va.size(), vb.size());
-  double d = 0;
-  for (size_t i = 0; i < std::min(va.size(), vb.size()); ++i)
-    d = std::max(d, std::abs(va[i] - vb[i]));
-  return d;
 }
 
 // Rank r of n's slice along `dim` of `full` (dim 0 or 1), laid out as `parts` blocks side by side

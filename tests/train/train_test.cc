@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "run_command.h"
+#include "train_output.h"
 
 namespace chorus::test {
 namespace {
@@ -26,27 +27,12 @@ std::string train(int ranks, const std::string& flags) {
                           " " + flags;
 }
 
-// The losses of the "step N loss L" lines, by step.
-std::map<int, double> losses(const std::string& out) {
-  std::map<int, double> v;
-  const std::regex re("step ([0-9]+) loss ([-0-9.eE+]+)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
-       ++it)
-    v[std::stoi((*it)[1].str())] = std::stod((*it)[2].str());
-  return v;
-}
-
 std::string temp_dir() {
   std::string t = (fs::temp_directory_path() / "chorus-train-XXXXXX").string();
   return ::mkdtemp(t.data()) != nullptr ? t : std::string();
 }
 
 const std::string kModel = "--layers 4 --width 32 --heads 2 --context 16 --batch 8 ";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 
 // What a run saves, exported as one file of named tensors (every parameter and its optimizer
 // state, by name: the same file whatever the mesh), and its --log-json; empty on failure.

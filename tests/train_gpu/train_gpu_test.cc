@@ -17,6 +17,7 @@
 
 #include "chorus/tensor/device.h"
 #include "run_command.h"
+#include "train_output.h"
 
 namespace chorus::test {
 namespace {
@@ -36,20 +37,6 @@ std::string train(int ranks, const std::string& flags) {
   return ranks == 1
              ? bin + " " + flags
              : beside("chorus-run") + " -n " + std::to_string(ranks) + " " + bin + " " + flags;
-}
-
-std::map<int, double> losses(const std::string& out) {
-  std::map<int, double> v;
-  const std::regex re("step ([0-9]+) loss ([-0-9.eE+]+)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
-       ++it)
-    v[std::stoi((*it)[1].str())] = std::stod((*it)[2].str());
-  return v;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
 // The device the tests train on: cuda, or CHORUS_TRAIN_TEST_DEVICE.

@@ -7,25 +7,12 @@
 #include <map>
 #include <sstream>
 
+#include "chorus/nearest_name.h"
+
 namespace chorus::train {
 namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw UsageError{message}; }
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 int64_t as_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
   int64_t x = 0;
@@ -211,15 +198,12 @@ Options parse_options(const std::vector<std::string>& args) {
     }
     auto it = flags.find(flag);
     if (it == flags.end()) {
-      std::string nearest;
-      size_t best = SIZE_MAX;
-      for (const auto& [name, f] : flags)
-        if (const size_t d = edit_distance(flag, name); d < best) {
-          best = d;
-          nearest = name;
-        }
+      std::vector<std::string> names;
+      for (const auto& [name, f] : flags) names.push_back(name);
+      const NearestName near = nearest_name(flag, names);
       fail("unknown flag '" + flag + "'" +
-           (best <= 3 ? " (did you mean " + nearest + "?)" : std::string(" (see --help)")));
+           (near.distance <= 3 ? " (did you mean " + near.name + "?)"
+                               : std::string(" (see --help)")));
     }
     const auto& [takes_value, set] = it->second;
     if (takes_value && !inline_value) {
