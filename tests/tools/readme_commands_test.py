@@ -146,6 +146,8 @@ def prepare(text, source, build, env):
         return None, "a PyTorch job takes minutes (the torch label's tests run the backend)"
     if "--device" in words and not (os.path.exists("/dev/nvidia0") or os.path.exists("/dev/kfd")):
         return None, "needs a GPU (tools/gpu-check.sh covers it where there is one)"
+    if program == "gpt_side_by_side.py" and not (os.path.exists("/dev/nvidia0")):
+        return [sys.executable, argv[0], "--help"], env  # trains on a GPU and with PyTorch 2
     if program == "compare.py":
         argv = [sys.executable, argv[0], "--help"]  # needs Open MPI, MPICH and Gloo to run
         return argv, env
