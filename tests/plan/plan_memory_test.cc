@@ -35,12 +35,15 @@ std::vector<double> numbers_after(const std::string& text, const std::string& ke
 struct Case {
   int dp = 1, tp = 1, pp = 1, zero = 0, micro_batches = 1;
   bool checkpoint = false;
+  int experts = 0, ep = 1;  // a mixture of experts, top-2 in every block
 };
 
 std::string name(const Case& c) {
   return "dp" + std::to_string(c.dp) + " tp" + std::to_string(c.tp) + " pp" + std::to_string(c.pp) +
          " zero" + std::to_string(c.zero) + " micro" + std::to_string(c.micro_batches) +
-         (c.checkpoint ? " ckpt" : "");
+         (c.checkpoint ? " ckpt" : "") +
+         (c.experts > 0 ? " experts" + std::to_string(c.experts) + " ep" + std::to_string(c.ep)
+                        : "");
 }
 
 // Every rank's measured {peak, end} bytes, empty on failure.
@@ -52,7 +55,11 @@ std::pair<std::vector<double>, std::vector<double>> measure(const Case& c,
       "--threads 1 --dp " +
       std::to_string(c.dp) + " --tp " + std::to_string(c.tp) + " --pp " + std::to_string(c.pp) +
       " --zero " + std::to_string(c.zero) + " --micro-batches " + std::to_string(c.micro_batches) +
-      (c.checkpoint ? " --checkpoint-activations" : "") + " --balance uniform --log-memory " + file;
+      (c.checkpoint ? " --checkpoint-activations" : "") +
+      (c.experts > 0
+           ? " --experts " + std::to_string(c.experts) + " --top-k 2 --ep " + std::to_string(c.ep)
+           : "") +
+      " --balance uniform --log-memory " + file;
   const std::string cmd = ranks == 1 ? CHORUS_TRAIN_BIN + flags
                                      : std::string(CHORUS_RUN_BIN) + " -n " +
                                            std::to_string(ranks) + " " + CHORUS_TRAIN_BIN + flags;
@@ -81,6 +88,7 @@ TEST(PlanMemory, PredictsEveryRanksPeakAndModelStates) {
       {.dp = 2, .zero = 1},
       {.dp = 2, .zero = 2},
       {.dp = 2, .zero = 3},
+      {.dp = 1, .experts = 4},
   };
   const std::string file =
       (fs::temp_directory_path() / ("chorus-plan-memory-" + std::to_string(::getpid()) + ".json"))
@@ -88,12 +96,15 @@ TEST(PlanMemory, PredictsEveryRanksPeakAndModelStates) {
   for (const Case& c : cases) {
     s.zero = c.zero;
     s.checkpoint_activations = c.checkpoint;
-    const MeshChoice m{.dp = c.dp,
-                       .tp = c.tp,
-                       .pp = c.pp,
-                       .micro_batches = c.micro_batches,
-                       .micro_batch_size = s.batch / c.dp / c.micro_batches,
-                       .chunks = 1};
+    s.model.experts = c.experts;
+    s.model.top_k = c.experts > 0 ? 2 : 1;
+    MeshChoice m{.dp = c.dp,
+                 .tp = c.tp,
+                 .pp = c.pp,
+                 .micro_batches = c.micro_batches,
+                 .micro_batch_size = s.batch / c.dp / c.micro_batches,
+                 .chunks = 1};
+    m.ep = c.ep;
     const auto [peak, held] = measure(c, file);
     ASSERT_EQ(peak.size(), size_t(c.dp * c.tp * c.pp)) << name(c);
     for (size_t r = 0; r < peak.size(); ++r) {

@@ -1,6 +1,7 @@
 // chorus-plan's formulas against values computed by hand, and its clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -143,6 +144,97 @@ TEST(PlanReport, RecommendsDataParallelismForGpt2LargeOnEightH100) {
   }
 }
 
+// A mixture of experts: every expert counted in the parameters, the top-k in the FLOPs, E/ep
+// experts' states on a rank (sharded over the dp/ep ranks holding them), and the exchange's four
+// all-to-alls per MoE block and micro-batch in the step.
+TEST(PlanExperts, ParametersFlopsMemoryAndTheExchange) {
+  // DeepSpeed-MoE's 1.3B+MoE-128 is "52B" (Rajbhandari et al. 2022, table 1).
+  const ModelShape big = model_preset("gpt-1.3b-moe128");
+  EXPECT_NEAR(double(parameter_count(big)), 52e9, 0.01 * 52e9);
+  ModelShape dense = big;
+  dense.experts = 0;
+  // Top-1: the active parameters are the dense model's and the routers' (12 blocks of C x E).
+  EXPECT_EQ(active_parameter_count(big), parameter_count(dense) + 12 * 2048 * 128);
+  // The FLOPs: the routers' 6 h E per token and MoE block more than the dense model's.
+  const double tokens = 1000;
+  EXPECT_NEAR(model_flops(big, tokens) - model_flops(dense, tokens), tokens * 12 * 6 * 2048 * 128,
+              1e-9 * model_flops(big, tokens));
+  ModelShape two = big;
+  two.top_k = 2;  // a second expert per token: 48 h^2 per token and MoE block more
+  EXPECT_NEAR(model_flops(two, tokens) - model_flops(big, tokens), tokens * 12 * 48 * 2048.0 * 2048,
+              1e-9 * model_flops(two, tokens));
+  two.capacity_factor = 0.5;  // at most half the assignments kept: one expert per token again
+  EXPECT_DOUBLE_EQ(two.active_experts(), 1);
+
+  // The tiny model with 4 experts in blocks 1 and 3: a rank at ep 2 holds 2 of each.
+  chorus::plan::Setup s;
+  s.model = tiny();
+  s.model.experts = 4;
+  s.model.top_k = 2;
+  s.model.moe_every = 2;
+  s.batch = 8;
+  const int64_t expert = 8 * 64 * 64 + 5 * 64;
+  EXPECT_EQ(expert_parameters(s.model), expert);
+  const RankParameters r = rank_parameters(s.model, 1, 4, true, true, false, 2);
+  EXPECT_EQ(r.experts, 2 * 2 * expert);
+  EXPECT_EQ(r.trained + 2 * 4 * expert, parameter_count(s.model));  // the other rank's 2 of each
+  MeshChoice m{.dp = 4, .tp = 1, .pp = 1, .micro_batches = 1, .micro_batch_size = 2, .chunks = 1};
+  m.ep = 2;
+  const double P = double(r.trained), X = double(r.experts);
+  const MemoryEstimate ddp = estimate_memory(s, m);
+  EXPECT_DOUBLE_EQ(ddp.parameters + ddp.gradients + ddp.optimizer, 16 * (P + X));
+  s.zero = 1;  // the rest over dp = 4, the experts over the 2 ranks holding the same ones
+  const MemoryEstimate z1 = estimate_memory(s, m);
+  EXPECT_DOUBLE_EQ(z1.optimizer, 8 * P / 4 + 8 * X / 2);
+  s.zero = 0;
+
+  const Cluster c = cluster_preset("8xh100", 1);
+  const StepTime t = estimate_step(s, m, c);
+  const LinkModel link = group_link(c, 2, 1);
+  const double rows = 2.0 * 32 * 64 * 2 * 4;  // b s h x top-2 x f32
+  EXPECT_DOUBLE_EQ(t.ep, 2 * (4 * all_to_all_s(link, 2, rows) + all_to_all_s(link, 2, 8.0 * 4)));
+  m.ep = 1;
+  EXPECT_EQ(estimate_step(s, m, c).ep, 0);
+}
+
+TEST(PlanExperts, EveryExpertSplitIsAMeshAndChorusTrainsRulesHold) {
+  Options o = parse_options({"--layers", "4", "--width", "64", "--heads", "4", "--context", "32",
+                             "--experts", "4", "--top-k", "2", "--batch", "8"});
+  const Plan p = make_plan(o.setup, cluster_preset("8xh100", 1), o.mesh);
+  std::vector<int> eps_at_dp8;
+  for (const MeshPlan& m : p.meshes) {
+    if (m.mesh.dp == 8 && m.invalid.empty()) eps_at_dp8.push_back(m.mesh.ep);
+    if (m.mesh.tp > 1) {
+      EXPECT_NE(m.invalid.find("data and expert parallelism only"), std::string::npos);
+    }
+  }
+  std::sort(eps_at_dp8.begin(), eps_at_dp8.end());
+  EXPECT_EQ(eps_at_dp8, (std::vector<int>{1, 2, 4}));  // 8 does not divide 4 experts
+  EXPECT_NE(json_report(p).find("\"experts\": 4, \"top_k\": 2"), std::string::npos);
+  EXPECT_NE(
+      text_report(p).find("mixture of experts: 4 experts in each of 4 of the 4 blocks, top-2"),
+      std::string::npos)
+      << text_report(p);
+}
+
+TEST(PlanExperts, BadInputIsNamed) {
+  auto error_of = [](const std::string& flags) {
+    const auto r = chorus::test::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out;
+    return r.out;
+  };
+  EXPECT_NE(error_of("--ep 2").find("--ep needs --experts E"), std::string::npos);
+  EXPECT_NE(error_of("--experts 4 --top-k 3").find("--top-k 3 is outside [1, 2]"),
+            std::string::npos);
+  EXPECT_NE(error_of("--experts 1 --top-k 2").find("--top-k 2 exceeds --experts 1"),
+            std::string::npos);
+  EXPECT_NE(error_of("--experts 4 --capacity-factor x").find("expects a number"),
+            std::string::npos);
+  EXPECT_NE(error_of("--experts 3 --dp 8 --tp 1 --pp 1 --ep 2")
+                .find("cannot run dp=8 tp=1 pp=1 ep=2: 3 experts do not divide over ep=2"),
+            std::string::npos);
+}
+
 // The outside check (docs/PLANNING.md): Narayanan et al. 2021, table 1, GPT models on DGX A100
 // nodes (vocabulary 51200, context 2048, recomputation, interleaved schedule), achieved
 // teraFLOP/s per GPU with recomputation counted. The 1.7B row is 26% high (docs) and left out.
@@ -194,7 +286,8 @@ TEST(PlanReport, JsonAndPictureCarryEveryMesh) {
   Options o = parse_options({"--model", "gpt2-760m", "--dtype", "bf16"});
   const Plan p = make_plan(o.setup, cluster_preset("8xh100", 1), o.mesh);
   const std::string json = json_report(p);
-  EXPECT_NE(json.find("\"recommended\": {\"dp\": 8, \"tp\": 1, \"pp\": 1}"), std::string::npos);
+  EXPECT_NE(json.find("\"recommended\": {\"dp\": 8, \"tp\": 1, \"pp\": 1, \"ep\": 1}"),
+            std::string::npos);
   EXPECT_NE(json.find("\"invalid\": \"20 heads do not divide over tp=8\""), std::string::npos);
   size_t meshes = 0, runnable = 0;
   for (size_t at = json.find("{\"dp\": "); at != std::string::npos;

@@ -36,4 +36,8 @@ double all_gather_s(const LinkModel& l, int p, double bytes) {
 
 double p2p_s(const LinkModel& l, double bytes) { return l.latency_s + bytes / l.bytes_per_s; }
 
+double all_to_all_s(const LinkModel& l, int p, double bytes) {
+  return reduce_scatter_s(l, p, bytes);  // the same steps and bytes, without the additions
+}
+
 }  // namespace chorus::plan

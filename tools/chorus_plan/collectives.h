@@ -5,6 +5,8 @@
 //   tree all-reduce (double binary tree, pipelined): 2 log2(p) a + 2 n / B
 //   ring reduce-scatter / all-gather:  (p-1) a + (p-1)/p n / B
 //   point-to-point:            a + n / B
+//   pairwise all-to-all:       (p-1) a + (p-1)/p n / B   (n: the rows this rank sends, its own
+//                              share included; expert parallelism's dispatch and combine)
 // all_reduce_s takes the faster of ring and tree, as a tuned selector would.
 #pragma once
 
@@ -26,5 +28,6 @@ double all_reduce_s(const LinkModel& l, int p, double bytes);
 double reduce_scatter_s(const LinkModel& l, int p, double bytes);
 double all_gather_s(const LinkModel& l, int p, double bytes);
 double p2p_s(const LinkModel& l, double bytes);
+double all_to_all_s(const LinkModel& l, int p, double bytes);
 
 }  // namespace chorus::plan

@@ -3,27 +3,24 @@
 #include <algorithm>
 
 namespace chorus::plan {
-namespace {
-
-// Blocks on stage `stage` of pp, as evenly as the layers allow (the first stages take the rest).
-int64_t stage_blocks(const ModelShape& model, int pp, int stage) {
-  return model.layers / pp + (stage < model.layers % pp ? 1 : 0);
-}
-
-}  // namespace
 
 double micro_batch_activations(const Setup& s, const MeshChoice& m, int64_t blocks, bool last,
-                               bool checkpointed) {
+                               bool checkpointed, int64_t first_block) {
   const double b = double(m.micro_batch_size), T = double(s.model.context),
                h = double(s.model.width), a = double(s.model.heads), V = double(s.model.vocab),
                t = double(m.tp);
   const double sbh = T * b * h;
-  double layer = 0, head = 0, kept = 0, head_saved = 0;
+  // An MoE block trades the MLP's saved tensors for, per expert assignment (active_experts() per
+  // token), its gathered input row, c_fc's and gelu's outputs and the expert's output, and per
+  // token the router's logits and probabilities (f32).
+  const double k = s.model.active_experts(), E = double(s.model.experts), Tb = T * b;
+  double layer = 0, moe_layer = 0, head = 0, kept = 0, head_saved = 0;
   if (s.dtype == "f32") {
     // f32 elements autograd keeps per block: ln_1's input and output, ln_2's input and output
     // (4 sbh, whole on every tp rank), q k v, the attention output, c_fc's output and gelu's
     // (12 sbh / tp), the attention weights (a s^2 b / tp) and the LayerNorms' mean and rstd.
     layer = 4 * (sbh * (4 + 12 / t) + a * T * T * b / t + 4 * T * b);
+    moe_layer = layer - 4 * 8 * sbh / t + 4 * (10 * k * sbh + 2 * Tb * E);
     // ln_f's input and output, the logits, their softmax and their gradient (V / tp each).
     head = 4 * (2 * sbh + 3 * T * b * V / t);
     // While a checkpointed block is recomputed the head's saved tensors (ln_f's output, the
@@ -35,14 +32,21 @@ double micro_batch_activations(const Setup& s, const MeshChoice& m, int64_t bloc
     // Korthikanti et al. 2022, eq. 2 without sequence parallelism: s b h (10 + 24/t + 5 a s/(h t))
     // bytes per layer; the head's logits in f32 (logits, softmax, gradient).
     layer = sbh * (10 + 24 / t + 5 * a * T / (h * t));
+    // The MLP's 16/t + 3 (its input, gelu's input and c_proj's, the dropout mask) per token.
+    moe_layer = layer - sbh * (16 / t + 3) + 20 * k * sbh + 8 * Tb * E;
     head = 2 * 2 * sbh + 4 * 3 * T * b * V / t;
     head_saved = 2 * sbh + 4 * 2 * T * b * V / t;
     kept = 2 * sbh;
   }
-  const double blocks_d = double(blocks);
+  double all = 0, largest = 0;
+  for (int64_t i = first_block; i < first_block + blocks; ++i) {
+    const double one = s.model.moe_block(i) ? moe_layer : layer;
+    all += one;
+    largest = std::max(largest, one);
+  }
   // Checkpointed: every block's input, plus one block's activations while it is recomputed.
-  if (checkpointed) return blocks_d * kept + (blocks > 0 ? layer : 0) + (last ? head_saved : 0);
-  return blocks_d * layer + (last ? head : 0);
+  if (checkpointed) return double(blocks) * kept + largest + (last ? head_saved : 0);
+  return all + (last ? head : 0);
 }
 
 double live_micro_batches(const Setup& s, const MeshChoice& m, int stage) {
@@ -59,21 +63,24 @@ MemoryEstimate estimate_stage_memory(const Setup& s, const MeshChoice& m, int st
   const double pb = s.param_dtype == "bf16" ? 2 : 4;  // parameter and gradient bytes
   const double N = m.dp;
   const int64_t blocks = stage_blocks(s.model, m.pp, stage);
+  const int64_t first_block = stage_first_block(s.model, m.pp, stage);
   const bool first = stage == 0, last = stage == m.pp - 1;
-  const RankParameters rp = rank_parameters(s.model, m.tp, blocks, first, last, m.pp > 1);
-  const double P = double(rp.trained);
+  const RankParameters rp =
+      rank_parameters(s.model, m.tp, blocks, first, last, m.pp > 1, m.ep, first_block);
+  // The experts' states shard over the dp / ep ranks that hold the same experts.
+  const double P = double(rp.trained), X = double(rp.experts), NX = N / m.ep;
   MemoryEstimate e;
   e.stage = stage;
-  e.parameters = P * pb + double(rp.head_copy) * pb;
-  e.gradients = P * pb;
-  e.optimizer = 2 * 4 * P;  // AdamW's two f32 moments
-  e.master = pb < 4 ? 4 * P : 0;
+  e.parameters = (P + X) * pb + double(rp.head_copy) * pb;
+  e.gradients = (P + X) * pb;
+  e.optimizer = 2 * 4 * (P + X);  // AdamW's two f32 moments
+  e.master = pb < 4 ? 4 * (P + X) : 0;
   if (s.zero >= 1) {
-    e.optimizer /= N;
-    e.master /= N;
+    e.optimizer = 2 * 4 * (P / N + X / NX);
+    e.master = pb < 4 ? 4 * (P / N + X / NX) : 0;
   }
   if (s.zero == 2) {
-    e.gradients /= N;
+    e.gradients = (P / N + X / NX) * pb;
     // At most two staging buckets in flight, never more than the whole gradient.
     e.comm_buffers += std::min(2 * double(s.bucket_bytes), P * pb);
   }
@@ -87,8 +94,9 @@ MemoryEstimate estimate_stage_memory(const Setup& s, const MeshChoice& m, int st
     e.comm_buffers += (double(root.trained) + 3 * block) * pb;
   }
   const double live = live_micro_batches(s, m, stage);
-  e.activations_full = live * micro_batch_activations(s, m, blocks, last, false);
-  e.activations_checkpointed = live * micro_batch_activations(s, m, blocks, last, true);
+  e.activations_full = live * micro_batch_activations(s, m, blocks, last, false, first_block);
+  e.activations_checkpointed =
+      live * micro_batch_activations(s, m, blocks, last, true, first_block);
   e.activations = s.checkpoint_activations ? e.activations_checkpointed : e.activations_full;
   if (m.pp > 1) {  // a received activation and a received gradient: b s h f32 each
     const double bsh = double(m.micro_batch_size) * double(s.model.context) * double(s.model.width);

@@ -20,9 +20,10 @@ struct MemoryEstimate {
   double peak = 0;
 };
 
-// The bytes of one micro-batch's saved activations on a stage of `blocks` blocks.
+// The bytes of one micro-batch's saved activations on a stage of `blocks` blocks from block
+// `first_block` on (which of them are MoE blocks).
 double micro_batch_activations(const Setup& s, const MeshChoice& m, int64_t blocks, bool last,
-                               bool checkpointed);
+                               bool checkpointed, int64_t first_block = 0);
 // Micro-batches whose activations stage `stage` keeps at once.
 double live_micro_batches(const Setup& s, const MeshChoice& m, int stage);
 

@@ -3,9 +3,27 @@
 #include "error.h"
 
 namespace chorus::plan {
+namespace {
 
-std::string mesh_problem(const Setup& s, int dp, int tp, int pp, int micro_batches) {
+// What chorus-train refuses for a mixture of experts (tools/chorus_train/options.cc).
+std::string experts_problem(const Setup& s, int dp, int tp, int pp, int ep) {
   const ModelShape& m = s.model;
+  if (m.experts == 0) return ep == 1 ? "" : "ep=" + std::to_string(ep) + " needs experts";
+  if (dp % ep != 0) return "ep=" + std::to_string(ep) + " does not divide dp=" + std::to_string(dp);
+  if (m.experts % ep != 0)
+    return std::to_string(m.experts) + " experts do not divide over ep=" + std::to_string(ep);
+  if (tp > 1 || pp > 1) return "experts run with data and expert parallelism only";
+  if (s.checkpoint_activations) return "experts do not take activation checkpointing";
+  if (dp > 1 && s.zero > 0) return "experts on more than one rank need DDP (ZeRO 0)";
+  if (dp > 1 && s.dtype == "f16") return "experts on more than one rank do not take f16";
+  return {};
+}
+
+}  // namespace
+
+std::string mesh_problem(const Setup& s, int dp, int tp, int pp, int micro_batches, int ep) {
+  const ModelShape& m = s.model;
+  if (std::string why = experts_problem(s, dp, tp, pp, ep); !why.empty()) return why;
   const int chunks = pp > 1 && s.schedule == "interleaved" ? s.chunks : 1;
   if (m.heads % tp != 0)
     return std::to_string(m.heads) + " heads do not divide over tp=" + std::to_string(tp);
@@ -61,25 +79,35 @@ std::vector<MeshCandidate> enumerate_meshes(const Setup& s, int world, const Mes
       if ((world / tp) % pp != 0 || (r.pp > 0 && pp != r.pp)) continue;
       const int dp = world / tp / pp;
       if (r.dp > 0 && dp != r.dp) continue;
-      MeshCandidate c;
-      c.mesh.dp = dp;
-      c.mesh.tp = tp;
-      c.mesh.pp = pp;
-      c.mesh.chunks = pp > 1 && s.schedule == "interleaved" ? s.chunks : 1;
-      int fixed_micro = s.micro_batches;
-      if (fixed_micro == 0 && s.micro_batch_size > 0 && s.batch % dp == 0) {
-        const int64_t local = s.batch / dp;
-        if (local % s.micro_batch_size != 0)
-          c.invalid = "the replica's batch of " + std::to_string(local) +
-                      " does not divide into micro-batches of " +
-                      std::to_string(s.micro_batch_size);
-        fixed_micro = int(local / s.micro_batch_size);
+      // A mesh chorus cannot run whatever the ep is listed once.
+      const bool hopeless = !mesh_problem(s, dp, tp, pp, 0).empty();
+      for (int ep = 1; ep <= dp; ++ep) {
+        if (r.ep > 0 ? ep != r.ep
+                     : (s.model.experts == 0 ? ep > 1 : dp % ep != 0 || s.model.experts % ep != 0))
+          continue;
+        if (hopeless && ep > (r.ep > 0 ? r.ep : 1)) break;
+        MeshCandidate c;
+        c.mesh.dp = dp;
+        c.mesh.tp = tp;
+        c.mesh.pp = pp;
+        c.mesh.ep = ep;
+        c.mesh.chunks = pp > 1 && s.schedule == "interleaved" ? s.chunks : 1;
+        int fixed_micro = s.micro_batches;
+        if (fixed_micro == 0 && s.micro_batch_size > 0 && s.batch % dp == 0) {
+          const int64_t local = s.batch / dp;
+          if (local % s.micro_batch_size != 0)
+            c.invalid = "the replica's batch of " + std::to_string(local) +
+                        " does not divide into micro-batches of " +
+                        std::to_string(s.micro_batch_size);
+          fixed_micro = int(local / s.micro_batch_size);
+        }
+        if (c.invalid.empty()) c.invalid = mesh_problem(s, dp, tp, pp, fixed_micro, ep);
+        if (c.invalid.empty() && micro_batch_options(s, dp, pp).empty())
+          c.invalid = "no micro-batch count of the replica's batch of " +
+                      std::to_string(s.batch / dp) + " covers the " + std::to_string(pp) +
+                      " stages";
+        out.push_back(c);
       }
-      if (c.invalid.empty()) c.invalid = mesh_problem(s, dp, tp, pp, fixed_micro);
-      if (c.invalid.empty() && micro_batch_options(s, dp, pp).empty())
-        c.invalid = "no micro-batch count of the replica's batch of " +
-                    std::to_string(s.batch / dp) + " covers the " + std::to_string(pp) + " stages";
-      out.push_back(c);
     }
   }
   return out;

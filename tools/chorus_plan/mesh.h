@@ -14,6 +14,7 @@ namespace chorus::plan {
 // Degrees the user fixed (0: free).
 struct MeshRequest {
   int dp = 0, tp = 0, pp = 0;
+  int ep = 0;  // a mixture of experts: 0 tries every ep that divides dp and the experts
 };
 
 struct MeshCandidate {
@@ -21,12 +22,14 @@ struct MeshCandidate {
   std::string invalid;  // empty: chorus can run it
 };
 
-// Every dp x tp x pp = world that agrees with `request`. Throws PlanError when the fixed degrees
+// Every dp x tp x pp = world that agrees with `request` (and, for a mixture of experts, every ep
+// that divides dp and the experts, or the one requested). Throws PlanError when the fixed degrees
 // cannot divide the world.
 std::vector<MeshCandidate> enumerate_meshes(const Setup& s, int world, const MeshRequest& request);
 
-// Why chorus cannot run `s` at dp x tp x pp with `micro_batches` per replica (empty: it can).
-std::string mesh_problem(const Setup& s, int dp, int tp, int pp, int micro_batches);
+// Why chorus cannot run `s` at dp x tp x pp (x ep) with `micro_batches` per replica (empty: it
+// can).
+std::string mesh_problem(const Setup& s, int dp, int tp, int pp, int micro_batches, int ep = 1);
 
 // The micro-batch counts per replica to consider at dp x pp: the one the set-up fixes, else
 // every count that divides the replica's batch and is at least pp.

@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -36,8 +37,14 @@ every mesh dp x tp x pp that divides the cluster's devices, and recommends one
 (docs/PLANNING.md has the formulas and their sources).
 
 Model (default: chorus-train's shape; a preset sets all five, later flags override):
-  --model NAME             gpt2-124m, gpt2-350m, gpt2-760m, gpt2-1.5b, gpt-7b, gpt-70b
+  --model NAME             gpt2-124m, gpt2-350m, gpt2-760m, gpt2-1.5b, gpt-7b, gpt-70b,
+                           gpt-1.3b-moe128 (a mixture of 128 experts)
   --layers L --width C --heads H --context T --vocab V
+  --experts E              a mixture of E expert MLPs (default 0: dense)
+  --top-k K                experts per token, 1 (default) or 2, at most E
+  --moe-every N            MoE in every block (1, default) or every N-th
+  --capacity-factor F      an expert takes at most ceil(F x tokens x K / E) tokens (default 0:
+                           dropless)
 Training (as chorus-train takes them):
   --batch B                global batch in sequences (default 16; presets: 512)
   --micro-batches M        per replica and step (default: searched per mesh)
@@ -55,6 +62,7 @@ Cluster:
   --per-node G             devices per node instead of the preset's (e.g. 1: one GPU)
 Mesh (default: every mesh of the world):
   --dp D --tp T --pp P     fix a degree; the others range over what divides the world
+  --ep N                   a mixture's expert parallelism (default: every N dividing dp and E)
 Output:
   --json                   one JSON object instead of the table
   --svg FILE               also draw the plan: per mesh the step time's parts stacked, and the
@@ -74,8 +82,10 @@ Options parse_options(const std::vector<std::string>& args) {
                                            {"--json", &o.json},
                                            {"--help", &o.help}};
   std::vector<std::pair<std::string, std::string>> shape;  // applied after the preset
+  std::vector<std::pair<std::string, std::string>> moe;    // --capacity-factor, after too
   values["--model"] = [&](auto&, auto& v) { preset = v; };
-  for (const char* f : {"--layers", "--width", "--heads", "--context", "--vocab"})
+  for (const char* f : {"--layers", "--width", "--heads", "--context", "--vocab", "--experts",
+                        "--top-k", "--moe-every"})
     values[f] = [&](auto& flag, auto& v) { shape.emplace_back(flag, v); };
   values["--batch"] = [&](auto& f, auto& v) {
     s.batch = as_int(f, v, 1, int64_t(1) << 40);
@@ -108,6 +118,8 @@ Options parse_options(const std::vector<std::string>& args) {
   values["--dp"] = [&](auto& f, auto& v) { o.mesh.dp = int(as_int(f, v, 1, 1 << 20)); };
   values["--tp"] = [&](auto& f, auto& v) { o.mesh.tp = int(as_int(f, v, 1, 1 << 20)); };
   values["--pp"] = [&](auto& f, auto& v) { o.mesh.pp = int(as_int(f, v, 1, 1 << 20)); };
+  values["--ep"] = [&](auto& f, auto& v) { o.mesh.ep = int(as_int(f, v, 1, 1 << 20)); };
+  values["--capacity-factor"] = [&](auto& f, auto& v) { moe.emplace_back(f, v); };
 
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], v;
@@ -146,8 +158,31 @@ Options parse_options(const std::vector<std::string>& args) {
     if (flag == "--heads") s.model.heads = x;
     if (flag == "--context") s.model.context = x;
     if (flag == "--vocab") s.model.vocab = x;
+    if (flag == "--experts") s.model.experts = x;
+    if (flag == "--top-k") s.model.top_k = as_int(flag, v, 1, 2);
+    if (flag == "--moe-every") s.model.moe_every = x;
   }
-  if (!shape.empty() && preset) s.model.name += " (modified)";
+  for (const auto& [flag, v] : moe) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !(x >= 0) || x > 1e6)
+      fail(flag + " expects a number >= 0, got '" + v + "'");
+    s.model.capacity_factor = x;
+  }
+  if (!(shape.empty() && moe.empty()) && preset) s.model.name += " (modified)";
+  if (s.model.experts == 0) {
+    for (const auto& [flag, v] : shape)
+      if (flag == "--top-k" || flag == "--moe-every") fail(flag + " needs --experts E");
+    if (!moe.empty()) fail("--capacity-factor needs --experts E");
+    if (o.mesh.ep > 1) fail("--ep needs --experts E");
+  } else {
+    if (s.model.top_k > s.model.experts)
+      fail("--top-k " + std::to_string(s.model.top_k) + " exceeds --experts " +
+           std::to_string(s.model.experts) + " (each token goes to K different experts)");
+    if (s.model.moe_every > s.model.layers)
+      fail("--moe-every " + std::to_string(s.model.moe_every) + " over " +
+           std::to_string(s.model.layers) + " layers: no block would have experts");
+  }
   if (s.model.width % s.model.heads != 0)
     fail("--width " + std::to_string(s.model.width) + " does not divide into " +
          std::to_string(s.model.heads) + " heads");

@@ -37,7 +37,7 @@ bool better(const MeshPlan& a, const MeshPlan& b) {
 
 std::string mesh_name(const MeshChoice& m) {
   return "dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
-         " pp=" + std::to_string(m.pp);
+         " pp=" + std::to_string(m.pp) + (m.ep > 1 ? " ep=" + std::to_string(m.ep) : "");
 }
 
 Plan make_plan(const Setup& s, const Cluster& c, const MeshRequest& request) {
@@ -88,7 +88,11 @@ Plan make_plan(const Setup& s, const Cluster& c, const MeshRequest& request) {
           ? &plan.meshes[1]
           : nullptr;
   std::string why;
-  if (top.mesh.tp == 1 && top.mesh.pp == 1)
+  if (top.mesh.ep > 1 && top.mesh.tp == 1 && top.mesh.pp == 1)
+    why =
+        "the experts spread over ep ranks free the memory and optimizer time they would take "
+        "on every rank";
+  else if (top.mesh.tp == 1 && top.mesh.pp == 1)
     why =
         "data parallelism alone fits, and tensor or pipeline parallelism would only add "
         "traffic and a bubble";

@@ -25,6 +25,8 @@ struct Setup {
 
 struct MeshChoice {
   int dp = 1, tp = 1, pp = 1;
+  int ep =
+      1;  // expert parallelism: groups of ep consecutive dp ranks share each MoE block's experts
   int micro_batches = 1;  // per replica
   int64_t micro_batch_size = 1;
   int chunks = 1;  // interleaved: chunks per stage; else 1

@@ -12,15 +12,26 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   const double tokens = double(s.batch) * double(model.context);
   const double M = m.micro_batches;
   const int64_t blocks = blocks_per_stage(model, m.pp);
-  // The heaviest stage's share: its blocks, and the head's V/(12 h l) term on one stage.
-  const double l = double(model.layers), h = double(model.width), V = double(model.vocab);
-  const double block_part = 1 + double(model.context) / (6 * h);
-  const double whole = l * block_part + V / (12 * h);
-  const double stage_part = (double(blocks) * block_part + V / (12 * h)) / whole;
+  // The heaviest stage's share: the stage whose blocks cost most, and the head's 6 h V per token
+  // counted on it.
+  const double h = double(model.width);
+  BlockFlops stage;
+  int64_t moe_blocks = 0;
+  for (int p = 0; p < m.pp; ++p) {
+    const int64_t first = stage_first_block(model, m.pp, p), n = stage_blocks(model, m.pp, p);
+    const BlockFlops f = block_flops(model, tokens, first, n);
+    if (f.rest + f.experts > stage.rest + stage.experts) {
+      stage = f;
+      moe_blocks = 0;
+      for (int64_t i = first; i < first + n; ++i) moe_blocks += model.moe_block(i) ? 1 : 0;
+    }
+  }
+  stage.rest += tokens * 6 * h * double(model.vocab);
   const double flops = model_flops(model, tokens);
   // Recomputation adds a forward of the blocks: 4/3 of their work.
   const double recompute = s.checkpoint_activations ? 4.0 / 3 : 1.0;
-  const double rank_flops = flops * stage_part * recompute / (double(m.dp) * m.tp);
+  // The experts are not split over tp: each rank runs its tokens' share of them.
+  const double rank_flops = (stage.rest / m.tp + stage.experts) * recompute / double(m.dp);
   t.compute = rank_flops / c.compute_flops(s.dtype);
 
   // Tensor parallelism: two all-reduces of b s h forward and two backward per block (two more
@@ -32,31 +43,49 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
     const double per_block = s.checkpoint_activations ? 6 : 4;
     t.tp = M * (per_block * double(blocks) + 2) * all_reduce_s(link, m.tp, bsh * act_bytes);
   }
+  // Expert parallelism: per MoE block and micro-batch, the counts' all-to-all, then dispatch and
+  // combine forward and their gradients backward: four exchanges of the rank's routed rows
+  // (b s x active experts x h; balanced routing), with a recomputed forward two more.
+  if (m.ep > 1 && moe_blocks > 0) {
+    const LinkModel link = group_link(c, m.ep, m.tp);
+    const double rows = bsh * model.active_experts() * act_bytes;
+    const double per_block = (s.checkpoint_activations ? 6 : 4) * all_to_all_s(link, m.ep, rows) +
+                             all_to_all_s(link, m.ep, 8.0 * double(model.experts));
+    t.ep = M * double(moe_blocks) * per_block;
+  }
   // The pipeline: (p-1)/v micro-batch slots of fill and drain; each stage's input and output
   // gradient cross the boundary once per micro-batch (counted exposed).
   if (m.pp > 1) {
-    t.bubble = double(m.pp - 1) / m.chunks / M * (t.compute + t.tp);
+    t.bubble = double(m.pp - 1) / m.chunks / M * (t.compute + t.tp + t.ep);
     const LinkModel link = group_link(c, 2, m.dp * m.tp);
     t.p2p = 2 * M * m.chunks * p2p_s(link, bsh * act_bytes);
   }
-  // Data parallelism over the stage's trained parameters.
+  // Data parallelism over the stage's trained parameters; a mixture's experts over the dp / ep
+  // ranks holding the same ones.
   const double pb = s.param_dtype == "bf16" ? 2 : 4;
   // The heaviest stage: the first, with the embeddings (and, without a pipeline, the rest).
-  const RankParameters rp = rank_parameters(model, m.tp, blocks, true, m.pp == 1, m.pp > 1);
+  const RankParameters rp =
+      rank_parameters(model, m.tp, blocks, true, m.pp == 1, m.pp > 1, m.ep, 0);
   const double grad_bytes = double(rp.trained) * pb;
+  const double expert_bytes = double(rp.experts) * pb;
+  const int expert_dp = m.dp / m.ep;
   const double last_backward = 2.0 / 3 * t.compute / M;  // what overlaps the reduction
   if (m.dp > 1) {
     const LinkModel link = group_link(c, m.dp, m.tp);
+    const LinkModel expert_link = group_link(c, expert_dp, m.tp * m.ep);
     const double bucket = std::min(double(s.bucket_bytes), grad_bytes);
     if (s.zero == 0) {
-      const double ar = all_reduce_s(link, m.dp, grad_bytes);
+      const double ar =
+          all_reduce_s(link, m.dp, grad_bytes) + all_reduce_s(expert_link, expert_dp, expert_bytes);
       t.dp_total = ar;
       t.dp = std::max(ar - last_backward, all_reduce_s(link, m.dp, bucket));
     } else if (s.zero <= 2) {
       // Reduce-scatter (stage 2: after every backward) overlapped with backward; the
       // parameters' all-gather after the update exposed.
-      const double rs = reduce_scatter_s(link, m.dp, grad_bytes);
-      const double ag = all_gather_s(link, m.dp, grad_bytes);
+      const double rs = reduce_scatter_s(link, m.dp, grad_bytes) +
+                        reduce_scatter_s(expert_link, expert_dp, expert_bytes);
+      const double ag =
+          all_gather_s(link, m.dp, grad_bytes) + all_gather_s(expert_link, expert_dp, expert_bytes);
       const double reductions = s.zero == 2 ? M : 1;
       const double overlap = s.zero == 2 ? 2.0 / 3 * t.compute : last_backward;
       t.dp_total = reductions * rs + ag;
@@ -73,11 +102,12 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   }
   // AdamW: reads parameter, gradient and two moments, writes parameter and moments (and the
   // master copy's 8 bytes), over the elements this rank updates.
-  const double shard = double(rp.trained) / (s.zero >= 1 ? m.dp : 1);
+  const double shard = s.zero >= 1 ? double(rp.trained) / m.dp + double(rp.experts) / expert_dp
+                                   : double(rp.trained + rp.experts);
   const double bytes_per = 3 * pb + 16 + (pb < 4 ? 8 : 0);
   t.optimizer = shard * bytes_per / c.hbm_bytes_per_s;
 
-  t.total = t.compute + t.tp + t.bubble + t.p2p + t.dp + t.optimizer;
+  t.total = t.compute + t.tp + t.bubble + t.p2p + t.ep + t.dp + t.optimizer;
   t.tokens_per_s = tokens / t.total;
   t.mfu = flops / t.total / (double(c.world()) * c.flops(s.dtype));
   return t;
