@@ -86,22 +86,14 @@ struct Sim {
   }
 };
 
-}  // namespace
-
-PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
-  CHORUS_ARG_CHECK(s.stages >= 1 && s.chunks >= 1 && s.micro_batches >= 1 &&
-                       s.actions.size() == static_cast<size_t>(s.stages),
-                   "pipeline schedule ", s.name, ": ", s.actions.size(), " action lists for ",
-                   s.stages, " stages");
-  Sim sim{s, backward_cost, s.stages * s.chunks};
-  const int p = s.stages;
-
-  // Static checks: every (micro, chunk) forwarded and backwarded once, in that order.
-  for (int st = 0; st < p; ++st) {
+// Static checks: every (micro, chunk) forwarded and backwarded once, in that order, on every
+// stage, and every action in range with a peer.
+void check_lists(const Sim& sim) {
+  const PipeSchedule& s = sim.s;
+  for (int st = 0; st < s.stages; ++st) {
     const auto& list = s.actions[static_cast<size_t>(st)];
     std::map<std::pair<int, int>, int> fwd, bwd;
-    for (size_t i = 0; i < list.size(); ++i) {
-      const PipeAction& a = list[i];
+    for (const PipeAction& a : list) {
       sim.check_action(st, a);
       if (a.op == PipeOp::kForward) ++fwd[std::make_pair(a.micro, a.chunk)];
       if (a.op == PipeOp::kBackward) {
@@ -119,16 +111,44 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
                          nb, " times backward (once each expected)");
       }
   }
+}
 
-  // The simulation. A communication action is a *part*; the parts of one group on one channel
-  // (activations, gradients, tied gradients) form one queue entry when they are one send and one
-  // receive (the engine's send_recv), else one entry each. Every rank has an in-order queue per
-  // channel. A part is matched when the entry holding it and the entry holding its peer's
-  // matching part are both at the heads of their queues; an entry leaves its queue when all its
-  // parts are matched. A group blocks its stage until all its receives are matched.
-  PipeSimulation out;
-  out.peak_activations.assign(static_cast<size_t>(p), 0);
-  out.timeline.resize(static_cast<size_t>(p));
+// The simulation. A communication action is a *part*; the parts of one group on one channel
+// (activations, gradients, tied gradients) form one queue entry when they are one send and one
+// receive (the engine's send_recv), else one entry each. Every rank has an in-order queue per
+// channel. A part is matched when the entry holding it and the entry holding its peer's matching
+// part are both at the heads of their queues; an entry leaves its queue when all its parts are
+// matched. A group blocks its stage until all its receives are matched.
+class Simulation {
+ public:
+  explicit Simulation(const Sim& sim)
+      : sim_(sim),
+        s_(sim.s),
+        p_(sim.s.stages),
+        queues_(static_cast<size_t>(p_)),
+        pc_(static_cast<size_t>(p_), 0),
+        clock_(static_cast<size_t>(p_), 0.0),
+        live_(static_cast<size_t>(p_), 0),
+        inbox_(static_cast<size_t>(p_)),
+        waits_for_(static_cast<size_t>(p_), nullptr) {
+    out_.peak_activations.assign(static_cast<size_t>(p_), 0);
+    out_.timeline.resize(static_cast<size_t>(p_));
+    for (const auto& l : s_.actions) total_actions_ += l.size();
+  }
+
+  PipeSimulation run() {
+    while (true) {
+      bool moved = match();
+      for (int st = 0; st < p_; ++st) moved = advance(st) || moved;
+      if (finished()) break;
+      if (!moved) fail_stuck();
+    }
+    for (double c : clock_) out_.makespan = std::max(out_.makespan, c);
+    out_.bubble = out_.makespan > 0 ? 1.0 - busy_ / (static_cast<double>(p_) * out_.makespan) : 0.0;
+    return std::move(out_);
+  }
+
+ private:
   struct Part {
     PipeAction action;
     int stage = 0;
@@ -141,63 +161,57 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
   struct Entry {
     std::vector<Part*> parts;
   };
-  std::deque<Part> parts;  // stable addresses
-  std::deque<Entry> entries;
-  std::vector<std::array<std::deque<Entry*>, 3>> queues(static_cast<size_t>(p));
-  std::vector<size_t> pc(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0.0);
-  std::vector<int> live(static_cast<size_t>(p), 0);
-  // Posted receives of every stage, by (op, micro, chunk): what its compute steps wait for.
-  std::vector<std::map<std::tuple<int, int, int>, Part*>> inbox(static_cast<size_t>(p));
-  double busy = 0;
-  auto channel = [](PipeOp op) {
+
+  static int channel(PipeOp op) {
     return op == PipeOp::kSendActivation || op == PipeOp::kRecvActivation ? 0
            : op == PipeOp::kSendGrad || op == PipeOp::kRecvGrad           ? 1
                                                                           : 2;
-  };
+  }
 
-  auto post_group = [&](int st, size_t begin, size_t end) {
-    const auto& list = s.actions[static_cast<size_t>(st)];
+  // Posts the communication actions [begin, end) of stage st's list as one group.
+  void post_group(int st, size_t begin, size_t end) {
+    const auto& list = s_.actions[static_cast<size_t>(st)];
     std::array<std::vector<Part*>, 3> by_channel;
     for (size_t i = begin; i < end; ++i) {
       const PipeAction& a = list[i];
-      const auto [key, peer] = sim.transfer(st, a);
-      parts.push_back({a, st, is_send(a.op), key, peer, clock[static_cast<size_t>(st)], -1});
-      by_channel[static_cast<size_t>(channel(a.op))].push_back(&parts.back());
+      const auto [key, peer] = sim_.transfer(st, a);
+      parts_.push_back({a, st, is_send(a.op), key, peer, clock_[static_cast<size_t>(st)], -1});
+      by_channel[static_cast<size_t>(channel(a.op))].push_back(&parts_.back());
       if (!is_send(a.op))
-        inbox[static_cast<size_t>(st)][std::make_tuple(static_cast<int>(a.op), a.micro, a.chunk)] =
-            &parts.back();
+        inbox_[static_cast<size_t>(st)][std::make_tuple(static_cast<int>(a.op), a.micro, a.chunk)] =
+            &parts_.back();
     }
     for (int c = 0; c < 3; ++c) {
       auto& ps = by_channel[static_cast<size_t>(c)];
-      const bool fused = ps.size() == 2 && ps[0]->send != ps[1]->send;
-      if (fused) {
-        entries.push_back({{ps[0], ps[1]}});
-        queues[static_cast<size_t>(st)][static_cast<size_t>(c)].push_back(&entries.back());
-      } else {
-        for (Part* part : ps) {
-          entries.push_back({{part}});
-          queues[static_cast<size_t>(st)][static_cast<size_t>(c)].push_back(&entries.back());
-        }
+      auto& queue = queues_[static_cast<size_t>(st)][static_cast<size_t>(c)];
+      if (ps.size() == 2 && ps[0]->send != ps[1]->send) {  // one send_recv
+        entries_.push_back({{ps[0], ps[1]}});
+        queue.push_back(&entries_.back());
+        continue;
+      }
+      for (Part* part : ps) {
+        entries_.push_back({{part}});
+        queue.push_back(&entries_.back());
       }
     }
-  };
-  // Matches every part whose peer part sits at the head of the peer's queue. Returns whether
-  // anything changed.
-  auto match = [&]() {
+  }
+
+  // Matches every part whose peer part sits at the head of the peer's queue; entries whose parts
+  // are all matched leave their queues. Returns whether anything changed.
+  bool match() {
     bool changed = false;
-    for (int st = 0; st < p; ++st)
+    for (int st = 0; st < p_; ++st)
       for (int c = 0; c < 3; ++c) {
-        auto& q = queues[static_cast<size_t>(st)][static_cast<size_t>(c)];
+        auto& q = queues_[static_cast<size_t>(st)][static_cast<size_t>(c)];
         if (q.empty()) continue;
         for (Part* part : q.front()->parts) {
           if (part->matched_at >= 0) continue;
-          auto& pq = queues[static_cast<size_t>(part->peer)][static_cast<size_t>(c)];
+          auto& pq = queues_[static_cast<size_t>(part->peer)][static_cast<size_t>(c)];
           if (pq.empty()) continue;
           for (Part* other : pq.front()->parts) {
             if (other->matched_at >= 0 || other->send == part->send || other->key != part->key)
               continue;
-            CHORUS_ARG_CHECK(other->peer == st, "pipeline schedule ", s.name, ": ",
+            CHORUS_ARG_CHECK(other->peer == st, "pipeline schedule ", s_.name, ": ",
                              describe(st, part->action), " meets ",
                              describe(part->peer, other->action), " sent elsewhere");
             part->matched_at = other->matched_at = std::max(part->posted, other->posted);
@@ -205,107 +219,139 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
           }
         }
       }
-    // Entries whose parts are all matched leave their queues.
-    for (int st = 0; st < p; ++st)
-      for (auto& q : queues[static_cast<size_t>(st)])
+    for (int st = 0; st < p_; ++st)
+      for (auto& q : queues_[static_cast<size_t>(st)])
         while (!q.empty() && std::all_of(q.front()->parts.begin(), q.front()->parts.end(),
                                          [](const Part* x) { return x->matched_at >= 0; })) {
           q.pop_front();
           changed = true;
         }
     return changed;
-  };
-
-  size_t executed = 0, total_actions = 0;
-  for (const auto& l : s.actions) total_actions += l.size();
-  std::vector<const Part*> waits_for(static_cast<size_t>(p), nullptr);  // for the deadlock message
-  while (true) {
-    bool moved = match();
-    for (int st = 0; st < p; ++st) {
-      const auto& list = s.actions[static_cast<size_t>(st)];
-      size_t& i = pc[static_cast<size_t>(st)];
-      waits_for[static_cast<size_t>(st)] = nullptr;
-      while (i < list.size()) {
-        const PipeAction& a = list[i];
-        if (is_comm(a.op)) {
-          size_t end = i;
-          while (end < list.size() && is_comm(list[end].op)) ++end;
-          post_group(st, i, end);
-          executed += end - i;
-          i = end;
-          moved = true;
-          continue;
-        }
-        // A compute step: what it needs must have been posted before it (else the schedule is
-        // wrong), and it waits until that has arrived.
-        const int k = sim.virtual_stage(st, a.chunk);
-        std::vector<PipeOp> needs;
-        if (a.op == PipeOp::kForward && k > 0) needs.push_back(PipeOp::kRecvActivation);
-        if (a.op == PipeOp::kBackward && k < sim.V - 1) needs.push_back(PipeOp::kRecvGrad);
-        if (a.op == PipeOp::kBackward && k == 0 && s.tied_embedding && p > 1)
-          needs.push_back(PipeOp::kRecvTiedGrad);
-        const Part* missing = nullptr;
-        double ready = clock[static_cast<size_t>(st)];
-        for (PipeOp need : needs) {
-          auto& box = inbox[static_cast<size_t>(st)];
-          auto it = box.find(std::make_tuple(static_cast<int>(need), a.micro, a.chunk));
-          CHORUS_ARG_CHECK(it != box.end(), "pipeline schedule ", s.name, ": ", describe(st, a),
-                           need == PipeOp::kRecvActivation ? " runs before its input is received"
-                           : need == PipeOp::kRecvGrad
-                               ? " runs before its output's gradient is received"
-                               : " runs before the lm_head's embedding gradient of its "
-                                 "micro-batch is received");
-          if (it->second->matched_at < 0)
-            missing = it->second;
-          else
-            ready = std::max(ready, it->second->matched_at);
-        }
-        if (missing != nullptr) {
-          waits_for[static_cast<size_t>(st)] = missing;
-          break;
-        }
-        const double cost = a.op == PipeOp::kForward ? 1.0 : backward_cost;
-        clock[static_cast<size_t>(st)] = ready + cost;
-        busy += cost;
-        out.timeline[static_cast<size_t>(st)].push_back({a, ready, ready + cost});
-        int& l = live[static_cast<size_t>(st)];
-        if (a.op == PipeOp::kForward)
-          out.peak_activations[static_cast<size_t>(st)] =
-              std::max(out.peak_activations[static_cast<size_t>(st)], ++l);
-        else
-          --l;
-        ++executed;
-        ++i;
-        moved = true;
-      }
-    }
-    bool finished = executed == total_actions;
-    for (int st = 0; st < p && finished; ++st)
-      for (const auto& q : queues[static_cast<size_t>(st)]) finished = finished && q.empty();
-    if (finished) break;
-    if (!moved) {
-      // Nothing can move: name what every stage waits for.
-      std::ostringstream os;
-      bool deadlock = false;
-      for (int st = 0; st < p; ++st) {
-        if (const Part* x = waits_for[static_cast<size_t>(st)]) {
-          os << " " << describe(st, s.actions[static_cast<size_t>(st)][pc[static_cast<size_t>(st)]])
-             << " waits for " << describe(st, x->action) << " from stage " << x->peer << ";";
-          deadlock = true;
-        }
-        for (const auto& q : queues[static_cast<size_t>(st)])
-          if (!q.empty())
-            for (const Part* x : q.front()->parts)
-              if (x->matched_at < 0)
-                os << " " << describe(st, x->action) << " heads its queue unmatched;";
-      }
-      throw InvalidArgument("pipeline schedule " + s.name +
-                            (deadlock ? " deadlocks:" : ": unmatched communication:") + os.str());
-    }
   }
-  for (double c : clock) out.makespan = std::max(out.makespan, c);
-  out.bubble = out.makespan > 0 ? 1.0 - busy / (static_cast<double>(p) * out.makespan) : 0.0;
-  return out;
+
+  // The received part compute step `a` of stage st still waits for (nullptr: none), and the time
+  // its inputs arrived. What a step needs must have been posted before it, else the schedule is
+  // wrong.
+  const Part* needs(int st, const PipeAction& a, double* ready) const {
+    const int k = sim_.virtual_stage(st, a.chunk);
+    std::vector<PipeOp> needs;
+    if (a.op == PipeOp::kForward && k > 0) needs.push_back(PipeOp::kRecvActivation);
+    if (a.op == PipeOp::kBackward && k < sim_.V - 1) needs.push_back(PipeOp::kRecvGrad);
+    if (a.op == PipeOp::kBackward && k == 0 && s_.tied_embedding && p_ > 1)
+      needs.push_back(PipeOp::kRecvTiedGrad);
+    const Part* missing = nullptr;
+    for (PipeOp need : needs) {
+      const auto& box = inbox_[static_cast<size_t>(st)];
+      auto it = box.find(std::make_tuple(static_cast<int>(need), a.micro, a.chunk));
+      CHORUS_ARG_CHECK(it != box.end(), "pipeline schedule ", s_.name, ": ", describe(st, a),
+                       need == PipeOp::kRecvActivation ? " runs before its input is received"
+                       : need == PipeOp::kRecvGrad
+                           ? " runs before its output's gradient is received"
+                           : " runs before the lm_head's embedding gradient of its "
+                             "micro-batch is received");
+      if (it->second->matched_at < 0)
+        missing = it->second;
+      else
+        *ready = std::max(*ready, it->second->matched_at);
+    }
+    return missing;
+  }
+
+  // Runs stage st's list as far as it can: posts communication groups, runs compute steps whose
+  // inputs have arrived. Returns whether it moved.
+  bool advance(int st) {
+    const auto& list = s_.actions[static_cast<size_t>(st)];
+    size_t& i = pc_[static_cast<size_t>(st)];
+    waits_for_[static_cast<size_t>(st)] = nullptr;
+    bool moved = false;
+    while (i < list.size()) {
+      const PipeAction& a = list[i];
+      if (is_comm(a.op)) {
+        size_t end = i;
+        while (end < list.size() && is_comm(list[end].op)) ++end;
+        post_group(st, i, end);
+        executed_ += end - i;
+        i = end;
+        moved = true;
+        continue;
+      }
+      double ready = clock_[static_cast<size_t>(st)];
+      if (const Part* missing = needs(st, a, &ready)) {
+        waits_for_[static_cast<size_t>(st)] = missing;
+        break;
+      }
+      const double cost = a.op == PipeOp::kForward ? 1.0 : sim_.backward_cost;
+      clock_[static_cast<size_t>(st)] = ready + cost;
+      busy_ += cost;
+      out_.timeline[static_cast<size_t>(st)].push_back({a, ready, ready + cost});
+      int& l = live_[static_cast<size_t>(st)];
+      int& peak = out_.peak_activations[static_cast<size_t>(st)];
+      if (a.op == PipeOp::kForward)
+        peak = std::max(peak, ++l);
+      else
+        --l;
+      ++executed_;
+      ++i;
+      moved = true;
+    }
+    return moved;
+  }
+
+  bool finished() const {
+    if (executed_ != total_actions_) return false;
+    for (const auto& stage : queues_)
+      for (const auto& q : stage)
+        if (!q.empty()) return false;
+    return true;
+  }
+
+  // Nothing can move: names what every stage waits for.
+  [[noreturn]] void fail_stuck() const {
+    std::ostringstream os;
+    bool deadlock = false;
+    for (int st = 0; st < p_; ++st) {
+      if (const Part* x = waits_for_[static_cast<size_t>(st)]) {
+        os << " " << describe(st, s_.actions[static_cast<size_t>(st)][pc_[static_cast<size_t>(st)]])
+           << " waits for " << describe(st, x->action) << " from stage " << x->peer << ";";
+        deadlock = true;
+      }
+      for (const auto& q : queues_[static_cast<size_t>(st)])
+        if (!q.empty())
+          for (const Part* x : q.front()->parts)
+            if (x->matched_at < 0)
+              os << " " << describe(st, x->action) << " heads its queue unmatched;";
+    }
+    throw InvalidArgument("pipeline schedule " + s_.name +
+                          (deadlock ? " deadlocks:" : ": unmatched communication:") + os.str());
+  }
+
+  const Sim& sim_;
+  const PipeSchedule& s_;
+  const int p_;
+  PipeSimulation out_;
+  std::deque<Part> parts_;  // stable addresses
+  std::deque<Entry> entries_;
+  std::vector<std::array<std::deque<Entry*>, 3>> queues_;
+  std::vector<size_t> pc_;
+  std::vector<double> clock_;
+  std::vector<int> live_;
+  // Posted receives of every stage, by (op, micro, chunk): what its compute steps wait for.
+  std::vector<std::map<std::tuple<int, int, int>, Part*>> inbox_;
+  std::vector<const Part*> waits_for_;  // for the deadlock message
+  size_t executed_ = 0, total_actions_ = 0;
+  double busy_ = 0;
+};
+
+}  // namespace
+
+PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
+  CHORUS_ARG_CHECK(s.stages >= 1 && s.chunks >= 1 && s.micro_batches >= 1 &&
+                       s.actions.size() == static_cast<size_t>(s.stages),
+                   "pipeline schedule ", s.name, ": ", s.actions.size(), " action lists for ",
+                   s.stages, " stages");
+  const Sim sim{s, backward_cost, s.stages * s.chunks};
+  check_lists(sim);
+  return Simulation(sim).run();
 }
 
 double predicted_bubble(const PipeSchedule& s) {
