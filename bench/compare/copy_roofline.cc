@@ -241,76 +241,95 @@ bool all_reduce_work(std::byte* dst, size_t bytes, int procs, int rank, int warm
   return ok;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Args {
   int procs = 2, iters = 5, warmup = 1;
-  bool warmup_given = false;
   size_t bytes = size_t{64} << 20;
   bool stream = true, ring = false, all_reduce = false, shared = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  bool warmup_given = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
+    const std::string_view flag = argv[i];
     auto value = [&]() -> const char* {
       if (i + 1 >= argc) usage(2);
       return argv[++i];
     };
-    if (a == "-h" || a == "--help")
+    if (flag == "-h" || flag == "--help")
       usage(0);
-    else if (a == "--procs")
-      procs = std::atoi(value());
-    else if (a == "--bytes")
-      bytes = parse_size(value());
-    else if (a == "--iters")
-      iters = std::atoi(value());
-    else if (a == "--warmup")
-      warmup = std::atoi(value()), warmup_given = true;
-    else if (a == "--store") {
+    else if (flag == "--procs")
+      a.procs = std::atoi(value());
+    else if (flag == "--bytes")
+      a.bytes = parse_size(value());
+    else if (flag == "--iters")
+      a.iters = std::atoi(value());
+    else if (flag == "--warmup")
+      a.warmup = std::atoi(value()), warmup_given = true;
+    else if (flag == "--store") {
       const std::string_view s = value();
       if (s != "stream" && s != "cached") usage(2);
-      stream = s == "stream";
-    } else if (a == "--ring")
-      ring = true;
-    else if (a == "--all-reduce")
-      all_reduce = true;
-    else if (a == "--shared")
-      shared = true;
+      a.stream = s == "stream";
+    } else if (flag == "--ring")
+      a.ring = true;
+    else if (flag == "--all-reduce")
+      a.all_reduce = true;
+    else if (flag == "--shared")
+      a.shared = true;
     else
       usage(2);
   }
-  if (procs < 1 || procs > 256 || iters < 1 || (ring && all_reduce) || (all_reduce && procs < 2) ||
-      warmup < 0 || (warmup_given && !all_reduce) || (shared && !all_reduce))
+  if (a.procs < 1 || a.procs > 256 || a.iters < 1 || (a.ring && a.all_reduce) ||
+      (a.all_reduce && a.procs < 2) || a.warmup < 0 || (warmup_given && !a.all_reduce) ||
+      (a.shared && !a.all_reduce))
     usage(2);
   // Whole pieces; --all-reduce: `procs` of them, so that its slices of `procs` segments are whole.
-  const size_t unit = kPiece * (all_reduce ? static_cast<size_t>(procs) : 1);
-  bytes = (bytes + unit - 1) / unit * unit;
+  const size_t unit = kPiece * (a.all_reduce ? static_cast<size_t>(a.procs) : 1);
+  a.bytes = (a.bytes + unit - 1) / unit * unit;
+  return a;
+}
 
-  auto* source = all_reduce ? nullptr : static_cast<std::byte*>(map_shared(bytes));
-  if (source != nullptr) std::memset(source, 0x3c, bytes);
-  auto* control = static_cast<Control*>(map_shared(sizeof(Control)));
+// What the processes share, mapped before they fork.
+struct Shared {
+  std::byte* source = nullptr;  // the copies' source (not --all-reduce)
+  Control* control = nullptr;
   // --ring: the ring, chunks written into it ([0]) and chunks each reader consumed ([1 + p]).
-  const uint64_t ring_chunks = bytes / kRingChunk * static_cast<uint64_t>(iters);
-  auto* ring_data = ring ? static_cast<std::byte*>(map_shared(kRingChunk * kRingDepth)) : nullptr;
-  auto* counters =
-      ring ? static_cast<Counter*>(map_shared(sizeof(Counter) * (procs + 1))) : nullptr;
-  // --all-reduce --shared: process p's FIFO to p + 1.
-  Fifo* fifos = nullptr;
-  if (shared) {
-    fifos = static_cast<Fifo*>(map_shared(sizeof(Fifo) * static_cast<size_t>(procs)));
-    auto* data =
-        static_cast<std::byte*>(map_shared(kFifoSlots * kSlot * static_cast<size_t>(procs)));
-    for (int p = 0; p < procs; ++p)
-      fifos[p].slots = data + kFifoSlots * kSlot * static_cast<size_t>(p);
+  std::byte* ring_data = nullptr;
+  Counter* counters = nullptr;
+  uint64_t ring_chunks = 0;
+  Fifo* fifos = nullptr;  // --all-reduce --shared: process p's FIFO to p + 1
+};
+
+Shared map_all(const Args& a) {
+  Shared sh;
+  if (!a.all_reduce) {
+    sh.source = static_cast<std::byte*>(map_shared(a.bytes));
+    std::memset(sh.source, 0x3c, a.bytes);
   }
-  // A process that fails makes the others wait forever (for its chunks, or for it to be ready):
-  // the parent then stops them all.
-  std::vector<pid_t> children;
-  auto stop_all = [&] {
-    for (pid_t c : children) ::kill(c, SIGKILL);
-    while (::wait(nullptr) > 0) {
-    }
-  };
-  const pid_t parent = getpid();
-  auto spawn = [&](auto&& body) {
+  sh.control = static_cast<Control*>(map_shared(sizeof(Control)));
+  if (a.ring) {
+    sh.ring_chunks = a.bytes / kRingChunk * static_cast<uint64_t>(a.iters);
+    sh.ring_data = static_cast<std::byte*>(map_shared(kRingChunk * kRingDepth));
+    sh.counters = static_cast<Counter*>(map_shared(sizeof(Counter) * (a.procs + 1)));
+  }
+  if (a.shared) {
+    sh.fifos = static_cast<Fifo*>(map_shared(sizeof(Fifo) * static_cast<size_t>(a.procs)));
+    auto* data =
+        static_cast<std::byte*>(map_shared(kFifoSlots * kSlot * static_cast<size_t>(a.procs)));
+    for (int p = 0; p < a.procs; ++p)
+      sh.fifos[p].slots = data + kFifoSlots * kSlot * static_cast<size_t>(p);
+  }
+  return sh;
+}
+
+// The forked processes. One that fails makes the others wait forever (for its chunks, or for it
+// to be ready): the parent then stops them all.
+class Processes {
+ public:
+  explicit Processes(Control* control) : control_(control), parent_(getpid()) {}
+
+  template <typename Body>
+  void spawn(Body&& body) {
     const pid_t pid = fork();
     if (pid < 0) {
       std::perror("chorus-copy-roofline: fork");
@@ -320,107 +339,145 @@ int main(int argc, char** argv) {
     if (pid == 0) {
       // A parent stopped from outside (a timeout, ^C) takes its spinning children with it.
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
+      if (getppid() != parent_) _exit(1);
       body();  // never returns
     }
-    children.push_back(pid);
-  };
-  auto await_go = [&] {
-    control->ready.fetch_add(1);
-    while (control->go.load() == 0) sched_yield();
-  };
-  if (ring) {
-    spawn([&] {  // the writer
-      await_go();
-      for (uint64_t i = 0; i < ring_chunks; ++i) {
-        if (i >= kRingDepth)
-          wait_until([&] {
-            for (int p = 0; p < procs; ++p)
-              if (counters[1 + p].value.load(std::memory_order_acquire) + kRingDepth <= i)
-                return false;
-            return true;
-          });
-        std::memcpy(ring_data + i % kRingDepth * kRingChunk,
-                    source + i % (bytes / kRingChunk) * kRingChunk, kRingChunk);
-        counters[0].value.store(i + 1, std::memory_order_release);
-      }
-      _exit(0);
-    });
+    children_.push_back(pid);
   }
-  auto finish = [&] {  // a copying process is done: the last one stops the clock
-    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-    if (control->done.fetch_add(1) + 1 == procs) control->finished.store(now);
-  };
-  const int processes = procs + (ring ? 1 : 0);
-  for (int p = 0; p < procs; ++p)
-    spawn([&] {
-      auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
-      if (dst == nullptr) _exit(1);
-      std::memset(dst, 0, bytes);  // fault the pages in before the clock starts
-      if (all_reduce) {
-        Fifo* out = fifos == nullptr ? nullptr : &fifos[p];
-        Fifo* from = fifos == nullptr ? nullptr : &fifos[(p + procs - 1) % procs];
-        _exit(all_reduce_work(dst, bytes, procs, p, warmup, iters, stream, out, from, await_go,
-                              finish)
-                  ? 0
-                  : 3);
-      }
-      await_go();
-      if (ring) {
-        for (uint64_t i = 0; i < ring_chunks; ++i) {
-          wait_until([&] { return counters[0].value.load(std::memory_order_acquire) > i; });
-          copy_bytes(stream, dst + i % (bytes / kRingChunk) * kRingChunk,
-                     ring_data + i % kRingDepth * kRingChunk, kRingChunk);
-          counters[1 + p].value.store(i + 1, std::memory_order_release);
-        }
-      } else {
-        const size_t pieces = bytes / kPiece;
-        const size_t first = pieces * static_cast<size_t>(p) / static_cast<size_t>(procs);
-        for (int it = 0; it < iters; ++it)
-          for (size_t k = 0; k < pieces; ++k) {
-            const size_t off = (first + k) % pieces * kPiece;
-            copy_bytes(stream, dst + off, source + off, kPiece);
-          }
-      }
-      finish();
-      _exit(std::memcmp(dst, source, bytes) == 0 ? 0 : 3);
-    });
-  while (control->ready.load() < processes) {
-    if (::waitpid(-1, nullptr, WNOHANG) > 0) {  // one ended before the start: it failed
-      std::fprintf(stderr, "chorus-copy-roofline: a process failed to set up (out of memory?)\n");
-      stop_all();
-      return 1;
-    }
-    usleep(1000);
-  }
-  const auto start = std::chrono::steady_clock::now();
-  control->go.store(1);
-  for (int left = processes; left > 0; --left) {
-    int status = 0;
-    if (::wait(&status) < 0) break;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::fprintf(stderr, "chorus-copy-roofline: a copying process failed\n");
-      stop_all();
-      return 1;
+
+  void stop_all() {
+    for (pid_t c : children_) ::kill(c, SIGKILL);
+    while (::wait(nullptr) > 0) {
     }
   }
-  const std::chrono::steady_clock::duration elapsed =
-      std::chrono::steady_clock::duration(control->finished.load()) - start.time_since_epoch();
-  const double sec = std::chrono::duration<double>(elapsed).count() / iters;
-  if (all_reduce) {
+
+  // Starts the clock once every process is ready; waits for all. False (and all stopped) when
+  // one failed.
+  bool run(std::chrono::steady_clock::time_point* start) {
+    const int processes = static_cast<int>(children_.size());
+    while (control_->ready.load() < processes) {
+      if (::waitpid(-1, nullptr, WNOHANG) > 0) {  // one ended before the start: it failed
+        std::fprintf(stderr, "chorus-copy-roofline: a process failed to set up (out of memory?)\n");
+        stop_all();
+        return false;
+      }
+      usleep(1000);
+    }
+    *start = std::chrono::steady_clock::now();
+    control_->go.store(1);
+    for (int left = processes; left > 0; --left) {
+      int status = 0;
+      if (::wait(&status) < 0) break;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "chorus-copy-roofline: a copying process failed\n");
+        stop_all();
+        return false;
+      }
+    }
+    return true;
+  }
+
+ private:
+  Control* control_;
+  pid_t parent_;
+  std::vector<pid_t> children_;
+};
+
+void await_go(Control* control) {
+  control->ready.fetch_add(1);
+  while (control->go.load() == 0) sched_yield();
+}
+
+// A copying process is done: the last one stops the clock.
+void finish(Control* control, int procs) {
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  if (control->done.fetch_add(1) + 1 == procs) control->finished.store(now);
+}
+
+// --ring: the one writer, filling the ring no faster than its slowest reader drains it.
+[[noreturn]] void ring_writer(const Args& a, const Shared& sh) {
+  await_go(sh.control);
+  for (uint64_t i = 0; i < sh.ring_chunks; ++i) {
+    if (i >= kRingDepth)
+      wait_until([&] {
+        for (int p = 0; p < a.procs; ++p)
+          if (sh.counters[1 + p].value.load(std::memory_order_acquire) + kRingDepth <= i)
+            return false;
+        return true;
+      });
+    std::memcpy(sh.ring_data + i % kRingDepth * kRingChunk,
+                sh.source + i % (a.bytes / kRingChunk) * kRingChunk, kRingChunk);
+    sh.counters[0].value.store(i + 1, std::memory_order_release);
+  }
+  _exit(0);
+}
+
+// Process p: the ring all-reduce's work, or its copies (from the ring, or of the whole source
+// starting at its own piece); exits 0 when its destination holds what it should.
+[[noreturn]] void copier(const Args& a, const Shared& sh, int p) {
+  auto* dst = static_cast<std::byte*>(std::aligned_alloc(4096, a.bytes));
+  if (dst == nullptr) _exit(1);
+  std::memset(dst, 0, a.bytes);  // fault the pages in before the clock starts
+  if (a.all_reduce) {
+    Fifo* out = sh.fifos == nullptr ? nullptr : &sh.fifos[p];
+    Fifo* from = sh.fifos == nullptr ? nullptr : &sh.fifos[(p + a.procs - 1) % a.procs];
+    const bool ok = all_reduce_work(
+        dst, a.bytes, a.procs, p, a.warmup, a.iters, a.stream, out, from,
+        [&] { await_go(sh.control); }, [&] { finish(sh.control, a.procs); });
+    _exit(ok ? 0 : 3);
+  }
+  await_go(sh.control);
+  if (a.ring) {
+    for (uint64_t i = 0; i < sh.ring_chunks; ++i) {
+      wait_until([&] { return sh.counters[0].value.load(std::memory_order_acquire) > i; });
+      copy_bytes(a.stream, dst + i % (a.bytes / kRingChunk) * kRingChunk,
+                 sh.ring_data + i % kRingDepth * kRingChunk, kRingChunk);
+      sh.counters[1 + p].value.store(i + 1, std::memory_order_release);
+    }
+  } else {
+    const size_t pieces = a.bytes / kPiece;
+    const size_t first = pieces * static_cast<size_t>(p) / static_cast<size_t>(a.procs);
+    for (int it = 0; it < a.iters; ++it)
+      for (size_t k = 0; k < pieces; ++k) {
+        const size_t off = (first + k) % pieces * kPiece;
+        copy_bytes(a.stream, dst + off, sh.source + off, kPiece);
+      }
+  }
+  finish(sh.control, a.procs);
+  _exit(std::memcmp(dst, sh.source, a.bytes) == 0 ? 0 : 3);
+}
+
+void report(const Args& a, double sec) {
+  if (a.all_reduce) {
     std::printf(
         "procs %d, %zu MiB each, %s stores, ring all-reduce work%s: %.2f ms per round, "
         "bytes / time %.2f GB/s\n",
-        procs, bytes >> 20, stream ? "streaming" : "cached", shared ? " through shared FIFOs" : "",
-        sec * 1e3, static_cast<double>(bytes) / sec / 1e9);
-    return 0;
+        a.procs, a.bytes >> 20, a.stream ? "streaming" : "cached",
+        a.shared ? " through shared FIFOs" : "", sec * 1e3,
+        static_cast<double>(a.bytes) / sec / 1e9);
+    return;
   }
   std::printf(
       "procs %d, %zu MiB each, %s stores%s: %.2f ms per round, %.2f GB/s of copies, "
       "bytes / time %.2f GB/s\n",
-      procs, bytes >> 20, stream ? "streaming" : "cached",
-      ring ? ", through a 2 MiB ring from one writer" : "", sec * 1e3,
-      static_cast<double>(procs) * static_cast<double>(bytes) / sec / 1e9,
-      static_cast<double>(bytes) / sec / 1e9);
+      a.procs, a.bytes >> 20, a.stream ? "streaming" : "cached",
+      a.ring ? ", through a 2 MiB ring from one writer" : "", sec * 1e3,
+      static_cast<double>(a.procs) * static_cast<double>(a.bytes) / sec / 1e9,
+      static_cast<double>(a.bytes) / sec / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
+  const Shared sh = map_all(a);
+  Processes procs(sh.control);
+  if (a.ring) procs.spawn([&] { ring_writer(a, sh); });
+  for (int p = 0; p < a.procs; ++p) procs.spawn([&, p] { copier(a, sh, p); });
+  std::chrono::steady_clock::time_point start;
+  if (!procs.run(&start)) return 1;
+  const std::chrono::steady_clock::duration elapsed =
+      std::chrono::steady_clock::duration(sh.control->finished.load()) - start.time_since_epoch();
+  report(a, std::chrono::duration<double>(elapsed).count() / a.iters);
   return 0;
 }
