@@ -302,11 +302,6 @@ Mesh resolve_mesh(const Options& o, int world) {
     if (dp > 1 && o.zero > 0) fail("--experts on more than one rank needs --zero 0 (DDP) for now");
     if (dp > 1 && o.dtype == "f16")
       fail("--experts on more than one rank does not take --dtype f16 yet; use --dtype bf16");
-    if (dp > 1 && (!o.save.empty() || !o.load.empty()))
-      fail(
-          "--save and --load do not take --experts on more than one rank yet (the experts' "
-          "optimizer state and, with --ep, their shards are not in the checkpoint); train on "
-          "one process to checkpoint");
   }
   if (o.zero == 3 && (pp > 1 || tp > 1))
     fail("--zero 3 works with data parallelism alone (tp=1, pp=1); use --zero 1 or 2 with tp/pp");
