@@ -106,7 +106,8 @@ std::vector<Item> items_to_save(const CheckpointState& s) {
   tensor::nn::GPT& model = *s.model;
   std::vector<Item> items;
   // The experts that step apart: their replicas split them.
-  if (s.expert_optimizer != nullptr) replica_items(s, *s.expert_optimizer, *s.expert_replicas, items);
+  if (s.expert_optimizer != nullptr)
+    replica_items(s, *s.expert_optimizer, *s.expert_replicas, items);
   if (s.zero != nullptr) {
     // A ZeRO rank saves its shard: the pieces' values and their AdamW state.
     const tensor::nn::NamedTensors state = s.zero->shard_optimizer().state_dict();

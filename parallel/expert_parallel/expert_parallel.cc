@@ -169,8 +169,8 @@ std::vector<std::vector<Tensor>> ExpertParallelMoE::take_source_gradients() {
     if (!used_[k]) continue;
     const size_t l = k / P, s = k % P;
     const auto& shadow = shadows_[k];
-    const Tensor* leaves[4] = {&shadow->c_fc->weight, &shadow->c_fc->bias,
-                               &shadow->c_proj->weight, &shadow->c_proj->bias};
+    const Tensor* leaves[4] = {&shadow->c_fc->weight, &shadow->c_fc->bias, &shadow->c_proj->weight,
+                               &shadow->c_proj->bias};
     for (size_t i = 0; i < 4; ++i) out[4 * l + i][s] = leaves[i]->grad();
     for (auto* lin : {shadow->c_fc.get(), shadow->c_proj.get()}) lin->weight = lin->bias = Tensor();
   }
@@ -238,7 +238,8 @@ void fold_expert_gradients(tensor::nn::GPT& model, Communicator& replicas) {
         }
         at += n;
       }
-    const Tensor all = Tensor::empty({static_cast<int64_t>(G) * total}, mine.dtype(), mine.device());
+    const Tensor all =
+        Tensor::empty({static_cast<int64_t>(G) * total}, mine.dtype(), mine.device());
     std::vector<int64_t> all_have(G * have.size());
     replicas.all_gather(mine.data_ptr(), all.data_ptr(), static_cast<size_t>(total), mine.dtype());
     replicas.all_gather(have.data(), all_have.data(), have.size(), DataType::kI64);

@@ -314,9 +314,11 @@ TEST(ChorusTrain, ExpertParallelSavesTheOneProcessBits) {
   const std::string flags = kExperts + "--steps 3 ";
   const Saved one = run_and_save(1, flags + "--micro-batches 4", dir);
   ASSERT_FALSE(one.tensors.empty());
-  for (const auto& [ranks, mesh] :
-       {std::pair<int, std::string>{4, "--dp 4 --ep 1"}, {4, "--dp 4 --ep 2"}, {4, "--dp 4 --ep 4"},
-        {2, "--dp 2 --ep 1 --micro-batches 2"}, {2, "--dp 2 --ep 2 --micro-batches 2"}}) {
+  for (const auto& [ranks, mesh] : {std::pair<int, std::string>{4, "--dp 4 --ep 1"},
+                                    {4, "--dp 4 --ep 2"},
+                                    {4, "--dp 4 --ep 4"},
+                                    {2, "--dp 2 --ep 1 --micro-batches 2"},
+                                    {2, "--dp 2 --ep 2 --micro-batches 2"}}) {
     const Saved got = run_and_save(ranks, flags + mesh, dir);
     EXPECT_TRUE(got.tensors == one.tensors) << mesh << " saved other bits than one process";
     EXPECT_EQ(without_timings(got.log), without_timings(one.log)) << mesh;
@@ -353,12 +355,12 @@ TEST(ChorusTrain, ExpertParallelCheckpointsResumeAtAnotherEp) {
     int ranks;
     std::string flags, here;
   };
-  for (const Mesh& m : {Mesh{4, "--dp 4 --ep 2", ""},
-                        Mesh{4, "--dp 4 --ep 4", ", resharded to dp=4 tp=1 pp=1 zero=0 ep=4"},
-                        Mesh{4, "--dp 4 --ep 1", ", resharded to dp=4 tp=1 pp=1 zero=0"},
-                        Mesh{2, "--dp 2 --ep 2 --micro-batches 2",
-                             ", resharded to dp=2 tp=1 pp=1 zero=0 ep=2"},
-                        Mesh{1, "--micro-batches 4", ", resharded to dp=1 tp=1 pp=1 zero=0"}}) {
+  for (const Mesh& m :
+       {Mesh{4, "--dp 4 --ep 2", ""},
+        Mesh{4, "--dp 4 --ep 4", ", resharded to dp=4 tp=1 pp=1 zero=0 ep=4"},
+        Mesh{4, "--dp 4 --ep 1", ", resharded to dp=4 tp=1 pp=1 zero=0"},
+        Mesh{2, "--dp 2 --ep 2 --micro-batches 2", ", resharded to dp=2 tp=1 pp=1 zero=0 ep=2"},
+        Mesh{1, "--micro-batches 4", ", resharded to dp=1 tp=1 pp=1 zero=0"}}) {
     const CommandResult r =
         run_command(train(m.ranks, kExperts + m.flags + " --steps 6 --load " + ckpt + log));
     ASSERT_EQ(r.exit_code, 0) << m.flags << "\n" << r.out;
@@ -378,11 +380,11 @@ TEST(ChorusTrain, ExpertParallelCheckpointsResumeAtAnotherEp) {
   ASSERT_FALSE(saved.empty());
   for (const auto& [ranks, mesh] :
        {std::pair<int, std::string>{4, "--dp 4 --ep 4"}, {1, "--micro-batches 4"}}) {
-    const CommandResult r = run_command(train(
-        ranks, kExperts + mesh + " --steps 3 --load " + ckpt + " --save " + dir + "/again"));
+    const CommandResult r = run_command(
+        train(ranks, kExperts + mesh + " --steps 3 --load " + ckpt + " --save " + dir + "/again"));
     ASSERT_EQ(r.exit_code, 0) << mesh << "\n" << r.out;
-    ASSERT_EQ(
-        run_command(bin + " --convert " + dir + "/again " + dir + "/again.tensors").exit_code, 0);
+    ASSERT_EQ(run_command(bin + " --convert " + dir + "/again " + dir + "/again.tensors").exit_code,
+              0);
     EXPECT_TRUE(read_file(dir + "/again.tensors") == saved) << mesh << " saved other bits";
   }
   fs::remove_all(dir);

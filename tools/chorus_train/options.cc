@@ -79,7 +79,7 @@ Training:
   --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling
   --checkpoint-activations recompute each block in backward
   --deterministic          rank-ordered reductions and pinned kernels (CHORUS_DETERMINISTIC=1):
-                           bit-identical reruns; any dp and pp saves the bits of one process
+                           bit-identical reruns; any dp, pp and ep saves the bits of one process
                            with the same --batch in dp x --micro-batches micro-batches
   --seed N                 initialisation and data (default 1234)
   --threads N              compute threads per rank (default: CHORUS_TENSOR_THREADS, else this
@@ -89,7 +89,7 @@ Training:
   --data FILE              train on FILE's bytes (default: the built-in corpus)
 Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
-  --load DIR               resume from a checkpoint (any mesh: it reshards)
+  --load DIR               resume from a checkpoint (any mesh and --ep: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
   --log-memory FILE        every rank's engine peak over the steps and bytes held at the end,
                            as one JSON object (what chorus-plan predicts)

@@ -25,8 +25,8 @@
 //
 // Loading: every rank reads the manifest, checks that the model matches (naming the field that
 // does not), and reads only the entries that overlap what it holds now, at whatever mesh it runs:
-// this is how a checkpoint reshards (another dp, tp, pp, ep or ZeRO stage). Each entry's checksum is
-// verified when it is read; a missing, truncated or corrupt file, an element no file holds, or a
+// this is how a checkpoint reshards (another dp, tp, pp, ep or ZeRO stage). Each entry's checksum
+// is verified when it is read; a missing, truncated or corrupt file, an element no file holds, or a
 // different model fail with an error naming the file and what is wrong.
 #pragma once
 
@@ -55,7 +55,7 @@ struct CheckpointState {
   ZeroOptimizer* zero = nullptr;
   PipelineEngine* pipeline = nullptr;
   tensor::optim::AdamW* expert_optimizer = nullptr;
-  Communicator* expert_replicas = nullptr;  // with expert_optimizer; dp / expert_replicas = ep
+  Communicator* expert_replicas = nullptr;     // with expert_optimizer; dp / expert_replicas = ep
   int64_t step = 0;                            // the next step to run
   std::map<std::string, double> scalars = {};  // anything else to restore (seed, loss scale, ...)
 };

@@ -28,7 +28,8 @@
 //
 // The layer computes; reducing gradients is the trainer's (chorus-train --ep: DDP over dp for the
 // rest, each expert summed over the dp ranks holding it). Checkpoints hold the experts under
-// their whole-model names (checkpoint.h), so they load at any ep.
+// their whole-model names (checkpoint.h), so they load at any ep. Not yet: ZeRO, devices other
+// than the CPU.
 //
 // Sources apart (the deterministic mode's arithmetic; keep_expert_sources_apart): a local expert
 // then runs once per source rank, on leaves of its own that share the expert's storage, so that a
