@@ -91,29 +91,16 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
     // (and its backward run) on every rank alike.
     Tensor yr = tensor::scale(xr, 0.0);
     if (apart_) {
-      shadows_.resize(static_cast<size_t>(L * P));
-      used_.assign(static_cast<size_t>(L * P), false);
       int64_t at = 0;
       for (int s = 0; s < P; ++s)
         for (int64_t l = 0; l < L; ++l) {
           const int64_t n = recv_counts[static_cast<size_t>(s * L + l)];
           if (n > 0) {
-            const size_t k = static_cast<size_t>(l * P + s);
-            auto& shadow = shadows_[k];
-            if (!shadow) shadow = std::make_shared<tensor::nn::MLP>(cfg_);
-            const auto& expert = experts[static_cast<size_t>(l)];
-            for (auto [mine, real] : {std::pair{shadow->c_fc, expert->c_fc},
-                                      std::pair{shadow->c_proj, expert->c_proj}}) {
-              mine->weight = real->weight.detach();
-              mine->weight.set_requires_grad(true);
-              mine->bias = real->bias.detach();
-              mine->bias.set_requires_grad(true);
-            }
-            used_[k] = true;
             std::vector<int64_t> rows(static_cast<size_t>(n));
             for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = at + i;
             const Tensor idx = index_tensor(rows, x.device());
-            yr = tensor::index_add_rows(yr, idx, shadow->forward(tensor::gather_rows(xr, idx)));
+            yr = tensor::index_add_rows(yr, idx,
+                                        source_expert(l, s).forward(tensor::gather_rows(xr, idx)));
           }
           at += n;
         }
@@ -162,22 +149,6 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
   });
 }
 
-std::vector<std::vector<Tensor>> ExpertParallelMoE::take_source_gradients() {
-  const size_t L = experts.size(), P = static_cast<size_t>(ep_->size());
-  std::vector<std::vector<Tensor>> out(4 * L, std::vector<Tensor>(P));
-  for (size_t k = 0; k < used_.size(); ++k) {
-    if (!used_[k]) continue;
-    const size_t l = k / P, s = k % P;
-    const auto& shadow = shadows_[k];
-    const Tensor* leaves[4] = {&shadow->c_fc->weight, &shadow->c_fc->bias, &shadow->c_proj->weight,
-                               &shadow->c_proj->bias};
-    for (size_t i = 0; i < 4; ++i) out[4 * l + i][s] = leaves[i]->grad();
-    for (auto* lin : {shadow->c_fc.get(), shadow->c_proj.get()}) lin->weight = lin->bias = Tensor();
-  }
-  used_.assign(used_.size(), false);
-  return out;
-}
-
 void expert_parallel(tensor::nn::GPT& model, Communicator& ep) {
   const tensor::nn::GPTConfig& cfg = model.config();
   first_expert_of(cfg, ep);  // the checks, before anything changes
@@ -188,78 +159,6 @@ void expert_parallel(tensor::nn::GPT& model, Communicator& ep) {
                      "expert parallel: the model is expert parallel already");
     model.replace_module("h." + std::to_string(i) + ".mlp",
                          std::make_shared<ExpertParallelMoE>(cfg, *moe, ep));
-  }
-}
-
-}  // namespace chorus::parallel
-
-namespace chorus::parallel {
-namespace {
-
-std::vector<ExpertParallelMoE*> expert_layers(tensor::nn::GPT& model) {
-  std::vector<ExpertParallelMoE*> layers;
-  for (const auto& block : model.h)
-    if (auto* moe = dynamic_cast<ExpertParallelMoE*>(block->moe.get())) layers.push_back(moe);
-  CHORUS_ARG_CHECK(!layers.empty(), "expert parallel: the model has no expert-parallel layer");
-  return layers;
-}
-
-}  // namespace
-
-void keep_expert_sources_apart(tensor::nn::GPT& model) {
-  for (ExpertParallelMoE* moe : expert_layers(model)) moe->keep_sources_apart(true);
-}
-
-void fold_expert_gradients(tensor::nn::GPT& model, Communicator& replicas) {
-  tensor::NoGradGuard no_grad;
-  const size_t G = static_cast<size_t>(replicas.size());
-  for (ExpertParallelMoE* moe : expert_layers(model)) {
-    CHORUS_ARG_CHECK(moe->sources_apart(),
-                     "fold_expert_gradients: the layers do not keep their sources apart");
-    const std::vector<std::vector<Tensor>> grads = moe->take_source_gradients();
-    std::vector<Tensor> params;
-    for (const auto& e : moe->experts)
-      for (const Tensor& t : {e->c_fc->weight, e->c_fc->bias, e->c_proj->weight, e->c_proj->bias})
-        params.push_back(t);
-    const size_t P = grads.empty() ? 0 : grads[0].size();
-    // One buffer per rank: every (parameter, source) gradient in turn (zeros where none), and
-    // which of them there are.
-    int64_t total = 0;
-    for (const Tensor& p : params) total += p.numel() * static_cast<int64_t>(P);
-    const Tensor mine = Tensor::zeros({total}, params[0].dtype(), params[0].device());
-    std::vector<int64_t> have(params.size() * P, 0);
-    int64_t at = 0;
-    for (size_t i = 0; i < params.size(); ++i)
-      for (size_t s = 0; s < P; ++s) {
-        const int64_t n = params[i].numel();
-        if (grads[i][s].defined()) {
-          mine.narrow(0, at, n).copy_(grads[i][s].contiguous().view({n}));
-          have[i * P + s] = 1;
-        }
-        at += n;
-      }
-    const Tensor all =
-        Tensor::empty({static_cast<int64_t>(G) * total}, mine.dtype(), mine.device());
-    std::vector<int64_t> all_have(G * have.size());
-    replicas.all_gather(mine.data_ptr(), all.data_ptr(), static_cast<size_t>(total), mine.dtype());
-    replicas.all_gather(have.data(), all_have.data(), have.size(), DataType::kI64);
-    // Onto the running sums in the global batch's order: replica g's source s is micro-batch
-    // g ep + s of this micro-step.
-    for (size_t g = 0; g < G; ++g) {
-      int64_t pos = static_cast<int64_t>(g) * total;
-      for (size_t i = 0; i < params.size(); ++i) {
-        Tensor p = params[i];
-        const int64_t n = p.numel();
-        for (size_t s = 0; s < P; ++s, pos += n) {
-          if (all_have[g * have.size() + i * P + s] == 0) continue;
-          const Tensor c = all.narrow(0, pos, n).view(p.shape());
-          if (!p.grad().defined())
-            p.set_grad(c.clone());
-          else
-            tensor::accumulate_grad(p.grad(), c);
-        }
-      }
-    }
   }
 }
 

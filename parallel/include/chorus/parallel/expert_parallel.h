@@ -79,6 +79,7 @@ class ExpertParallelMoE : public tensor::nn::MoE {
   bool apart_ = false;
   // Sources apart: shadows_[l * ep + s] runs local expert l on source s's rows, its parameters
   // rebound at each forward to fresh leaves sharing the expert's storage (used_: those that ran).
+  const tensor::nn::MLP& source_expert(int64_t l, int s) const;
   mutable std::vector<std::shared_ptr<tensor::nn::MLP>> shadows_;
   mutable std::vector<bool> used_;
 };
