@@ -46,8 +46,10 @@ std::string file_name(int rank) {
 
 std::string mesh_text(const CheckpointState& s) {
   const MeshShape& m = s.mesh->shape();
+  const int ep = s.expert_replicas ? s.mesh->dp().size() / s.expert_replicas->size() : 1;
   return "dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
-         " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(s.zero ? s.zero->stage() : 0);
+         " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(s.zero ? s.zero->stage() : 0) +
+         (ep > 1 ? " ep=" + std::to_string(ep) : "");
 }
 
 // The model's shape as the manifest records it. A mixture of experts adds "experts" and
@@ -77,9 +79,35 @@ bool writes(tensor::nn::Module& model, const std::string& name, const Checkpoint
   return s.mesh->tp().rank() == 0 || is_tensor_parallel_slice(model, name);
 }
 
+// The parameters of `opt` and their AdamW state, which the ranks of `replicas` hold alike: this
+// rank's part of each (the replicas split every parameter into equal parts).
+void replica_items(const CheckpointState& s, tensor::optim::AdamW& opt, Communicator& replicas,
+                   std::vector<Item>& items) {
+  tensor::nn::GPT& model = *s.model;
+  const int n_rep = replicas.size(), d = replicas.rank();
+  const tensor::nn::NamedTensors state = opt.state_dict();
+  for (const auto& [name, p] : opt.params()) {
+    if (!writes(model, name, s)) continue;
+    tensor::Shape full;
+    const Region whole = param_region(model, name, p, &full);
+    const int64_t n = p.numel(), a = n * d / n_rep, b = n * (d + 1) / n_rep;
+    const Region r = sub_region(whole, a, b);
+    auto part = [&](const Tensor& t) {
+      return t.detach().contiguous().view({-1}).narrow(0, a, b - a).contiguous();
+    };
+    items.push_back({name, "param", part(p), r, full});
+    for (const char* kind : kKinds)
+      if (const Tensor* t = find(state, name + "." + kind))
+        items.push_back({name, kind, part(*t), r, full});
+  }
+}
+
 std::vector<Item> items_to_save(const CheckpointState& s) {
   tensor::nn::GPT& model = *s.model;
   std::vector<Item> items;
+  // The experts that step apart: their replicas split them.
+  if (s.expert_optimizer != nullptr)
+    replica_items(s, *s.expert_optimizer, *s.expert_replicas, items);
   if (s.zero != nullptr) {
     // A ZeRO rank saves its shard: the pieces' values and their AdamW state.
     const tensor::nn::NamedTensors state = s.zero->shard_optimizer().state_dict();
@@ -100,22 +128,7 @@ std::vector<Item> items_to_save(const CheckpointState& s) {
   }
   CHORUS_ARG_CHECK(s.optimizer != nullptr, "save_checkpoint: no optimizer (AdamW or ZeRO)");
   // The data-parallel replicas hold the same values: each writes its dp-th part.
-  const int dp = s.mesh->dp().size(), d = s.mesh->dp().rank();
-  const tensor::nn::NamedTensors state = s.optimizer->state_dict();
-  for (const auto& [name, p] : s.optimizer->params()) {
-    if (!writes(model, name, s)) continue;
-    tensor::Shape full;
-    const Region whole = param_region(model, name, p, &full);
-    const int64_t n = p.numel(), a = n * d / dp, b = n * (d + 1) / dp;
-    const Region r = sub_region(whole, a, b);
-    auto part = [&](const Tensor& t) {
-      return t.detach().contiguous().view({-1}).narrow(0, a, b - a).contiguous();
-    };
-    items.push_back({name, "param", part(p), r, full});
-    for (const char* kind : kKinds)
-      if (const Tensor* t = find(state, name + "." + kind))
-        items.push_back({name, kind, part(*t), r, full});
-  }
+  replica_items(s, *s.optimizer, s.mesh->dp(), items);
   return items;
 }
 
@@ -290,6 +303,8 @@ void replace_directory(const std::string& tmp, const std::string& dir) {
 
 void save_checkpoint(const std::string& dir, const CheckpointState& s) {
   CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "save_checkpoint: no model or mesh");
+  CHORUS_ARG_CHECK((s.expert_optimizer == nullptr) == (s.expert_replicas == nullptr),
+                   "save_checkpoint: the experts' optimizer and their replicas go together");
   Communicator& world = s.mesh->world();
   const std::string tmp = dir + ".tmp";
   std::string error;
@@ -343,6 +358,25 @@ void save_checkpoint(const std::string& dir, const CheckpointState& s) {
 
 namespace {
 
+// The AdamW state of every parameter `opt` updates (whole on this rank): from the checkpoint;
+// a master copy the checkpoint lacks (saved from 32-bit parameters) is the values.
+void load_adamw_state(Reader& reader, tensor::nn::GPT& model, tensor::optim::AdamW& opt) {
+  const tensor::nn::NamedTensors state = opt.state_dict();
+  for (const auto& [name, p] : opt.params()) {
+    tensor::Shape full;
+    const Region r = param_region(model, name, p, &full);
+    for (const char* kind : kKinds)
+      if (const Tensor* t = find(state, name + "." + kind)) {
+        Tensor target = *t;
+        if (std::string(kind) == "master" && !reader.has(name, kind)) {
+          target.copy_(p);
+          continue;
+        }
+        reader.fill(target, r, name, kind, full);
+      }
+  }
+}
+
 // load_checkpoint's work on this rank; throws what is wrong.
 Manifest load_here(const std::string& dir, CheckpointState& s) {
   Reader reader(dir, read_manifest(dir));
@@ -392,21 +426,9 @@ Manifest load_here(const std::string& dir, CheckpointState& s) {
     }
   } else {
     CHORUS_ARG_CHECK(s.optimizer != nullptr, "load_checkpoint: no optimizer (AdamW or ZeRO)");
-    const tensor::nn::NamedTensors state = s.optimizer->state_dict();
-    for (const auto& [name, p] : s.optimizer->params()) {
-      tensor::Shape full;
-      const Region r = param_region(model, name, p, &full);
-      for (const char* kind : kKinds)
-        if (const Tensor* t = find(state, name + "." + kind)) {
-          Tensor target = *t;
-          if (std::string(kind) == "master" && !reader.has(name, kind)) {
-            target.copy_(p);
-            continue;
-          }
-          reader.fill(target, r, name, kind, full);
-        }
-    }
+    load_adamw_state(reader, model, *s.optimizer);
   }
+  if (s.expert_optimizer != nullptr) load_adamw_state(reader, model, *s.expert_optimizer);
   const auto step = m.scalars.find("optimizer.step");
   const tensor::nn::NamedTensors steps{
       {"step", Tensor::full({}, step == m.scalars.end() ? 0.0 : step->second, DataType::kI64)}};
@@ -414,6 +436,7 @@ Manifest load_here(const std::string& dir, CheckpointState& s) {
     s.zero->shard_optimizer().load_state_dict(steps);
   else
     s.optimizer->load_state_dict(steps);
+  if (s.expert_optimizer != nullptr) s.expert_optimizer->load_state_dict(steps);
   return m;
 }
 
@@ -421,6 +444,8 @@ Manifest load_here(const std::string& dir, CheckpointState& s) {
 
 CheckpointInfo load_checkpoint(const std::string& dir, CheckpointState& s) {
   CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "load_checkpoint: no model or mesh");
+  CHORUS_ARG_CHECK((s.expert_optimizer == nullptr) == (s.expert_replicas == nullptr),
+                   "load_checkpoint: the experts' optimizer and their replicas go together");
   Manifest m;
   std::string error;
   try {

@@ -4,6 +4,7 @@
 
 #include "chorus/parallel/expert_parallel.h"
 #include "chorus/tensor/autograd.h"
+#include "common/fault_injection.h"
 #include "common/tensor_comm.h"
 
 namespace chorus::parallel {
@@ -22,6 +23,9 @@ Tensor exchange(const Tensor& x, int64_t C, const std::vector<int64_t>& send_row
     send_at[p + 1] = send_at[p] + send_rows[p];
     recv_at[p + 1] = recv_at[p] + recv_rows[p];
   }
+  // Tests only: the rows for every rank after the first start one row early.
+  if (P > 1 && send_rows[0] > 0 && injected_fault() == Fault::kExpertCountOffByOne)
+    for (int p = 1; p < P; ++p) --send_at[p];
   Tensor out = Tensor::empty({recv_at[P], C}, x.dtype(), x.device());
   const size_t row_bytes = static_cast<size_t>(C) * dtype_size(x.dtype());
   const auto* src = static_cast<const char*>(x.data_ptr());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "chorus/tensor/autograd.h"
+#include "common/fault_injection.h"
 
 namespace chorus::parallel {
 namespace {
@@ -32,7 +33,8 @@ ExpertParallelMoE::ExpertParallelMoE(const tensor::nn::GPTConfig& cfg, const ten
                                      Communicator& ep)
     : MoE(cfg, first_expert_of(cfg, ep), cfg.experts / ep.size()),
       ep_(&ep),
-      first_(first_expert_of(cfg, ep)) {
+      first_(first_expert_of(cfg, ep)),
+      cfg_(cfg) {
   CHORUS_ARG_CHECK(
       full.num_experts() == cfg.experts && static_cast<int64_t>(full.experts.size()) == cfg.experts,
       "expert parallel: the layer to slice must hold all ", cfg.experts, " experts");
@@ -55,6 +57,13 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
     const Tensor logits = router->forward(xf);     // (N, E)
     const Tensor probs = tensor::softmax(logits);  // (N, E)
     tensor::nn::MoERouting routing = route(probs);
+    // Tests only: rank 0's first token for expert 0 goes to the next rank's first expert.
+    if (P > 1 && ep_->rank() == 0 && !routing.tokens[0].empty() &&
+        injected_fault() == Fault::kExpertWrongRank) {
+      auto& to = routing.tokens[static_cast<size_t>(L)];
+      to.insert(to.begin(), routing.tokens[0].front());
+      routing.tokens[0].erase(routing.tokens[0].begin());
+    }
 
     // Counts first: send_counts[e] rows for expert e (on rank e / L); recv_counts[s L + l] rows
     // from rank s for local expert l.
@@ -77,10 +86,26 @@ Tensor ExpertParallelMoE::forward(const Tensor& x, tensor::nn::MoEStats* stats) 
     const Tensor xs = tensor::gather_rows(xf, index_tensor(send_idx, x.device()));
     const Tensor xr = exchange_rows(xs, send_rows, recv_rows, *ep_);  // (R, C) by source
 
-    // Each local expert once, on its rows from every source in source order. yr starts as
-    // 0 * xr, so that the combine is recorded (and its backward run) on every rank alike.
+    // Each local expert once, on its rows from every source in source order (sources apart: once
+    // per source, on that source's leaves). yr starts as 0 * xr, so that the combine is recorded
+    // (and its backward run) on every rank alike.
     Tensor yr = tensor::scale(xr, 0.0);
-    for (int64_t l = 0; l < L; ++l) {
+    if (apart_) {
+      int64_t at = 0;
+      for (int s = 0; s < P; ++s)
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t n = recv_counts[static_cast<size_t>(s * L + l)];
+          if (n > 0) {
+            std::vector<int64_t> rows(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = at + i;
+            const Tensor idx = index_tensor(rows, x.device());
+            yr = tensor::index_add_rows(yr, idx,
+                                        source_expert(l, s).forward(tensor::gather_rows(xr, idx)));
+          }
+          at += n;
+        }
+    }
+    for (int64_t l = 0; l < L && !apart_; ++l) {
       std::vector<int64_t> rows;
       int64_t at = 0;
       for (int s = 0; s < P; ++s)

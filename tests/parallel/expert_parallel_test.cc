@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "chorus/parallel/expert_parallel.h"
 #include "chorus/tensor/autograd.h"
@@ -162,6 +165,70 @@ TEST(ExpertParallel, GptLossIsTheWholeModelsOnEveryRank) {
     const Tensor x = Tensor::from_vector(std::span<const int64_t>(ids), {2, 4});
     const Tensor y = Tensor::from_vector(std::span<const int64_t>(tgt), {2, 4});
     EXPECT_EQ(sliced.loss(x, y).item(), full.loss(x, y).item());
+  });
+}
+
+// Sources apart (the deterministic mode's arithmetic): after a backward, fold_expert_gradients
+// leaves each expert the one-process gradients of every rank's batch added in rank order, bit for
+// bit, and the router the one-process gradient of this rank's batch.
+TEST(ExpertParallel, SourcesApartFoldTheOneProcessGradients) {
+  run_ranks(2, [](Communicator& comm) {
+    const tensor::nn::GPTConfig cfg{
+        .vocab = 16, .context = 4, .layers = 1, .heads = 1, .width = 8, .experts = 4, .top_k = 2};
+    tensor::nn::GPT full(cfg), sliced(cfg);
+    full.init(3);
+    sliced.init(3);
+    parallel::expert_parallel(sliced, comm);
+    parallel::keep_expert_sources_apart(sliced);
+    full.to(DataType::kF64);
+    sliced.to(DataType::kF64);
+    std::vector<int64_t> ids, tgt;
+    for (int i = 0; i < 8; ++i) {
+      ids.push_back((i * 3 + comm.rank() * 5) % 16);
+      tgt.push_back((i * 7 + 1) % 16);
+    }
+    const Tensor x = Tensor::from_vector(std::span<const int64_t>(ids), {2, 4});
+    const Tensor y = Tensor::from_vector(std::span<const int64_t>(tgt), {2, 4});
+    full.loss(x, y).backward();
+    sliced.loss(x, y).backward();
+    std::optional<Communicator> alone = comm.split(comm.rank(), 0, "alone");  // one replica
+    parallel::fold_expert_gradients(sliced, *alone);
+    EXPECT_EQ(
+        max_diff(sliced.h[0]->moe->router->weight.grad(), full.h[0]->moe->router->weight.grad()),
+        0.0);
+    const auto& mine = sliced.h[0]->moe->experts;
+    const int64_t first = 2 * comm.rank();
+    for (int64_t e = 0; e < 4; ++e) {
+      const auto ref = full.h[0]->moe->experts[static_cast<size_t>(e)]->named_parameters();
+      for (size_t i = 0; i < ref.size(); ++i) {
+        // Rank 0's gradient, then rank 1's added to it (undefined: no contribution).
+        const Tensor& g = ref[i].second.grad();
+        std::vector<double> have{g.defined() ? 1.0 : 0.0}, both(2);
+        Tensor mine_g = g.defined() ? g.clone() : Tensor::zeros_like(ref[i].second);
+        Tensor all = Tensor::empty({2 * mine_g.numel()}, DataType::kF64);
+        comm.all_gather(mine_g.data_ptr(), all.data_ptr(), static_cast<size_t>(mine_g.numel()),
+                        DataType::kF64);
+        comm.all_gather(have.data(), both.data(), 1, DataType::kF64);
+        if (e < first || e >= first + 2) continue;
+        const Tensor got =
+            mine[static_cast<size_t>(e - first)]->named_parameters()[i].second.grad();
+        if (both[0] == 0 && both[1] == 0) {
+          EXPECT_FALSE(got.defined()) << "expert " << e;
+          continue;
+        }
+        Tensor fold;
+        for (int r = 0; r < 2; ++r) {
+          if (both[static_cast<size_t>(r)] == 0) continue;
+          const Tensor c = all.narrow(0, r * mine_g.numel(), mine_g.numel()).view(mine_g.shape());
+          if (!fold.defined())
+            fold = c.clone();
+          else
+            tensor::accumulate_grad(fold, c);
+        }
+        ASSERT_TRUE(got.defined()) << "expert " << e << " " << ref[i].first;
+        EXPECT_EQ(max_diff(got, fold), 0.0) << "expert " << e << " " << ref[i].first;
+      }
+    }
   });
 }
 

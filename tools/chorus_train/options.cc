@@ -79,7 +79,7 @@ Training:
   --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling
   --checkpoint-activations recompute each block in backward
   --deterministic          rank-ordered reductions and pinned kernels (CHORUS_DETERMINISTIC=1):
-                           bit-identical reruns; any dp and pp saves the bits of one process
+                           bit-identical reruns; any dp, pp and ep saves the bits of one process
                            with the same --batch in dp x --micro-batches micro-batches
   --seed N                 initialisation and data (default 1234)
   --threads N              compute threads per rank (default: CHORUS_TENSOR_THREADS, else this
@@ -89,7 +89,7 @@ Training:
   --data FILE              train on FILE's bytes (default: the built-in corpus)
 Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
-  --load DIR               resume from a checkpoint (any mesh: it reshards)
+  --load DIR               resume from a checkpoint (any mesh and --ep: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
   --log-memory FILE        every rank's engine peak over the steps and bytes held at the end,
                            as one JSON object (what chorus-plan predicts)
@@ -302,11 +302,6 @@ Mesh resolve_mesh(const Options& o, int world) {
     if (dp > 1 && o.zero > 0) fail("--experts on more than one rank needs --zero 0 (DDP) for now");
     if (dp > 1 && o.dtype == "f16")
       fail("--experts on more than one rank does not take --dtype f16 yet; use --dtype bf16");
-    if (dp > 1 && (!o.save.empty() || !o.load.empty()))
-      fail(
-          "--save and --load do not take --experts on more than one rank yet (the experts' "
-          "optimizer state and, with --ep, their shards are not in the checkpoint); train on "
-          "one process to checkpoint");
   }
   if (o.zero == 3 && (pp > 1 || tp > 1))
     fail("--zero 3 works with data parallelism alone (tp=1, pp=1); use --zero 1 or 2 with tp/pp");

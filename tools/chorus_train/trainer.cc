@@ -200,6 +200,10 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
                          "expert-dp group " + std::to_string(dp.rank() % m.ep));
     if (m.ep > 1) parallel::expert_parallel(model, *ep_group);
   }
+  // Deterministic with ep > 1: each expert's sources apart, folded after every backward in the
+  // global batch's order on every replica (expert_parallel.h), so nothing is reduced after.
+  const bool experts_apart = split_experts && m.ep > 1 && dp.deterministic();
+  if (experts_apart) parallel::keep_expert_sources_apart(model);
   model.to(device);  // before any wrapper binds buffers to the parameters
   std::unique_ptr<parallel::PipelineEngine> pipe;
   std::function<bool(const std::string&)> include;
@@ -306,11 +310,14 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     std::fflush(stdout);
   }
   // Resume: the checkpoint fills whatever this mesh holds (it reshards).
+  // Split experts step in an AdamW of their own; their expert-data-parallel group splits them.
   parallel::CheckpointState ckpt{.model = &model,
                                  .mesh = &mesh,
                                  .optimizer = opt.get(),
                                  .zero = zero.get(),
-                                 .pipeline = pipe.get()};
+                                 .pipeline = pipe.get(),
+                                 .expert_optimizer = expert_opt.get(),
+                                 .expert_replicas = expert_opt ? &*expert_dp : nullptr};
   int64_t first = 0;
   if (!o.load.empty()) {
     const parallel::CheckpointInfo info = parallel::load_checkpoint(o.load, ckpt);
@@ -332,7 +339,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     }
     if (root) {
       const std::string here = "dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
-                               " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(o.zero);
+                               " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(o.zero) +
+                               (expert_opt && m.ep > 1 ? " ep=" + std::to_string(m.ep) : "");
       std::printf(
           "resumed from %s at step %lld (saved at %s%s); the LR schedule spans %lld steps\n",
           o.load.c_str(), static_cast<long long>(first), info.saved_mesh.c_str(),
@@ -348,6 +356,25 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     parallel::save_checkpoint(o.save, ckpt);
     if (root)
       std::printf("saved %s at step %lld\n", o.save.c_str(), static_cast<long long>(next_step));
+  };
+  // The experts' gradients summed over their expert-data-parallel group (an expert no token
+  // reached has no gradient: zeros, as DDP reduces an unused parameter; folded sources apart are
+  // summed already). Deterministic at ep 1 with micro-batches, every micro-step folds
+  // (fold_experts) as DDP does: the first rank keeps the running sum, the others start their next
+  // contribution from zero (`last` false), so the sum adds the micro-batches in the global
+  // batch's order.
+  const bool fold_experts =
+      expert_opt && !experts_apart && dp.deterministic() && m.micro_batches > 1;
+  auto reduce_experts = [&](bool last) {
+    for (const auto& [name, p] : expert_opt->params()) {
+      Tensor t = p;
+      if (!t.grad().defined()) t.set_grad(Tensor::zeros_like(t));
+      if (expert_dp->size() > 1 && !experts_apart)
+        expert_dp->all_reduce(t.grad().data_ptr(), t.grad().data_ptr(),
+                              static_cast<size_t>(t.grad().numel()), t.grad().dtype(),
+                              ReduceOp::kSum);
+      if (!last && expert_dp->rank() != 0) t.mutable_grad().zero_();
+    }
   };
   // The timeline: blocks, pipeline actions and waits, every communicator's collectives.
   std::unique_ptr<parallel::Tracer> tracer;
@@ -418,6 +445,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
           if (global_micro > 1) l = tensor::scale(l, loss_scale);
           micro_losses[static_cast<size_t>(k)] = l.item();
           (scaler ? scaler->scale(l) : l).backward();
+          if (experts_apart) parallel::fold_expert_gradients(model, *expert_dp);
+          if (fold_experts && k + 1 < m.micro_batches) reduce_experts(false);
         }
       }
     }
@@ -428,15 +457,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     double norm = 0;
     if (ddp && expert_opt) {
       opt->wait_grads();
-      // An expert no token reached has no gradient: zeros, as DDP reduces an unused parameter.
-      for (const auto& [name, p] : expert_opt->params()) {
-        Tensor t = p;
-        if (!t.grad().defined()) t.set_grad(Tensor::zeros_like(t));
-        if (expert_dp->size() > 1)
-          expert_dp->all_reduce(t.grad().data_ptr(), t.grad().data_ptr(),
-                                static_cast<size_t>(t.grad().numel()), t.grad().dtype(),
-                                ReduceOp::kSum);
-      }
+      reduce_experts(true);
       // Every element once: the replicated parameters on dp rank 0, each expert on the first
       // rank of its expert-data-parallel group.
       tensor::nn::NamedTensors all = opt->params();

@@ -25,8 +25,8 @@
 //
 // Loading: every rank reads the manifest, checks that the model matches (naming the field that
 // does not), and reads only the entries that overlap what it holds now, at whatever mesh it runs:
-// this is how a checkpoint reshards (another dp, tp, pp or ZeRO stage). Each entry's checksum is
-// verified when it is read; a missing, truncated or corrupt file, an element no file holds, or a
+// this is how a checkpoint reshards (another dp, tp, pp, ep or ZeRO stage). Each entry's checksum
+// is verified when it is read; a missing, truncated or corrupt file, an element no file holds, or a
 // different model fail with an error naming the file and what is wrong.
 #pragma once
 
@@ -44,14 +44,18 @@
 namespace chorus::parallel {
 
 // What a run hands to save and load: the model as this rank holds it (tensor-parallel slices,
-// pipeline stage), its mesh, and its optimizer: an AdamW over the model's (or the stage's)
-// parameters, or a ZeroOptimizer.
+// pipeline stage, expert-parallel experts), its mesh, and its optimizer: an AdamW over the
+// model's (or the stage's) parameters, or a ZeroOptimizer. A run whose experts step apart from
+// the rest (chorus-train's experts on more than one rank) adds their AdamW and the ranks that hold
+// the same experts (its expert-data-parallel group: each writes its part of them).
 struct CheckpointState {
   tensor::nn::GPT* model = nullptr;
   DeviceMesh* mesh = nullptr;
   tensor::optim::AdamW* optimizer = nullptr;
   ZeroOptimizer* zero = nullptr;
   PipelineEngine* pipeline = nullptr;
+  tensor::optim::AdamW* expert_optimizer = nullptr;
+  Communicator* expert_replicas = nullptr;     // with expert_optimizer; dp / expert_replicas = ep
   int64_t step = 0;                            // the next step to run
   std::map<std::string, double> scalars = {};  // anything else to restore (seed, loss scale, ...)
 };
@@ -59,7 +63,7 @@ struct CheckpointState {
 struct CheckpointInfo {
   int64_t step = 0;
   std::map<std::string, double> scalars;
-  std::string saved_mesh;  // "dp=2 tp=1 pp=2 zero=1"
+  std::string saved_mesh;  // "dp=2 tp=1 pp=2 zero=1" (" ep=2" when the experts were split)
 };
 
 // Collective over state.mesh->world().

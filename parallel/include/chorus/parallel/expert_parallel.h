@@ -27,8 +27,17 @@
 // exchange all_to_all itself runs.
 //
 // The layer computes; reducing gradients is the trainer's (chorus-train --ep: DDP over dp for the
-// rest, each expert summed over the dp ranks holding it). Not yet: ZeRO, checkpoints of a sharded
-// layer, devices other than the CPU.
+// rest, each expert summed over the dp ranks holding it). Checkpoints hold the experts under
+// their whole-model names (checkpoint.h), so they load at any ep. Not yet: ZeRO, devices other
+// than the CPU.
+//
+// Sources apart (the deterministic mode's arithmetic; keep_expert_sources_apart): a local expert
+// then runs once per source rank, on leaves of its own that share the expert's storage, so that a
+// backward leaves each source's gradient apart: what one process computes for that source's
+// micro-batch, where one run over every source's rows sums them in one GEMM. After every backward
+// fold_expert_gradients adds them onto the experts' gradients in the order of the global batch,
+// as one process accumulating the micro-batches adds them (docs/PARALLELISM.md, "Deterministic
+// mode").
 #pragma once
 
 #include <cstdint>
@@ -55,14 +64,38 @@ class ExpertParallelMoE : public tensor::nn::MoE {
   tensor::Tensor forward(const tensor::Tensor& x,
                          tensor::nn::MoEStats* stats = nullptr) const override;
   int64_t first_expert() const { return first_; }
+  // Each local expert runs once per source rank (see "Sources apart" above).
+  void keep_sources_apart(bool on) { apart_ = on; }
+  bool sources_apart() const { return apart_; }
+  // Sources apart: the gradients of the last forward's per-source leaves, [l * 4 + i][s] for local
+  // expert l's parameter i (c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias) and source s
+  // (undefined where s sent the expert no row); the leaves are dropped.
+  std::vector<std::vector<tensor::Tensor>> take_source_gradients();
 
  private:
   Communicator* ep_;
   int64_t first_;
+  tensor::nn::GPTConfig cfg_;
+  bool apart_ = false;
+  // Sources apart: shadows_[l * ep + s] runs local expert l on source s's rows, its parameters
+  // rebound at each forward to fresh leaves sharing the expert's storage (used_: those that ran).
+  const tensor::nn::MLP& source_expert(int64_t l, int s) const;
+  mutable std::vector<std::shared_ptr<tensor::nn::MLP>> shadows_;
+  mutable std::vector<bool> used_;
 };
 
 // Replaces every MoE block's layer of `model` by this rank's ExpertParallelMoE over `ep`.
 // InvalidArgument (on every rank) when the model has no experts or ep does not divide them.
 void expert_parallel(tensor::nn::GPT& model, Communicator& ep);
+
+// Sets every expert-parallel layer of `model` to keep its sources apart.
+void keep_expert_sources_apart(tensor::nn::GPT& model);
+
+// Sources apart, after every backward, collective over `replicas` (the ranks holding the same
+// experts, one per ep group, in dp order): every rank gathers every source's gradient of its
+// experts and adds them onto the experts' gradients in the order of the global batch (replica
+// 0's ep sources in rank order, then replica 1's, ...), each onto the running sum: every replica
+// ends with the same sum, so nothing is reduced after it.
+void fold_expert_gradients(tensor::nn::GPT& model, Communicator& replicas);
 
 }  // namespace chorus::parallel
