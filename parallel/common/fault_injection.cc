@@ -14,7 +14,7 @@ namespace {
 const StringKnob kFaultKnob{"CHORUS_PARALLEL_FAULT", "",
                             "tests only: inject a fault into the parallel layer to prove the "
                             "equivalence tests catch it (ddp_reduce_twice, zero_shard_shift, "
-                            "tp_head_slice, checkpoint_write)"};
+                            "zero_wrong_group, tp_head_slice, checkpoint_write)"};
 
 constexpr int kUnread = -1;
 // The fault this process read, or kUnread. A forked child (the tests' ranks are forks that set
@@ -26,11 +26,12 @@ Fault read_fault() {
   if (f.empty() || f == "none") return Fault::kNone;
   if (f == "ddp_reduce_twice") return Fault::kReduceTwice;
   if (f == "zero_shard_shift") return Fault::kShardShift;
+  if (f == "zero_wrong_group") return Fault::kWrongGroup;
   if (f == "tp_head_slice") return Fault::kHeadSlice;
   if (f == "checkpoint_write") return Fault::kCheckpointWrite;
   throw InvalidArgument(detail::concat(kFaultKnob.name(), "=", f,
                                        ": expected ddp_reduce_twice, zero_shard_shift, "
-                                       "tp_head_slice or checkpoint_write"));
+                                       "zero_wrong_group, tp_head_slice or checkpoint_write"));
 }
 }  // namespace
 

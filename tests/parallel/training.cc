@@ -152,7 +152,9 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
                                                   parallel::ZeroOptions{.stage = scheme.zero_stage,
                                                                         .adamw = adamw_of(spec),
                                                                         .average = spec.average,
-                                                                        .include = include});
+                                                                        .include = include,
+                                                                        .shard_group =
+                                                                            scheme.zero_group});
   }
   TrainResult result;
   parallel::CheckpointState ckpt{.model = model.get(),

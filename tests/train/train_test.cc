@@ -112,7 +112,8 @@ TEST(ChorusTrain, EveryMeshSavesTheOneProcessBits) {
        {Mesh{2, "--dp 2 --micro-batches 6"}, Mesh{3, "--dp 3 --micro-batches 4 --zero 1"},
         Mesh{4, "--dp 4 --micro-batches 3 --zero 2"}, Mesh{2, "--dp 2 --micro-batches 6 --zero 3"},
         Mesh{2, "--pp 2 --micro-batches 12"}, Mesh{3, "--pp 3 --micro-batches 12 --schedule gpipe"},
-        Mesh{4, "--dp 2 --pp 2 --micro-batches 6 --zero 1"}}) {
+        Mesh{4, "--dp 2 --pp 2 --micro-batches 6 --zero 1"},
+        Mesh{4, "--dp 4 --micro-batches 3 --zero 3 --zero-group 2"}}) {
     const Saved got = run_and_save(m.ranks, flags + m.flags, dir);
     EXPECT_TRUE(got.tensors == one.tensors) << m.flags << " saved other bits than one process";
     EXPECT_EQ(without_timings(got.log), without_timings(one.log)) << m.flags;
@@ -148,6 +149,9 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {1, "--ep 2", "--ep needs --experts E"},
       {2, "--experts 2 --ep 2 --zero 1", "--experts on more than one rank needs --zero 0"},
       {2, "--experts 2 --save ckpt-never-written", "--save and --load do not take --experts on"},
+      {4, "--zero 1 --zero-group 3", "--zero-group 3 does not divide dp=4"},
+      {2, "--zero-group 2", "--zero-group needs --zero 1-3"},
+      {2, "--zero 2 --zero-group hosts", "--zero-group expects a number, got 'hosts'"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
