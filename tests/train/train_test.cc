@@ -151,7 +151,7 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {2, "--experts 2 --save ckpt-never-written", "--save and --load do not take --experts on"},
       {4, "--zero 1 --zero-group 3", "--zero-group 3 does not divide dp=4"},
       {2, "--zero-group 2", "--zero-group needs --zero 1-3"},
-      {2, "--zero 2 --zero-group hosts", "--zero-group expects a number, got 'hosts'"},
+      {2, "--zero 2 --zero-group hosts", "--zero-group hosts: expected host or a group size"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));

@@ -121,6 +121,8 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--ep", [&](auto& f, auto& v) { o.ep = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--zero", [&](auto& f, auto& v) { o.zero = static_cast<int>(as_int(f, v, 0, 3)); });
   value("--zero-group", [&](auto& f, auto& v) {
+    if (v != "host" && (v.empty() || v.find_first_not_of("0123456789") != std::string::npos))
+      fail(f + " " + v + ": expected host or a group size");
     o.zero_group = v == "host" ? -1 : static_cast<int>(as_int(f, v, 1, 1 << 20));
   });
   value("--schedule", [&](auto& f, auto& v) {
