@@ -121,8 +121,8 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
         g.outbox.narrow(0, d * n, n).copy_(g.flat_grad.narrow(0, index * n, n));
       }
       g.inbox = Tensor::empty({n * dp_ranks}, g.dtype, device);
-      g.reduce = dp_beside->all_to_all_async(g.outbox.data_ptr(), g.inbox.data_ptr(), shard,
-                                             g.dtype);
+      g.reduce =
+          dp_beside->all_to_all_async(g.outbox.data_ptr(), g.inbox.data_ptr(), shard, g.dtype);
     } else if (fold) {
       // Every rank's copy of this rank's shard comes in; wait_reduce adds them in rank order.
       g.inbox = Tensor::empty({g.numel}, g.dtype, device);
@@ -167,9 +167,9 @@ void ZeroOptimizer::Impl::wait_reduce(size_t gi) {
   if (g.across) {
     // Hybrid: the shard group's reduced shard, over the ranks holding the same shard.
     g.across = false;
-    Tensor reduced = options.stage == 1       ? g.flat_grad.narrow(0, g.lo, g.hi - g.lo)
-                            : g.reduce_into.defined() ? g.reduce_into
-                                                      : g.shard_grad;
+    Tensor reduced = options.stage == 1        ? g.flat_grad.narrow(0, g.lo, g.hi - g.lo)
+                     : g.reduce_into.defined() ? g.reduce_into
+                                               : g.shard_grad;
     across->all_reduce(reduced.data_ptr(), reduced.data_ptr(), static_cast<size_t>(g.hi - g.lo),
                        g.dtype, options.average ? ReduceOp::kAvg : ReduceOp::kSum);
   }

@@ -85,8 +85,8 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
     const int index = dp.rank() % group;
     const int wrong = injected_fault() == Fault::kWrongGroup ? z.replica : 0;  // tests only
     z.shard_comm = dp.split(z.replica, index, "zero shard group " + std::to_string(z.replica));
-    z.replica_comm = dp.split((index + wrong) % group, z.replica,
-                              "zero replica group " + std::to_string(index));
+    z.replica_comm =
+        dp.split((index + wrong) % group, z.replica, "zero replica group " + std::to_string(index));
     z.shard = &*z.shard_comm;
     z.across.emplace(*z.replica_comm, z.device, CommOrder::kInline);
     z.dp_beside.emplace(dp, z.device, CommOrder::kOverlap);
@@ -436,9 +436,8 @@ ZeroOptimizer::Memory ZeroOptimizer::memory() const {
   };
   for (const ZeroGroup& g : z.groups) {
     m.parameter_bytes += bytes(g.flat_param) + bytes(g.shard_param);
-    m.gradient_bytes +=
-        bytes(g.flat_grad) + bytes(g.shard_grad) + bytes(g.reduce_into) + bytes(g.inbox) +
-                        bytes(g.outbox);
+    m.gradient_bytes += bytes(g.flat_grad) + bytes(g.shard_grad) + bytes(g.reduce_into) +
+                        bytes(g.inbox) + bytes(g.outbox);
   }
   for (const auto& [n, t] : z.optimizer->state_dict())
     if (n != "step") m.optimizer_bytes += bytes(t);

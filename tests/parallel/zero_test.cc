@@ -288,10 +288,10 @@ TEST(ZeroHybrid, AShardReducedOverTheWrongGroupIsCaught) {
       4,
       [&](Communicator& world) {
         for (int stage : {2, 3})
-          EXPECT_NE(first_bit_difference(
-                        parallel_run(world, spec, Scheme{.zero_stage = stage, .zero_group = 2}),
-                        ref),
-                    "")
+          EXPECT_NE(
+              first_bit_difference(
+                  parallel_run(world, spec, Scheme{.zero_stage = stage, .zero_group = 2}), ref),
+              "")
               << "stage " << stage << ": a shard folded from the wrong group went unnoticed";
       },
       faulty);

@@ -307,8 +307,8 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     std::printf(
         "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
         "replica(s) x %d micro-batch(es) of %lld\n",
-        m.dp, m.tp, m.pp, mesh.layout().c_str(),
-        dp_scheme.c_str(), m.pp > 1 ? (", " + o.schedule + " pipeline").c_str() : "", static_cast<long long>(o.batch),
+        m.dp, m.tp, m.pp, mesh.layout().c_str(), dp_scheme.c_str(),
+        m.pp > 1 ? (", " + o.schedule + " pipeline").c_str() : "", static_cast<long long>(o.batch),
         static_cast<long long>(o.context), m.dp, m.micro_batches,
         static_cast<long long>(micro_rows));
     std::fflush(stdout);

@@ -135,10 +135,10 @@ class ZeroOptimizer {
   void set_lr(double lr);
   int64_t step_count() const;
   // Clips the reduced gradients to a global L2 norm of at most max_norm (the shards' squares
-  // summed over the shard group) and returns the norm before clipping, as optim::clip_grad_norm does for one
-  // process. Call between backward and step(). Collective. With tensor or pipeline parallelism,
-  // the sum goes on over `model_parallel` (mesh.mp()), counting the parameters `counted`
-  // accepts (grad_norm.h explains both).
+  // summed over the shard group) and returns the norm before clipping, as optim::clip_grad_norm
+  // does for one process. Call between backward and step(). Collective. With tensor or pipeline
+  // parallelism, the sum goes on over `model_parallel` (mesh.mp()), counting the parameters
+  // `counted` accepts (grad_norm.h explains both).
   double clip_grad_norm(double max_norm, Communicator* model_parallel = nullptr,
                         const std::function<bool(const std::string&)>& counted = {});
 
