@@ -1,8 +1,6 @@
 // ZeroOptimizer: the layout of groups and shards, the shard optimizer, step, state dicts.
 #include "chorus/parallel/zero.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -13,9 +11,7 @@
 #include "chorus/log.h"
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/optim.h"
-#include "chorus/topo/discover.h"
 #include "common/fault_injection.h"
-#include "common/gather_strings.h"
 #include "common/global_norm.h"
 #include "common/kernel_agreement.h"
 #include "common/replica_check.h"
@@ -245,27 +241,19 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
 }
 
 int host_shard_group(Communicator& dp) {
-  // The host's name as the topology gives it (the same identity the mesh placement groups ranks
-  // by); a rank whose discovery fails names its host by gethostname.
-  std::string mine;
-  try {
-    mine = topo::discover().hostname;
-  } catch (const Error&) {
-  }
-  if (mine.empty()) {
-    char name[256] = {};
-    mine = ::gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
-  }
-  const std::vector<std::string> hosts = gather_strings(dp, mine);
+  // The bootstrap's host identity (Communicator::host_of): the one the transports decide
+  // shared memory by.
   std::string by_rank;
-  for (const std::string& h : hosts) by_rank += (by_rank.empty() ? "" : " ") + h;
-  // Runs of equal names: every host one run, every run as long.
-  std::vector<std::pair<std::string, int>> runs;
-  for (const std::string& h : hosts) {
+  for (int r = 0; r < dp.size(); ++r)
+    by_rank += (r == 0 ? "" : " ") + std::to_string(dp.host_of(r));
+  // Runs of equal hosts: every host one run, every run as long.
+  std::vector<std::pair<int, int>> runs;  // (host, dp ranks)
+  for (int r = 0; r < dp.size(); ++r) {
+    const int h = dp.host_of(r);
     if (runs.empty() || runs.back().first != h) {
       for (const auto& run : runs)
         CHORUS_ARG_CHECK(run.first != h, "ZeroOptimizer: shard group 'host': the dp ranks of host ",
-                         h, " are not consecutive (the dp ranks' hosts: ", by_rank,
+                         h, " are not consecutive (the host of each dp rank: ", by_rank,
                          "); give the group's size instead");
       runs.emplace_back(h, 0);
     }
@@ -273,8 +261,9 @@ int host_shard_group(Communicator& dp) {
   }
   for (const auto& [h, n] : runs)
     CHORUS_ARG_CHECK(n == runs.front().second, "ZeroOptimizer: shard group 'host': host ",
-                     runs.front().first, " has ", runs.front().second, " dp ranks but ", h, " has ",
-                     n, " (every shard group must be as large); give the group's size instead");
+                     runs.front().first, " has ", runs.front().second, " dp ranks but host ", h,
+                     " has ", n, " (the host of each dp rank: ", by_rank,
+                     "); give the group's size instead");
   return runs.front().second;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "chorus/parallel/data_parallel.h"
@@ -347,6 +348,45 @@ TEST(ZeroHybrid, GroupsAreConsecutiveDpRanksAndBadSizesAreRefused) {
       }
     }
   });
+}
+
+// kHostGroup groups the dp ranks by the bootstrap's host identity: two "hosts" of two ranks on
+// this machine (CHORUS_HOST_ID; the ranks of different hosts talk over UCX) make groups of two,
+// which train to the one-process bits; hosts that alternate along dp are refused by name.
+TEST(ZeroHybrid, HostGroupsFollowTheHostIdentity) {
+  if (!CHORUS_TEST_MULTIHOST) GTEST_SKIP() << "this build connects ranks of one host only";
+  TrainSpec spec;
+  spec.steps = 2;
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  const TrainResult ref = reference_run(spec, 4);
+  for (const bool alternate : {false, true}) {
+    RunOptions options = deterministic_env();
+    options.before_connect = [alternate](int rank) {
+      const int host = alternate ? rank % 2 : rank / 2;
+      ::setenv("CHORUS_HOST_ID", ("zero-host-" + std::to_string(host)).c_str(), 1);
+    };
+    run_ranks(
+        4,
+        [&](Communicator& world) {
+          if (alternate) {
+            try {
+              parallel::host_shard_group(world);
+              ADD_FAILURE() << "hosts alternating along dp accepted";
+            } catch (const InvalidArgument& e) {
+              EXPECT_NE(std::string(e.what()).find("not consecutive (the host of each dp rank: 0 "
+                                                   "1 0 1)"),
+                        std::string::npos)
+                  << e.what();
+            }
+            return;
+          }
+          EXPECT_EQ(parallel::host_shard_group(world), 2);
+          const Scheme scheme{.zero_stage = 3, .zero_group = parallel::ZeroOptions::kHostGroup};
+          EXPECT_EQ(first_bit_difference(parallel_run(world, spec, scheme), ref), "");
+        },
+        options);
+  }
 }
 
 TEST(ZeroHybrid, MemoryPerRankFollowsTheShardGroup) {

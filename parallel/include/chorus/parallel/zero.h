@@ -100,14 +100,14 @@ struct ZeroOptions {
   std::function<bool(const std::string& name)> include = nullptr;
   // Hybrid sharding (above): the shards are cut over groups of this many consecutive dp ranks,
   // replicated across the groups. 0: all of dp (plain ZeRO); kHostGroup: the dp ranks that share
-  // a host (by the hosts' topologies), which must be consecutive and as many on every host.
+  // a host (Communicator::host_of), which must be consecutive and as many on every host.
   int shard_group = 0;
   static constexpr int kHostGroup = -1;
 };
 
 // The size of the shard groups kHostGroup means over `dp`: the number of dp ranks on each host.
-// Collective over dp. InvalidArgument when the ranks of a host are not consecutive in dp or the
-// hosts hold different numbers of them (naming the hosts).
+// InvalidArgument when the ranks of a host are not consecutive in dp or the hosts hold different
+// numbers of them (naming the host of every dp rank).
 int host_shard_group(Communicator& dp);
 
 class ZeroOptimizer {
