@@ -65,17 +65,19 @@ struct ZeroGroup {
 struct ZeroOptimizer::Impl {
   tensor::nn::Module* model = nullptr;
   Communicator* dp = nullptr;
-  // The parameters' device, and the dp group's collectives in the engine's order on it
+  // The parameters' device, and the shard group's collectives in the engine's order on it
   // (common/tensor_comm.h): bucket reductions and gathers beside the compute, and those needed
   // at once.
   tensor::Device device;
-  std::optional<TensorComm> beside, inline_;
+  // Hybrid sharding: the shard group and the replica group, split from dp (declared before the
+  // collectives over them, which go first).
+  std::optional<Communicator> shard_comm, replica_comm;
+  std::optional<TensorComm> beside, inline_;  // over the shard group
   ZeroOptions options;
-  // The shard group (its `ranks`, this one's `rank` in it) and, hybrid, the replica group and
-  // the collectives over them and over the whole dp group (folding).
+  // The shard group (its `ranks`, this one's `rank` in it) and, hybrid, the collectives over the
+  // replica group and over the whole dp group (folding).
   int ranks = 1, rank = 0;
   int dp_ranks = 1, replicas = 1, replica = 0;
-  std::optional<Communicator> shard_comm, replica_comm;
   Communicator* shard = nullptr;  // dp itself, or shard_comm
   std::optional<TensorComm> across, dp_beside;
   std::vector<std::string> names;  // parameters that require grad, registration order
