@@ -143,6 +143,11 @@ int Communicator::world_rank(int r) const {
   return impl_->world_ranks[static_cast<size_t>(r)];
 }
 
+int Communicator::host_of(int r) const {
+  CHORUS_ARG_CHECK(r >= 0 && r < impl_->size, "host_of: rank ", r, " of ", impl_->size);
+  return impl_->host_of.empty() ? 0 : impl_->host_of[static_cast<size_t>(r)];
+}
+
 // ---- operations
 // ----------------------------------------------------------------------------------
 

@@ -109,7 +109,9 @@ std::vector<Item> items_to_save(const CheckpointState& s) {
   if (s.expert_optimizer != nullptr)
     replica_items(s, *s.expert_optimizer, *s.expert_replicas, items);
   if (s.zero != nullptr) {
-    // A ZeRO rank saves its shard: the pieces' values and their AdamW state.
+    // A ZeRO rank saves its shard: the pieces' values and their AdamW state. With hybrid
+    // sharding the first replica of the shards saves them.
+    if (s.zero->replica() != 0) return items;
     const tensor::nn::NamedTensors state = s.zero->shard_optimizer().state_dict();
     const tensor::nn::NamedTensors named = model.named_parameters();
     for (const auto& info : s.zero->shard_layout()) {

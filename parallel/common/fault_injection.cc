@@ -14,8 +14,8 @@ namespace {
 const StringKnob kFaultKnob{"CHORUS_PARALLEL_FAULT", "",
                             "tests only: inject a fault into the parallel layer to prove the "
                             "equivalence tests catch it (ddp_reduce_twice, zero_shard_shift, "
-                            "tp_head_slice, checkpoint_write, ep_wrong_rank, "
-                            "ep_count_off_by_one)"};
+                            "zero_wrong_group, tp_head_slice, checkpoint_write, "
+                            "ep_wrong_rank, ep_count_off_by_one)"};
 
 constexpr int kUnread = -1;
 // The fault this process read, or kUnread. A forked child (the tests' ranks are forks that set
@@ -27,14 +27,15 @@ Fault read_fault() {
   if (f.empty() || f == "none") return Fault::kNone;
   if (f == "ddp_reduce_twice") return Fault::kReduceTwice;
   if (f == "zero_shard_shift") return Fault::kShardShift;
+  if (f == "zero_wrong_group") return Fault::kWrongGroup;
   if (f == "tp_head_slice") return Fault::kHeadSlice;
   if (f == "checkpoint_write") return Fault::kCheckpointWrite;
   if (f == "ep_wrong_rank") return Fault::kExpertWrongRank;
   if (f == "ep_count_off_by_one") return Fault::kExpertCountOffByOne;
   throw InvalidArgument(detail::concat(kFaultKnob.name(), "=", f,
                                        ": expected ddp_reduce_twice, zero_shard_shift, "
-                                       "tp_head_slice, checkpoint_write, ep_wrong_rank or "
-                                       "ep_count_off_by_one"));
+                                       "zero_wrong_group, tp_head_slice, checkpoint_write, "
+                                       "ep_wrong_rank or ep_count_off_by_one"));
 }
 }  // namespace
 

@@ -8,6 +8,8 @@ enum class Fault {
   kNone,
   kReduceTwice,  // "ddp_reduce_twice": DDP reduces its first bucket twice (summed, then averaged)
   kShardShift,   // "zero_shard_shift": ZeRO's optimizer updates its shard one element off
+  kWrongGroup,   // "zero_wrong_group": hybrid ZeRO reduces a shard across groups with the
+                 // ranks of another shard index (shard i of group g meets shard i + g)
   kHeadSlice,    // "tp_head_slice": tensor parallelism gives attention's keys the next rank's heads
   kCheckpointWrite,  // "checkpoint_write": world rank 1 fails to write its checkpoint file
   kExpertWrongRank,  // "ep_wrong_rank": ep rank 0 sends its first token for expert 0 to the next

@@ -21,6 +21,16 @@
 // all-to-all (the reduce-scatter's traffic), and the owner adds the N copies of its shard to
 // shard_grad in rank order (tensor::accumulate_grad, as the engine adds). The sum is divided by
 // N (averaging) once, when step() or clip_grad_norm() first reads it.
+//
+// Hybrid sharding (shard groups of G ranks, R replicas of the shards; zero.h): without folding,
+// the reduce-scatter runs inside the shard group and, once it is done, the reduced shard is
+// all-reduced over its replica group (wait_reduce). That second step is blocking and issued only
+// where every rank's program reaches the same point (never from poll_reduces, which depends on
+// timing), so the replica groups' collectives come in the same order on every rank. Folding
+// must add the D = G R contributions in dp rank order, which no sum inside the group first
+// preserves: stage 1 reduces over the whole dp group (onto rank 0 under no_sync(), an
+// all-reduce on the last backward); stages 2-3 send shard i of every rank's buffer to each rank
+// holding shard i by one all-to-all over dp, and each folds its D copies in dp rank order.
 #include <algorithm>
 
 #include "chorus/error.h"
@@ -29,6 +39,7 @@
 #include "chorus/log.h"
 #include "chorus/tensor/autograd.h"
 #include "chorus/tensor/device.h"
+#include "common/fault_injection.h"
 #include "common/flat_layout.h"
 #include "zero/zero_state.h"
 
@@ -73,14 +84,20 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
   const size_t es = dtype_size(g.dtype);
   auto* flat = static_cast<std::byte*>(g.flat_grad.data_ptr());
   const ReduceOp op = options.average ? ReduceOp::kAvg : ReduceOp::kSum;
+  // Folding over the whole dp group (the shard group but with hybrid sharding).
+  TensorComm& whole = replicas > 1 ? *dp_beside : *beside;
   if (options.stage == 1 && intermediate) {
-    // Folding under no_sync(): onto rank 0's running sum.
+    // Folding under no_sync(): onto dp rank 0's running sum.
     g.reduce =
-        beside->reduce_async(flat, flat, static_cast<size_t>(g.numel), g.dtype, ReduceOp::kSum, 0);
+        whole.reduce_async(flat, flat, static_cast<size_t>(g.numel), g.dtype, ReduceOp::kSum, 0);
+  } else if (options.stage == 1 && fold && replicas > 1) {
+    // The fold of every dp rank, everywhere; this rank reads its shard of it.
+    g.reduce = whole.all_reduce_async(flat, flat, static_cast<size_t>(g.numel), g.dtype, op);
   } else if (options.stage == 1) {
     // In place: this rank's reduced shard lands at [lo, hi) of the gradient buffer.
     g.reduce = beside->reduce_scatter_async(flat, flat + static_cast<size_t>(g.lo) * es, shard,
                                             g.dtype, op);
+    g.across = replicas > 1;
   } else {
     // Free the buffers of reduce-scatters that are done, and keep at most kInFlight full
     // buffers alive: beyond that, the oldest is waited for (bounded memory for less overlap).
@@ -93,7 +110,20 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
         wait_reduce(o);
         --in_flight;
       }
-    if (fold) {
+    if (fold && replicas > 1) {
+      // Every dp rank's copy of this rank's shard comes in, in dp rank order: dp rank d
+      // (index d mod G in its group) is sent shard d mod G of this buffer.
+      const int64_t n = g.hi - g.lo;
+      const bool wrong = injected_fault() == Fault::kWrongGroup;  // tests only
+      g.outbox = Tensor::empty({n * dp_ranks}, g.dtype, device);
+      for (int d = 0; d < dp_ranks; ++d) {
+        const int index = (d % ranks + (wrong ? d / ranks : 0)) % ranks;
+        g.outbox.narrow(0, d * n, n).copy_(g.flat_grad.narrow(0, index * n, n));
+      }
+      g.inbox = Tensor::empty({n * dp_ranks}, g.dtype, device);
+      g.reduce =
+          dp_beside->all_to_all_async(g.outbox.data_ptr(), g.inbox.data_ptr(), shard, g.dtype);
+    } else if (fold) {
       // Every rank's copy of this rank's shard comes in; wait_reduce adds them in rank order.
       g.inbox = Tensor::empty({g.numel}, g.dtype, device);
       g.reduce = beside->all_to_all_async(flat, g.inbox.data_ptr(), shard, g.dtype);
@@ -103,6 +133,7 @@ void ZeroOptimizer::Impl::launch(size_t gi) {
         target = g.reduce_into = Tensor::empty({g.hi - g.lo}, g.dtype, device);
       g.shard_grad_fresh = false;
       g.reduce = beside->reduce_scatter_async(flat, target.data_ptr(), shard, g.dtype, op);
+      g.across = replicas > 1;
     }
     // The buffer now belongs to the reduce-scatter: a later backward binds a fresh one
     // (prepare_backward), and this one goes once the reduce-scatter is done (wait_reduce).
@@ -123,7 +154,7 @@ void ZeroOptimizer::Impl::finish_backward() {
   if (intermediate) {
     // Rank 0 keeps the running sum; the next contribution of the others starts at zero.
     wait_all_reduces();
-    if (rank != 0)
+    if (dp->rank() != 0)
       for (ZeroGroup& g : groups) g.flat_grad.zero_();
   }
 }
@@ -133,11 +164,21 @@ void ZeroOptimizer::Impl::wait_reduce(size_t gi) {
   if (!g.reducing) return;
   g.reducing = false;
   g.reduce.wait();
+  if (g.across) {
+    // Hybrid: the shard group's reduced shard, over the ranks holding the same shard.
+    g.across = false;
+    Tensor reduced = options.stage == 1        ? g.flat_grad.narrow(0, g.lo, g.hi - g.lo)
+                     : g.reduce_into.defined() ? g.reduce_into
+                                               : g.shard_grad;
+    across->all_reduce(reduced.data_ptr(), reduced.data_ptr(), static_cast<size_t>(g.hi - g.lo),
+                       g.dtype, options.average ? ReduceOp::kAvg : ReduceOp::kSum);
+  }
   if (g.inbox.defined()) {
     const int64_t shard = g.hi - g.lo;
-    for (int r = 0; r < ranks; ++r)
+    for (int64_t r = 0; r < g.inbox.numel() / std::max<int64_t>(shard, 1); ++r)
       tensor::accumulate_grad(g.shard_grad, g.inbox.narrow(0, r * shard, shard));
     g.inbox = Tensor();
+    g.outbox = Tensor();
   }
   if (g.reduce_into.defined()) {
     if (device.is_cpu())
@@ -169,14 +210,17 @@ void ZeroOptimizer::Impl::finish_gradients() {
   for (ZeroGroup& g : groups) {
     if (device.is_cpu())
       kernels::divide(g.dtype, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
-                      static_cast<size_t>(g.hi - g.lo), ranks);
+                      static_cast<size_t>(g.hi - g.lo), dp_ranks);
     else  // the same division on the device, in the engine's order
       kernels::gpu::divide(g.dtype, g.shard_grad.data_ptr(), g.shard_grad.data_ptr(),
-                           static_cast<size_t>(g.hi - g.lo), ranks, tensor::compute_stream(device));
+                           static_cast<size_t>(g.hi - g.lo), dp_ranks,
+                           tensor::compute_stream(device));
   }
 }
 
 void ZeroOptimizer::Impl::poll_reduces() {
+  // A replica group's all-reduce must not start where a clock decided (see above).
+  if (replicas > 1 && !fold) return;
   for (size_t g = 0; g < groups.size(); ++g)
     if (groups[g].reducing && groups[g].reduce.test()) wait_reduce(g);
 }

@@ -56,9 +56,16 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   z.model = &model;
   z.dp = &dp;
   z.options = options;
-  z.ranks = dp.size();
-  z.rank = dp.rank();
+  z.dp_ranks = dp.size();
   z.fold = dp.deterministic();
+  const int group = options.shard_group == ZeroOptions::kHostGroup ? host_shard_group(dp)
+                    : options.shard_group == 0                     ? dp.size()
+                                                                   : options.shard_group;
+  CHORUS_ARG_CHECK(group >= 1, "ZeroOptimizer: shard_group ", options.shard_group,
+                   " (expected a positive size, 0 for all of dp or kHostGroup)");
+  CHORUS_ARG_CHECK(dp.size() % group == 0, "ZeroOptimizer: shard_group ", group,
+                   " does not divide the ", dp.size(),
+                   " dp ranks (the shard groups are runs of consecutive dp ranks)");
   CHORUS_ARG_CHECK(!options.include || options.stage < 3,
                    "ZeroOptimizer: stage 3 gathers whole units and takes no parameter filter");
   tensor::nn::NamedTensors all;
@@ -66,8 +73,24 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
     if (!options.include || options.include(name)) all.emplace_back(name, p);
   check_same_parameters(dp, all, "ZeroOptimizer");
   z.device = common_device(all, "ZeroOptimizer");
-  z.beside.emplace(dp, z.device, CommOrder::kOverlap);
-  z.inline_.emplace(dp, z.device, CommOrder::kInline);
+  z.replicas = dp.size() / group;
+  z.replica = dp.rank() / group;
+  z.shard = &dp;
+  if (z.replicas > 1) {
+    // Shard group g: dp ranks gG .. gG+G-1; replica group i: the ranks of index i in theirs.
+    const int index = dp.rank() % group;
+    const int wrong = injected_fault() == Fault::kWrongGroup ? z.replica : 0;  // tests only
+    z.shard_comm = dp.split(z.replica, index, "zero shard group " + std::to_string(z.replica));
+    z.replica_comm =
+        dp.split((index + wrong) % group, z.replica, "zero replica group " + std::to_string(index));
+    z.shard = &*z.shard_comm;
+    z.across.emplace(*z.replica_comm, z.device, CommOrder::kInline);
+    z.dp_beside.emplace(dp, z.device, CommOrder::kOverlap);
+  }
+  z.ranks = z.shard->size();
+  z.rank = z.shard->rank();
+  z.beside.emplace(*z.shard, z.device, CommOrder::kOverlap);
+  z.inline_.emplace(*z.shard, z.device, CommOrder::kInline);
   if (options.broadcast_parameters) broadcast_parameters(dp, all);
   agree_on_kernels(dp);
   for (const auto& [name, p] : all)
@@ -213,7 +236,35 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   if (options.stage == 3) z.install_unit_hooks();
   CHORUS_INFO(kLogPar, "ZeroOptimizer stage ", options.stage, ": ", z.params.size(),
               " parameters in ", z.groups.size(), options.stage == 3 ? " units" : " buckets",
-              " over ", z.ranks, " ranks");
+              " over ", z.ranks, " ranks",
+              z.replicas > 1 ? ", " + std::to_string(z.replicas) + " replicas of the shards" : "");
+}
+
+int host_shard_group(Communicator& dp) {
+  // The bootstrap's host identity (Communicator::host_of): the one the transports decide
+  // shared memory by.
+  std::string by_rank;
+  for (int r = 0; r < dp.size(); ++r)
+    by_rank += (r == 0 ? "" : " ") + std::to_string(dp.host_of(r));
+  // Runs of equal hosts: every host one run, every run as long.
+  std::vector<std::pair<int, int>> runs;  // (host, dp ranks)
+  for (int r = 0; r < dp.size(); ++r) {
+    const int h = dp.host_of(r);
+    if (runs.empty() || runs.back().first != h) {
+      for (const auto& run : runs)
+        CHORUS_ARG_CHECK(run.first != h, "ZeroOptimizer: shard group 'host': the dp ranks of host ",
+                         h, " are not consecutive (the host of each dp rank: ", by_rank,
+                         "); give the group's size instead");
+      runs.emplace_back(h, 0);
+    }
+    ++runs.back().second;
+  }
+  for (const auto& [h, n] : runs)
+    CHORUS_ARG_CHECK(n == runs.front().second, "ZeroOptimizer: shard group 'host': host ",
+                     runs.front().first, " has ", runs.front().second, " dp ranks but host ", h,
+                     " has ", n, " (the host of each dp rank: ", by_rank,
+                     "); give the group's size instead");
+  return runs.front().second;
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
@@ -231,6 +282,8 @@ ZeroOptimizer::~ZeroOptimizer() {
 }
 
 int ZeroOptimizer::stage() const { return impl_->options.stage; }
+int ZeroOptimizer::shard_group_size() const { return impl_->ranks; }
+int ZeroOptimizer::replica() const { return impl_->replica; }
 tensor::optim::AdamW& ZeroOptimizer::shard_optimizer() { return *impl_->optimizer; }
 
 void ZeroOptimizer::step() {
@@ -274,7 +327,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm, Communicator* model_parall
   std::vector<Tensor> grads;
   for (const auto& [name, piece] : z.optimizer->params())
     if (!counted || counted(name)) grads.push_back(piece.grad());
-  std::vector<Communicator*> groups{z.dp};
+  std::vector<Communicator*> groups{z.shard};  // each replica of the shards holds the whole
   if (model_parallel != nullptr) groups.push_back(model_parallel);
   const double norm = global_norm(grads, groups);
   if (max_norm <= 0 || !std::isfinite(norm) || norm <= max_norm) return norm;
@@ -372,8 +425,8 @@ ZeroOptimizer::Memory ZeroOptimizer::memory() const {
   };
   for (const ZeroGroup& g : z.groups) {
     m.parameter_bytes += bytes(g.flat_param) + bytes(g.shard_param);
-    m.gradient_bytes +=
-        bytes(g.flat_grad) + bytes(g.shard_grad) + bytes(g.reduce_into) + bytes(g.inbox);
+    m.gradient_bytes += bytes(g.flat_grad) + bytes(g.shard_grad) + bytes(g.reduce_into) +
+                        bytes(g.inbox) + bytes(g.outbox);
   }
   for (const auto& [n, t] : z.optimizer->state_dict())
     if (n != "step") m.optimizer_bytes += bytes(t);

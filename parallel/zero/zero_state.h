@@ -8,6 +8,8 @@
 //           of those elements (and at stages 2-3 their gradient, at stage 3 their values).
 //   piece   the part of one parameter inside this rank's shard: what the shard optimizer (an
 //           ordinary AdamW) sees as a parameter, a 1-D view.
+//   shard group   the N dp ranks a group is cut over (all of dp but with hybrid sharding);
+//   replica group the ranks of the other shard groups holding the same shard index.
 #pragma once
 
 #include <optional>
@@ -42,14 +44,17 @@ struct ZeroGroup {
                                  // stage 2: staging, allocated per backward; stage 3: per backward
   Tensor shard_grad;             // stages 2-3: the own shard's reduced gradient (hi - lo)
   bool shard_grad_fresh = true;  // the next reduce-scatter writes shard_grad instead of adding
-  // Folding, stages 2-3: every rank's copy of this shard, received by an all-to-all (numel),
-  // added to shard_grad in rank order once it is in.
-  Tensor inbox;
+  // Folding, stages 2-3: every dp rank's copy of this shard, received by an all-to-all (numel
+  // times the replicas), added to shard_grad in dp rank order once it is in; hybrid: what goes
+  // out (the buffer once per replica group).
+  Tensor inbox, outbox;
 
   // The step in progress.
   Work reduce;         // its reduce-scatter
   Tensor reduce_into;  // where that reduce-scatter writes, when it is added to shard_grad later
   bool reducing = false;
+  bool across = false;  // hybrid, not folding: the shard is all-reduced over the replica group
+                        // once the reduce-scatter is done
 
   // Stage 3.
   enum class Params { kReleased, kGathering, kGathered } params = Params::kReleased;
@@ -60,13 +65,21 @@ struct ZeroGroup {
 struct ZeroOptimizer::Impl {
   tensor::nn::Module* model = nullptr;
   Communicator* dp = nullptr;
-  // The parameters' device, and the dp group's collectives in the engine's order on it
+  // The parameters' device, and the shard group's collectives in the engine's order on it
   // (common/tensor_comm.h): bucket reductions and gathers beside the compute, and those needed
   // at once.
   tensor::Device device;
-  std::optional<TensorComm> beside, inline_;
+  // Hybrid sharding: the shard group and the replica group, split from dp (declared before the
+  // collectives over them, which go first).
+  std::optional<Communicator> shard_comm, replica_comm;
+  std::optional<TensorComm> beside, inline_;  // over the shard group
   ZeroOptions options;
+  // The shard group (its `ranks`, this one's `rank` in it) and, hybrid, the collectives over the
+  // replica group and over the whole dp group (folding).
   int ranks = 1, rank = 0;
+  int dp_ranks = 1, replicas = 1, replica = 0;
+  Communicator* shard = nullptr;  // dp itself, or shard_comm
+  std::optional<TensorComm> across, dp_beside;
   std::vector<std::string> names;  // parameters that require grad, registration order
   std::vector<Tensor> params;
   std::vector<ZeroGroup> groups;

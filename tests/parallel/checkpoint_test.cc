@@ -104,6 +104,12 @@ TEST(Checkpoint, ReshardsBetweenMeshes) {
   resume(Scheme{.tp = 2, .pp = 2}, 1, Scheme{.zero_stage = 1}, 1, false);
 }
 
+TEST(Checkpoint, HybridShardsSaveOneReplicaAndReshard) {
+  // dp 4 in shard groups of 2: the first replica writes the shards, and any mesh reads them.
+  resume(Scheme{.zero_stage = 2, .zero_group = 2}, 4, Scheme{.zero_stage = 1}, 4, true, 1);
+  resume(Scheme{0}, 4, Scheme{.zero_stage = 3, .zero_group = 2}, 4, true, 1);
+}
+
 // A small checkpoint to break: DDP on 2 ranks, saved after step 0.
 std::string small_checkpoint() {
   TrainSpec spec = base_spec();

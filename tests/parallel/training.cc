@@ -147,12 +147,13 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
         pipe ? pipe->parameters() : model->named_parameters(), adamw_of(spec));
     ddp->attach(*opt);
   } else {
-    zero =
-        std::make_unique<parallel::ZeroOptimizer>(*model, dp,
-                                                  parallel::ZeroOptions{.stage = scheme.zero_stage,
-                                                                        .adamw = adamw_of(spec),
-                                                                        .average = spec.average,
-                                                                        .include = include});
+    zero = std::make_unique<parallel::ZeroOptimizer>(
+        *model, dp,
+        parallel::ZeroOptions{.stage = scheme.zero_stage,
+                              .adamw = adamw_of(spec),
+                              .average = spec.average,
+                              .include = include,
+                              .shard_group = scheme.zero_group});
   }
   TrainResult result;
   parallel::CheckpointState ckpt{.model = model.get(),

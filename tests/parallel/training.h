@@ -53,9 +53,11 @@ struct Scheme {
   int pp = 1;          // pipeline stages (> 1: TrainSpec::accumulation micro-batches per step)
   std::string schedule = "1f1b";
   int chunks = 1;
+  int zero_group = 0;  // ZeroOptions::shard_group (0: all of dp)
   // the rest of the world is data parallel
   std::string name() const {
     return (zero_stage == 0 ? "ddp" : "zero" + std::to_string(zero_stage)) +
+           (zero_group > 0 ? "/group" + std::to_string(zero_group) : "") +
            (tp > 1 ? "+tp" + std::to_string(tp) : "") +
            (pp > 1 ? "+pp" + std::to_string(pp) + "/" + schedule : "");
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "chorus/parallel/data_parallel.h"
@@ -236,6 +237,187 @@ TEST(Zero, MemoryPerRankFollowsTheStage) {
     EXPECT_LT(peak[1], peak[0]);
     EXPECT_LT(peak[2], peak[1]);
     EXPECT_LT(peak[3], peak[2]);
+  });
+}
+
+// Hybrid sharding: dp 4 in shard groups of 2 (and 1), every stage, against the same one-process
+// run as plain ZeRO and DDP (the check above proves those equal it): the cross-group reduction
+// must fold the four ranks' contributions in dp rank order. With clipping (the norm sums over
+// the shard group only) and accumulation (stage 1 folds onto dp rank 0 under no_sync()).
+TEST(ZeroHybrid, BitIdenticalToOneProcessAtEveryStage) {
+  TrainSpec spec;
+  spec.steps = 3;
+  spec.accumulation = 2;
+  spec.clip = 0.05;
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  const TrainResult ref = reference_run(spec, 4);
+  TrainSpec averaged = spec;
+  averaged.average = true;  // exact at dp 4: the fold divided by 4
+  run_ranks(
+      4,
+      [&](Communicator& world) {
+        for (int group : {2, 1})
+          for (int stage : {1, 2, 3}) {
+            const Scheme scheme{.zero_stage = stage, .zero_group = group};
+            EXPECT_EQ(first_bit_difference(parallel_run(world, spec, scheme), ref), "")
+                << scheme.name() << " rank " << world.rank();
+          }
+        for (int stage : {1, 2}) {
+          const Scheme scheme{.zero_stage = stage, .zero_group = 2};
+          EXPECT_EQ(first_bit_difference(parallel_run(world, averaged, scheme), ref), "")
+              << scheme.name() << " averaging, rank " << world.rank();
+        }
+      },
+      deterministic_env());
+}
+
+// A shard reduced across groups with the wrong ranks (shard i of group 1 meeting shard i + 1 of
+// group 0: CHORUS_PARALLEL_FAULT=zero_wrong_group) is caught, by the bit check in the
+// deterministic mode (stages 2-3 fold by an all-to-all over dp) and by the tolerance of the
+// default mode (a reduce-scatter in the group, then an all-reduce over the replica group), which
+// the right groups meet.
+TEST(ZeroHybrid, AShardReducedOverTheWrongGroupIsCaught) {
+  TrainSpec spec;
+  spec.steps = 3;
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  const TrainResult ref = reference_run(spec, 4);
+  RunOptions faulty = deterministic_env();
+  faulty.env["CHORUS_PARALLEL_FAULT"] = "zero_wrong_group";
+  run_ranks(
+      4,
+      [&](Communicator& world) {
+        for (int stage : {2, 3})
+          EXPECT_NE(
+              first_bit_difference(
+                  parallel_run(world, spec, Scheme{.zero_stage = stage, .zero_group = 2}), ref),
+              "")
+              << "stage " << stage << ": a shard folded from the wrong group went unnoticed";
+      },
+      faulty);
+  RunOptions plain;
+  plain.env["CHORUS_TENSOR_THREADS"] = "1";
+  RunOptions plain_faulty = plain;
+  plain_faulty.env["CHORUS_PARALLEL_FAULT"] = "zero_wrong_group";
+  for (const RunOptions* options : {&plain, &plain_faulty}) {
+    const bool fault = options == &plain_faulty;
+    run_ranks(
+        4,
+        [&](Communicator& world) {
+          for (int stage : {1, 2, 3}) {
+            const double d = max_relative_difference(
+                parallel_run(world, spec, Scheme{.zero_stage = stage, .zero_group = 2}), ref);
+            if (fault)
+              EXPECT_GT(d, 1e-3) << "stage " << stage << ": the wrong replica group went unnoticed";
+            else
+              EXPECT_LE(d, 1e-5) << "stage " << stage;
+          }
+        },
+        *options);
+  }
+}
+
+TEST(ZeroHybrid, GroupsAreConsecutiveDpRanksAndBadSizesAreRefused) {
+  run_ranks(4, [](Communicator& world) {
+    tensor::nn::GPT model({.vocab = 50, .context = 8, .layers = 2, .heads = 2, .width = 12});
+    model.init(1);
+    for (int stage : {1, 2}) {
+      parallel::ZeroOptimizer zero(model, world, {.stage = stage, .shard_group = 2});
+      EXPECT_EQ(zero.shard_group_size(), 2);
+      EXPECT_EQ(zero.replica(), world.rank() / 2);
+      for (const auto& g : zero.groups()) {
+        EXPECT_EQ(g.numel % 2, 0) << g.name;
+        EXPECT_EQ(g.shard_end - g.shard_begin, g.numel / 2) << g.name;
+        EXPECT_EQ(g.shard_begin, g.numel / 2 * (world.rank() % 2)) << g.name;
+      }
+    }
+    // On one machine the host is every rank: plain ZeRO.
+    {
+      parallel::ZeroOptimizer zero(model, world,
+                                   {.shard_group = parallel::ZeroOptions::kHostGroup});
+      EXPECT_EQ(zero.shard_group_size(), 4);
+      EXPECT_EQ(zero.replica(), 0);
+    }
+    for (int bad : {3, 8, -2}) {
+      try {
+        parallel::ZeroOptimizer zero(model, world, {.shard_group = bad});
+        ADD_FAILURE() << "shard_group " << bad << " accepted at dp 4";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("shard_group"), std::string::npos) << e.what();
+      }
+    }
+  });
+}
+
+// kHostGroup groups the dp ranks by the bootstrap's host identity: two "hosts" of two ranks on
+// this machine (CHORUS_HOST_ID; the ranks of different hosts talk over UCX) make groups of two,
+// which train to the one-process bits; hosts that alternate along dp are refused by name.
+TEST(ZeroHybrid, HostGroupsFollowTheHostIdentity) {
+  if (!CHORUS_TEST_MULTIHOST) GTEST_SKIP() << "this build connects ranks of one host only";
+  TrainSpec spec;
+  spec.steps = 2;
+  tensor::set_num_threads(1);
+  tensor::pin_gemm_choices();
+  const TrainResult ref = reference_run(spec, 4);
+  for (const bool alternate : {false, true}) {
+    RunOptions options = deterministic_env();
+    options.before_connect = [alternate](int rank) {
+      const int host = alternate ? rank % 2 : rank / 2;
+      ::setenv("CHORUS_HOST_ID", ("zero-host-" + std::to_string(host)).c_str(), 1);
+    };
+    run_ranks(
+        4,
+        [&](Communicator& world) {
+          if (alternate) {
+            try {
+              parallel::host_shard_group(world);
+              ADD_FAILURE() << "hosts alternating along dp accepted";
+            } catch (const InvalidArgument& e) {
+              EXPECT_NE(std::string(e.what()).find("not consecutive (the host of each dp rank: 0 "
+                                                   "1 0 1)"),
+                        std::string::npos)
+                  << e.what();
+            }
+            return;
+          }
+          EXPECT_EQ(parallel::host_shard_group(world), 2);
+          const Scheme scheme{.zero_stage = 3, .zero_group = parallel::ZeroOptions::kHostGroup};
+          EXPECT_EQ(first_bit_difference(parallel_run(world, spec, scheme), ref), "");
+        },
+        options);
+  }
+}
+
+TEST(ZeroHybrid, MemoryPerRankFollowsTheShardGroup) {
+  // dp 4 in groups of 2: every sharded state takes bytes / 2 per rank (not / 4), as the formula
+  // says with N the group's size; and what ZeRO reports is what the engine holds after a step.
+  const int n = 2;
+  run_ranks(4, [&](Communicator& world) {
+    const tensor::nn::GPTConfig cfg{
+        .vocab = 256, .context = 8, .layers = 12, .heads = 2, .width = 32};
+    for (int stage = 1; stage <= 3; ++stage) {
+      const auto [x, y] =
+          micro_batch(TrainSpec{.model = cfg, .micro_batch = 1}, 0, world.rank(), 0);
+      const int64_t base = tensor::memory_stats().current_bytes;
+      tensor::nn::GPT model(cfg);
+      model.init(1);
+      const int64_t bytes = model.num_parameters() * 4, slack = 64 * 1024;
+      parallel::ZeroOptimizer zero(model, world,
+                                   {.stage = stage,
+                                    .bucket_bytes = 64 << 10,
+                                    .first_bucket_bytes = 16 << 10,
+                                    .shard_group = n});
+      model.loss(x, y).backward();
+      zero.step();
+      const auto m = zero.memory();
+      EXPECT_NEAR(m.optimizer_bytes, 2 * bytes / n, slack) << "stage " << stage;
+      EXPECT_NEAR(m.gradient_bytes, stage >= 2 ? bytes / n : bytes, slack) << "stage " << stage;
+      EXPECT_NEAR(m.parameter_bytes, stage == 3 ? bytes / n : bytes, slack) << "stage " << stage;
+      EXPECT_NEAR(tensor::memory_stats().current_bytes - base,
+                  m.parameter_bytes + m.gradient_bytes + m.optimizer_bytes, slack)
+          << "stage " << stage << ": the engine holds other bytes than ZeRO reports";
+    }
   });
 }
 

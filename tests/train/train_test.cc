@@ -114,7 +114,8 @@ TEST(ChorusTrain, EveryMeshSavesTheOneProcessBits) {
        {Mesh{2, "--dp 2 --micro-batches 6"}, Mesh{3, "--dp 3 --micro-batches 4 --zero 1"},
         Mesh{4, "--dp 4 --micro-batches 3 --zero 2"}, Mesh{2, "--dp 2 --micro-batches 6 --zero 3"},
         Mesh{2, "--pp 2 --micro-batches 12"}, Mesh{3, "--pp 3 --micro-batches 12 --schedule gpipe"},
-        Mesh{4, "--dp 2 --pp 2 --micro-batches 6 --zero 1"}}) {
+        Mesh{4, "--dp 2 --pp 2 --micro-batches 6 --zero 1"},
+        Mesh{4, "--dp 4 --micro-batches 3 --zero 3 --zero-group 2"}}) {
     const Saved got = run_and_save(m.ranks, flags + m.flags, dir);
     EXPECT_TRUE(got.tensors == one.tensors) << m.flags << " saved other bits than one process";
     EXPECT_EQ(without_timings(got.log), without_timings(one.log)) << m.flags;
@@ -149,6 +150,9 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {4, "--experts 3 --ep 2", "3 experts do not divide over --ep 2"},
       {1, "--ep 2", "--ep needs --experts E"},
       {2, "--experts 2 --ep 2 --zero 1", "--experts on more than one rank needs --zero 0"},
+      {4, "--zero 1 --zero-group 3", "--zero-group 3 does not divide dp=4"},
+      {2, "--zero-group 2", "--zero-group needs --zero 1-3"},
+      {2, "--zero 2 --zero-group hosts", "--zero-group hosts: expected host or a group size"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));

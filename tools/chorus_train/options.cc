@@ -46,6 +46,9 @@ Trains the GPT on a byte corpus at any parallel configuration; rank 0 prints eve
 Mesh (omitted sizes are chosen from the world size and printed with the reason):
   --dp D --tp T --pp P     data x tensor x pipeline parallel ranks (D*T*P = world size)
   --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp (pipelines: 0-2)
+  --zero-group G           hybrid sharding: ZeRO's shards over groups of G consecutive dp ranks
+                           (G divides dp), replicated across the groups; "host": the dp ranks
+                           of one host (all of them on one machine); default: all of dp
   --ep N                   expert parallel: each group of N consecutive dp ranks shares every
                            MoE layer's experts, E/N per rank (N divides dp and E; default 1)
   --schedule NAME          gpipe | 1f1b (default) | interleaved
@@ -117,6 +120,11 @@ Options parse_options(const std::vector<std::string>& args) {
   value("--pp", [&](auto& f, auto& v) { o.pp = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--ep", [&](auto& f, auto& v) { o.ep = static_cast<int>(as_int(f, v, 1, 1 << 20)); });
   value("--zero", [&](auto& f, auto& v) { o.zero = static_cast<int>(as_int(f, v, 0, 3)); });
+  value("--zero-group", [&](auto& f, auto& v) {
+    if (v != "host" && (v.empty() || v.find_first_not_of("0123456789") != std::string::npos))
+      fail(f + " " + v + ": expected host or a group size");
+    o.zero_group = v == "host" ? -1 : static_cast<int>(as_int(f, v, 1, 1 << 20));
+  });
   value("--schedule", [&](auto& f, auto& v) {
     if (v != "gpipe" && v != "1f1b" && v != "interleaved")
       fail(f + " " + v + ": expected gpipe, 1f1b or interleaved");
@@ -218,6 +226,7 @@ Options parse_options(const std::vector<std::string>& args) {
   if (o.save_every > 0 && o.save.empty()) fail("--save-every needs --save DIR");
   if (!o.schedule_svg.empty() && !o.show_schedule) fail("--schedule-svg needs --show-schedule");
   if (o.min_lr > o.lr) fail("--min-lr is above --lr");
+  if (o.zero_group != 0 && o.zero == 0) fail("--zero-group needs --zero 1-3 (DDP shards nothing)");
   if (o.experts == 0) {
     for (const auto& [flag, given] : {std::pair<const char*, bool>{"--top-k", o.top_k != 1},
                                       {"--moe-every", o.moe_every != 1},
@@ -287,6 +296,9 @@ Mesh resolve_mesh(const Options& o, int world) {
   if (o.batch % (static_cast<int64_t>(dp) * m.micro_batches) != 0)
     fail("--batch " + std::to_string(o.batch) + " does not split into dp=" + std::to_string(dp) +
          " replicas x " + std::to_string(m.micro_batches) + " micro-batches");
+  if (o.zero_group > 0 && dp % o.zero_group != 0)
+    fail("--zero-group " + std::to_string(o.zero_group) + " does not divide dp=" +
+         std::to_string(dp) + " (the shard groups are runs of consecutive dp ranks)");
   m.ep = o.ep;
   if (o.experts > 0) {
     const std::string ep = std::to_string(o.ep);

@@ -14,6 +14,7 @@ struct Options {
   int dp = 0, tp = 0, pp = 0;
   int ep = 1;                        // expert-parallel ranks, carved out of dp (needs --experts)
   int zero = 0;                      // 0 = DDP, 1-3 = ZeRO stage
+  int zero_group = 0;                // ZeRO's shard group: 0 = all of dp, -1 = host, else size
   std::string schedule = "1f1b";     // gpipe, 1f1b, interleaved
   int chunks = 0;                    // interleaved: chunks per stage (0: 2)
   std::string balance = "measured";  // the stages' cut: measured or uniform (PipelineOptions)

@@ -248,8 +248,17 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     zero = std::make_unique<parallel::ZeroOptimizer>(
         model, dp,
         parallel::ZeroOptions{
-            .stage = o.zero, .adamw = adamw, .average = false, .include = include});
+            .stage = o.zero,
+            .adamw = adamw,
+            .average = false,
+            .include = include,
+            .shard_group = o.zero_group == -1 ? parallel::ZeroOptions::kHostGroup : o.zero_group});
   }
+  // "DDP", "ZeRO-2", or with hybrid sharding "ZeRO-2 sharded over groups of 2 (2 replicas)".
+  std::string dp_scheme = o.zero == 0 ? "DDP" : "ZeRO-" + std::to_string(o.zero);
+  if (zero && zero->shard_group_size() < m.dp)
+    dp_scheme += " sharded over groups of " + std::to_string(zero->shard_group_size()) + " (" +
+                 std::to_string(m.dp / zero->shard_group_size()) + " replicas)";
   const DataType autocast = o.dtype == "bf16"  ? DataType::kBF16
                             : o.dtype == "f16" ? DataType::kF16
                                                : DataType::kF32;
@@ -302,8 +311,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     std::printf(
         "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
         "replica(s) x %d micro-batch(es) of %lld\n",
-        m.dp, m.tp, m.pp, mesh.layout().c_str(),
-        o.zero == 0 ? "DDP" : ("ZeRO-" + std::to_string(o.zero)).c_str(),
+        m.dp, m.tp, m.pp, mesh.layout().c_str(), dp_scheme.c_str(),
         m.pp > 1 ? (", " + o.schedule + " pipeline").c_str() : "", static_cast<long long>(o.batch),
         static_cast<long long>(o.context), m.dp, m.micro_batches,
         static_cast<long long>(micro_rows));

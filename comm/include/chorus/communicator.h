@@ -480,6 +480,10 @@ class Communicator {
   // each of its ranks (a world communicator's own ranks; nested splits go back to the world).
   const std::string& group_name() const;
   int world_rank(int rank) const;
+  // The host of `rank`, by the host identity every rank publishes at set-up (CHORUS_HOST_ID,
+  // else hostname + boot id): ranks with equal indices share one; hosts are numbered in order of
+  // their lowest rank (rank 0's is 0). Local: no communication.
+  int host_of(int rank) const;
 
   // ---- algorithms ----------------------------------------------------------------------------
   // Forces an algorithm ("ring", "tree", "direct", ...) for later calls, or "auto". A "/fifo"

@@ -46,6 +46,21 @@
 // receives every rank's copy of its shard by an all-to-all instead of a reduce-scatter (the same
 // traffic; one more buffer of the group's size while it is in flight).
 //
+// Hybrid sharding (FSDP's HYBRID_SHARD, ZeRO++'s hpZ): with ZeroOptions::shard_group = G (a
+// divisor of dp's size D; kHostGroup: the ranks of one host), the shards are cut over groups of
+// G consecutive dp ranks (group g = dp ranks gG .. gG+G-1) and every group holds a replica of
+// them: shard i of a group lives on the R = D/G ranks with in-group index i, its "replica
+// group". Every table above holds with N = G; the gradients are reduce-scattered inside the
+// group and each shard then all-reduced over its replica group (2 S (R-1)/R elements per rank, S
+// the shard), stage 3's gathers and stages 1-2's parameter all-gathers stay inside the group.
+// G = D is plain ZeRO; G = 1 replicates everything (DDP's traffic, a local optimizer).
+// Deterministic mode, which must fold every rank's contribution in dp rank order 0..D-1 (a sum
+// inside the group first would change the bits): stage 1 reduces over the whole dp group (onto
+// rank 0 under no_sync(), an all-reduce on the last backward); stages 2-3 send each rank's copy
+// of shard i to every rank holding shard i by one all-to-all over dp (R copies of the buffer
+// go out, D shards come in), and each adds the D copies in dp rank order, every replica the
+// same bits.
+//
 // Mixed precision: under autocast parameters stay f32 (nothing changes); a model converted to
 // 16 bits (Module::to(kBF16)) keeps 16-bit parameters and gradients, and f32 master weights of
 // the own shard in the optimizer. Activation checkpointing works with every stage (stage 3
@@ -83,7 +98,17 @@ struct ZeroOptions {
   // Stages 1-2: when set, only the parameters it accepts (by name) are sharded and updated (a
   // pipeline stage's own); stage 3 refuses it.
   std::function<bool(const std::string& name)> include = nullptr;
+  // Hybrid sharding (above): the shards are cut over groups of this many consecutive dp ranks,
+  // replicated across the groups. 0: all of dp (plain ZeRO); kHostGroup: the dp ranks that share
+  // a host (Communicator::host_of), which must be consecutive and as many on every host.
+  int shard_group = 0;
+  static constexpr int kHostGroup = -1;
 };
+
+// The size of the shard groups kHostGroup means over `dp`: the number of dp ranks on each host.
+// InvalidArgument when the ranks of a host are not consecutive in dp or the hosts hold different
+// numbers of them (naming the host of every dp rank).
+int host_shard_group(Communicator& dp);
 
 class ZeroOptimizer {
  public:
@@ -94,6 +119,10 @@ class ZeroOptimizer {
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   int stage() const;
+  // The shard group (ZeroOptions::shard_group resolved): its size, and which replica of the
+  // shards this rank's group is (dp rank / size).
+  int shard_group_size() const;
+  int replica() const;
   // The AdamW that updates this rank's shard: its parameters are the pieces (1-D views, named
   // as the parameters they belong to) and its state is theirs (checkpoints read and write it).
   tensor::optim::AdamW& shard_optimizer();
@@ -106,10 +135,10 @@ class ZeroOptimizer {
   void set_lr(double lr);
   int64_t step_count() const;
   // Clips the reduced gradients to a global L2 norm of at most max_norm (the shards' squares
-  // summed over dp) and returns the norm before clipping, as optim::clip_grad_norm does for one
-  // process. Call between backward and step(). Collective. With tensor or pipeline parallelism,
-  // the sum goes on over `model_parallel` (mesh.mp()), counting the parameters `counted`
-  // accepts (grad_norm.h explains both).
+  // summed over the shard group) and returns the norm before clipping, as optim::clip_grad_norm
+  // does for one process. Call between backward and step(). Collective. With tensor or pipeline
+  // parallelism, the sum goes on over `model_parallel` (mesh.mp()), counting the parameters
+  // `counted` accepts (grad_norm.h explains both).
   double clip_grad_norm(double max_norm, Communicator* model_parallel = nullptr,
                         const std::function<bool(const std::string&)>& counted = {});
 
