@@ -21,7 +21,9 @@ times N (the same work per rank at every N). The first --warmup steps of every r
 
 From the trace, per rank and measured step:
   exchange    the union of the "comm ep" track's operations (the counts' all_to_all and the rows'
-              send_recv; all blocking, so all exposed; their spans include waiting for the peer)
+              send_recv; all blocking, so all exposed; their spans include waiting for the peer),
+              and of it the part after the last rank of the group reached the operation (the
+              i-th operation on every rank is the same one): what the exchange itself took
   bytes sent  all_to_all: count (E/ep int64 per peer) x (ep - 1) x 8; send_recv: count x 4 (the
               f32 rows a rank sends its peer; the trace records the sent count)
 against the formula (docs/PARALLELISM.md, "Expert parallelism"), per rank and step:
@@ -85,7 +87,8 @@ def formula_bytes(args, n, ep):
 
 
 def split_trace(path, warmup, ep):
-    """Per rank and measured step: step and exchange time (us), bytes sent on the ep track."""
+    """Per rank and measured step: step and exchange time (us), the exchange's part after its
+    last peer arrived (the transfer) and before (waiting), and the bytes sent on the ep track."""
     with open(path) as f:
         events = json.load(f)["traceEvents"]
     tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
@@ -94,26 +97,38 @@ def split_trace(path, warmup, ep):
     for e in events:
         if e.get("ph") == "X":
             per_rank[e["pid"]][tracks.get((e["pid"], e["tid"]), "")].append(e)
-    rows = []
-    for rank, by_track in sorted(per_rank.items()):
-        steps = [e for e in by_track.get("compute", []) if e["name"].startswith("step ")]
-        ops = by_track.get("comm ep", [])
-        for st in steps:
-            number = int(st["name"].split(" ")[1])
-            if number < warmup:
+    steps = {}  # (rank, step) -> (start, end, [ops in order])
+    for rank, by_track in per_rank.items():
+        ops = sorted(by_track.get("comm ep", []), key=lambda e: e["ts"])
+        for st in by_track.get("compute", []):
+            if not st["name"].startswith("step "):
                 continue
+            number = int(st["name"].split(" ")[1])
             a, b = st["ts"], st["ts"] + st["dur"]
-            mine = [e for e in ops if a <= e["ts"] < b]
-            sent = 0
-            for e in mine:
-                coll, count, dtype = e["name"].split(" ")[0], int(e["args"]["count"]), e["args"]["dtype"]
-                size = {"int64": 8, "float": 4, "double": 8}.get(dtype)
-                if size is None:
-                    sys.exit("moe_scaling: unexpected dtype %s on the ep track" % dtype)
-                sent += count * size * (ep - 1 if coll == "all_to_all" else 1)
-            exchange = union_length(clip([(e["ts"], e["ts"] + e["dur"]) for e in mine], a, b))
-            rows.append({"rank": rank, "step": number, "step_us": b - a, "exchange_us": exchange,
-                         "sent_bytes": sent, "ops": len(mine)})
+            if number >= warmup:
+                steps[(rank, number)] = (a, b, [e for e in ops if a <= e["ts"] < b])
+    rows = []
+    ranks = sorted(per_rank)
+    for (rank, number), (a, b, mine) in sorted(steps.items()):
+        sent, transfer = 0, 0.0
+        # The same operations in the same order on every rank of the group (one group here:
+        # ep = the world): the i-th starts for real when the last rank reaches it. One clock on
+        # one host; across hosts this split would need their clocks aligned.
+        others = [steps.get((r, number), (0, 0, []))[2] for r in ranks]
+        aligned = ep == len(ranks) and all(len(o) == len(mine) for o in others)
+        for i, e in enumerate(mine):
+            coll, count, dtype = e["name"].split(" ")[0], int(e["args"]["count"]), e["args"]["dtype"]
+            size = {"int64": 8, "float": 4, "double": 8}.get(dtype)
+            if size is None:
+                sys.exit("moe_scaling: unexpected dtype %s on the ep track" % dtype)
+            sent += count * size * (ep - 1 if coll == "all_to_all" else 1)
+            if aligned:
+                last = max(o[i]["ts"] for o in others)
+                transfer += max(0.0, e["ts"] + e["dur"] - max(e["ts"], last))
+        exchange = union_length(clip([(e["ts"], e["ts"] + e["dur"]) for e in mine], a, b))
+        rows.append({"rank": rank, "step": number, "step_us": b - a, "exchange_us": exchange,
+                     "transfer_us": transfer if aligned else None, "sent_bytes": sent,
+                     "ops": len(mine)})
     return rows
 
 
@@ -152,6 +167,8 @@ def run(args, name, n, ep, rnd):
             "tokens_per_s": statistics.median(s["tokens_per_s"] for s in steps),
             "exchange_ms": mean([r["exchange_us"] for r in rows]) / 1e3,
             "exchange_share": mean([r["exchange_us"] / r["step_us"] for r in rows if r["step_us"] > 0]),
+            "transfer_ms": (mean([r["transfer_us"] for r in rows]) / 1e3
+                            if rows and all(r["transfer_us"] is not None for r in rows) else None),
             "sent_bytes": [r["sent_bytes"] for r in rows],
             "formula_bytes": formula, "bound_bytes": bound,
             "peak_bytes": peak, "params_per_rank": held, "active_params": active,
@@ -163,8 +180,15 @@ def summarize(records, nps, cores):
     for r in records:
         by[(r["config"], r["np"])].append(r)
     med = lambda rs, k: statistics.median(r[k] for r in rs)
+
+    def exch(rs):
+        text = "%.1f" % med(rs, "exchange_ms")
+        if all(r.get("transfer_ms") is not None for r in rs):
+            text += " (%.1f)" % med(rs, "transfer_ms")
+        return text
+
     lines = ["| ranks | config | params per rank | active per token | step ms | tokens/s | "
-             "/ dense | exchange ms | exchange share | bytes sent per rank and step: measured "
+             "/ dense | exchange ms (after the last peer arrived) | exchange share | bytes sent per rank and step: measured "
              "(min-max over ranks, steps) / formula | peak MiB per rank |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in nps:
@@ -189,7 +213,7 @@ def summarize(records, nps, cores):
             lines.append("| %d%s | %s | %.2f M | %.2f M | %.1f | %.0f | %s | %s | %s | %s | %.1f |" % (
                 n, over, name, rs[0]["params_per_rank"] / 1e6, rs[0]["active_params"] / 1e6,
                 med(rs, "step_ms"), tok, ratio,
-                "%.2f" % med(rs, "exchange_ms") if rs[0]["ep"] > 1 else "-",
+                exch(rs) if rs[0]["ep"] > 1 else "-",
                 "%.1f%%" % (100 * med(rs, "exchange_share")) if rs[0]["ep"] > 1 else "-",
                 vol, statistics.median(peak) / 2**20))
     return lines
