@@ -19,6 +19,8 @@ all-reduce, 2 ranks, chorus-run vs each mpirun; the median of --startup-runs lau
     bench/compare/compare.py --build build                         # np 2 and 4, all sizes, 3 rounds
     bench/compare/compare.py --build build --np 2,4,8 --targets    # every target (np=8: Open MPI only)
     bench/compare/compare.py --build build --np 2 --sizes 8,1M --rounds 1 --targets
+    bench/compare/compare.py --build build --np 2,4 --colls all_to_all --sizes 32,64K,256K,1M \
+        --peers openmpi --startup-runs 0     # the sizes of an MoE layer's exchange (PERFORMANCE.md)
 
 Every launch is kept in the output folder (--out, default BUILD/compare/<date-time>):
 launches.csv (one row per library, round, world size, collective and size), startup.csv (one row

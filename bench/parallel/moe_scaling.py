@@ -188,17 +188,21 @@ def summarize(records, nps, cores):
         return text
 
     lines = ["| ranks | config | params per rank | active per token | step ms | tokens/s | "
-             "/ dense | exchange ms (after the last peer arrived) | exchange share | bytes sent per rank and step: measured "
+             "/ dense (same round) | exchange ms (after the last peer arrived) | exchange share | bytes sent per rank and step: measured "
              "(min-max over ranks, steps) / formula | peak MiB per rank |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in nps:
         dense = by.get(("dense", n))
-        for name in ("dense", "moe ep=1", "moe ep=%d" % n):
+        for name in ["dense", "moe ep=1"] + (["moe ep=%d" % n] if n > 1 else []):
             rs = by.get((name, n))
-            if not rs or (name == "moe ep=%d" % n and n == 1):
+            if not rs:
                 continue
             tok = med(rs, "tokens_per_s")
-            ratio = "%.2f" % (tok / med(dense, "tokens_per_s")) if dense else "-"
+            # Against the dense run of the same round (launched next to it): median [range].
+            dense_of = {r["round"]: r["tokens_per_s"] for r in dense or []}
+            ratios = [r["tokens_per_s"] / dense_of[r["round"]] for r in rs if r["round"] in dense_of]
+            ratio = "%.2f [%.2f-%.2f]" % (statistics.median(ratios), min(ratios), max(ratios)) \
+                if ratios else "-"
             sent = [b for r in rs for b in r["sent_bytes"]]
             vol = "-"
             if rs[0]["ep"] > 1:
