@@ -69,7 +69,7 @@ def params(args, experts, ep):
     return held, active
 
 
-def formula_bytes(args, n, ep):
+def formula_bytes(args, ep):
     """Bytes a rank sends per step through the ep group, balanced routing; and the capacity bound
     on the rows' part (None when dropless)."""
     if ep <= 1:
@@ -160,7 +160,7 @@ def run(args, name, n, ep, rnd):
     if not args.keep_traces:
         os.remove(base + ".trace.json")
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0
-    formula, bound = formula_bytes(args, n, ep)
+    formula, bound = formula_bytes(args, ep)
     held, active = params(args, args.experts if ep > 0 else 0, max(ep, 1))
     return {"config": name, "np": n, "ep": ep, "round": rnd,
             "step_ms": statistics.median(s["step_ms"] for s in steps),
