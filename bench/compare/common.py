@@ -20,11 +20,15 @@ COLLS = {
     "reduce_scatter": ("reduce_scatter", lambda n: (n - 1) / n),
     "all_gather": ("allgather", lambda n: (n - 1) / n),
     "broadcast": ("broadcast", lambda n: 1.0),
-    "reduce": ("reduce", lambda n: 1.0),  # MPI only: mpi_reduce.cpp here (Gloo has no anchor)
+    "reduce": ("reduce", lambda n: 1.0),  # MPI only: mpi_extra.cpp here (Gloo has no anchor)
+    "all_to_all": ("alltoall", lambda n: (n - 1) / n),  # MPI only, as reduce; not run by default
 }
 
 
-MPI_ONLY = {"reduce"}
+MPI_ONLY = {"reduce", "all_to_all"}  # timed by mpi_extra.cpp (-c), one launch per collective
+
+
+DEFAULT_COLLS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
 
 
 # MPI_Bcast and Gloo's broadcast have one buffer: the root's is sent, the others' are overwritten.
@@ -33,7 +37,7 @@ MPI_ONLY = {"reduce"}
 IN_PLACE = {"broadcast"}
 
 
-TOTAL_SIZE = {"reduce_scatter", "all_gather"}  # sizes are n x chunk
+TOTAL_SIZE = {"reduce_scatter", "all_gather", "all_to_all"}  # sizes are n x chunk
 
 
 DEFAULT_SIZES = "8,1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"

@@ -3,8 +3,9 @@
 
 Builds chorus-bench, chorus-run, chorus-startup-probe and chorus-copy-roofline (cmake --build), and
 the peers' anchor programs from ../shared/anchors (mpi_coll.cpp with Open MPI's mpicxx.openmpi and
-with MPICH's mpicxx.mpich, gloo_coll.cpp against libgloo-dev), plus mpi_reduce.cpp from this folder
-for the rooted reduce, which the anchors lack (timed by their bench_common.h; no Gloo column). Then,
+with MPICH's mpicxx.mpich, gloo_coll.cpp against libgloo-dev), plus mpi_extra.cpp from this folder
+for the rooted reduce and the all-to-all, which the anchors lack (timed by their bench_common.h; no
+Gloo column; all_to_all only when --colls names it). Then,
 for each world size, runs them in alternating order for several rounds on the same sizes (Gloo first
 in every round, then the others rotated: round r starts with the r-th of them, so each follows Gloo
 equally often), and prints one markdown table per world size: the median over rounds of each
@@ -18,6 +19,8 @@ all-reduce, 2 ranks, chorus-run vs each mpirun; the median of --startup-runs lau
     bench/compare/compare.py --build build                         # np 2 and 4, all sizes, 3 rounds
     bench/compare/compare.py --build build --np 2,4,8 --targets    # every target (np=8: Open MPI only)
     bench/compare/compare.py --build build --np 2 --sizes 8,1M --rounds 1 --targets
+    bench/compare/compare.py --build build --np 2,4 --colls all_to_all --sizes 32,64K,256K,1M \
+        --peers openmpi --startup-runs 0     # the sizes of an MoE layer's exchange (PERFORMANCE.md)
 
 Every launch is kept in the output folder (--out, default BUILD/compare/<date-time>):
 launches.csv (one row per library, round, world size, collective and size), startup.csv (one row
@@ -26,7 +29,8 @@ summary.json (the medians and the targets).
 
 Conventions, both sides: float32, sum, out of place (broadcast: in place, see IN_PLACE), root 0,
 nccl-tests sizes and busbw
-(all-reduce, broadcast and reduce: the per-rank buffer; reduce-scatter and all-gather: the whole buffer). chorus-bench
+(all-reduce, broadcast and reduce: the per-rank buffer; reduce-scatter, all-gather and all-to-all:
+the whole buffer, n blocks for all-to-all: a rank's send buffer). chorus-bench
 runs with -z 1 (blocking calls) like the anchors, which time blocking MPI/Gloo calls. A peer
 time is the anchor's median over its three timed blocks; a chorus time is chorus-bench's time column
 with --blocks 3: the median of three timed blocks as well (each block: the slowest rank's mean).
@@ -50,8 +54,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its modules, beside it
-from common import (COLLS, DEFAULT_ANCHORS, DEFAULT_SIZES, ROOFLINE_BYTES, TOTAL_SIZE,  # noqa: E402
-                    log, parse_size)
+from common import (COLLS, DEFAULT_ANCHORS, DEFAULT_COLLS, DEFAULT_SIZES, ROOFLINE_BYTES,  # noqa: E402
+                    TOTAL_SIZE, log, parse_size)
 from peers import PEERS, build_peer, mpirun, peer_missing, peers_for, run_peer  # noqa: E402
 from report import ROOFLINES, roofline_table, table  # noqa: E402
 from runs import build_chorus, hyperfine_ms, roofline_gbps, run_chorus, startup_runs  # noqa: E402
@@ -67,8 +71,10 @@ def main():
     ap.add_argument("--anchors", default=DEFAULT_ANCHORS, help="the anchors folder (../shared/anchors)")
     ap.add_argument("--np", default="2,4", help="world sizes (default 2,4)")
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"bytes, K/M/G suffixes (default {DEFAULT_SIZES})")
-    ap.add_argument("--colls", default=",".join(COLLS),
-                    help="default: all five (reduce against the MPI peers only)")
+    ap.add_argument("--colls", default=",".join(DEFAULT_COLLS),
+                    help="default: all_reduce, reduce_scatter, all_gather, broadcast, reduce "
+                         "(reduce against the MPI peers only); all_to_all (MPI peers only) on "
+                         "request")
     ap.add_argument("--peers", default=",".join(PEERS), help="default: openmpi,mpich,gloo")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     ap.add_argument("--all-peers-to", type=int, default=4,

@@ -47,13 +47,13 @@ def build_peer(peer, anchors, bin_dir):
         return {"coll": exe, "startup": None}
     cxx = "mpicxx.openmpi" if peer == "openmpi" else "mpicxx.mpich"
     coll = os.path.join(bin_dir, f"mpi_coll_{peer}")
-    reduce = os.path.join(bin_dir, f"mpi_reduce_{peer}")
+    extra = os.path.join(bin_dir, f"mpi_extra_{peer}")
     probe = os.path.join(bin_dir, f"startup_probe_{peer}")
     compile_if_stale([cxx], os.path.join(anchors, "mpi_coll.cpp"), coll)
-    # The anchors have no rooted reduce: ours, timed by their bench_common.h.
-    compile_if_stale([cxx, "-I", anchors], os.path.join(HERE, "mpi_reduce.cpp"), reduce)
+    # The anchors have no rooted reduce and no all-to-all: ours, timed by their bench_common.h.
+    compile_if_stale([cxx, "-I", anchors], os.path.join(HERE, "mpi_extra.cpp"), extra)
     compile_if_stale([cxx], os.path.join(HERE, "startup_probe_mpi.cpp"), probe)
-    return {"coll": coll, "reduce": reduce, "startup": probe}
+    return {"coll": coll, "extra": extra, "startup": probe}
 
 
 def peers_for(n, peers, all_peers_to):
@@ -71,8 +71,8 @@ def mpirun(peer, n):
 
 
 def run_peer(peer, exes, n, colls, sizes, raw_path, tag, timeout):
-    """One launch of the peer's anchor over every collective and size (and one of the reduce
-    anchor for an MPI peer asked for reduce): {(coll, bytes): us}."""
+    """One launch of the peer's anchor over every collective and size (and one of mpi_extra per
+    collective the anchor lacks, for an MPI peer): {(coll, bytes): us}."""
     anchor_colls = ",".join(COLLS[c][0] for c in colls if c not in MPI_ONLY)
     size_arg = ",".join(str(s) for s in sizes)
     over = n > (os.cpu_count() or 1)
@@ -86,8 +86,9 @@ def run_peer(peer, exes, n, colls, sizes, raw_path, tag, timeout):
         cap = ["-m", "20" if peer == "mpich" else "500"] if over else []
         if anchor_colls:
             cmds.append(mpirun(peer, n) + [exes["coll"]] + cap + ["-c", anchor_colls])
-        if "reduce" in colls:
-            cmds.append(mpirun(peer, n) + [exes["reduce"]] + cap)
+        for c in colls:
+            if c in MPI_ONLY:
+                cmds.append(mpirun(peer, n) + [exes["extra"], "-c", COLLS[c][0]] + cap)
     before = sum(1 for _ in open(raw_path)) if os.path.exists(raw_path) else 0
     for cmd in cmds:
         rc, out, err = run(cmd + ["-s", size_arg, "-o", raw_path, "-g", tag], timeout)

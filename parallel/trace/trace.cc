@@ -162,7 +162,9 @@ void Tracer::collect(Communicator& comm, const std::string& label) {
     }
     cur.emitted.insert(record);
     const std::string coll = m[2].str();
-    const bool p2p = coll == "send" || coll == "recv";
+    // Point-to-point: the peer instead of a sequence number (send_recv: the peer it sends to;
+    // its count is what it sends).
+    const bool p2p = coll == "send" || coll == "recv" || coll == "send_recv";
     const double issued = std::stod(m[9].str()), started = std::stod(m[10].str()),
                  ended = std::stod(m[11].str());
     std::ostringstream args;

@@ -72,6 +72,37 @@ class Helpers(unittest.TestCase):
         self.assertEqual(peer_setup.peers_for(8, ["mpich"], 4), [])
         self.assertEqual(peer_setup.peers_for(8, peers, 8), peers)
 
+    def test_mpi_extra_runs_each_collective_the_anchors_lack(self):
+        # One anchor launch for the collectives it has, one mpi_extra launch per other (-c), and
+        # each CSV row filed under its collective: alltoall under all_to_all, not reduce.
+        import tempfile
+        launched = []
+        raw = tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False)
+        raw.close()
+        rows = {"mpi_coll": "openmpi,default,2,allreduce,1024,10,t,1,2.0;3.0;4.0\n",
+                "reduce": "openmpi,default,2,reduce,1024,10,t,1,5.0;5.0;5.0\n",
+                "alltoall": "openmpi,default,2,alltoall,1024,10,t,1,7.0;6.0;8.0\n"}
+
+        def fake_run(cmd, timeout):
+            launched.append(cmd)
+            key = cmd[cmd.index("-c") + 1] if "extra" in " ".join(cmd) else "mpi_coll"
+            with open(raw.name, "a") as f:
+                f.write(rows[key])
+            return 0, "", ""
+        real = peer_setup.run
+        peer_setup.run = fake_run
+        try:
+            times = peer_setup.run_peer("openmpi", {"coll": "mpi_coll", "extra": "extra"}, 2,
+                                        ["all_reduce", "reduce", "all_to_all"], [1024], raw.name,
+                                        "t", 10)
+        finally:
+            peer_setup.run = real
+            os.unlink(raw.name)
+        extra = [c[c.index("extra"):c.index("extra") + 3] for c in launched if "extra" in c]
+        self.assertEqual(extra, [["extra", "-c", "reduce"], ["extra", "-c", "alltoall"]])
+        self.assertEqual(times, {("all_reduce", 1024): 3.0, ("reduce", 1024): 5.0,
+                                 ("all_to_all", 1024): 7.0})
+
 
 class Targets(unittest.TestCase):
     def test_ratios_at_and_below_the_target(self):

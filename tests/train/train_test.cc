@@ -432,6 +432,74 @@ TEST(ChorusTrain, PrintEnvListsTheKnobsOfEveryLayer) {
   EXPECT_NE(r.out.find("CHORUS_PARALLEL_FAULT          string  none"), std::string::npos) << r.out;
 }
 
+// The expert exchange on the trace's "comm ep" track (docs/PARALLELISM.md, "What the trace
+// measures"): per rank, step and MoE layer one all_to_all of E/ep int64, then dispatch and
+// combine forward, combine and dispatch backward, each a send_recv naming its peer and counting
+// whole rows it sends. The rows a rank dispatches come back from its peer's combine, and each
+// backward sends as many as the forward exchange it reverses received.
+TEST(ChorusTrain, TheTraceShowsTheExpertExchangeAndItsSizes) {
+  const std::string dir = temp_dir();
+  const std::string trace = dir + "/trace.json";
+  const CommandResult r = run_command(
+      train(2,
+            "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --experts 4 --top-k 2 "
+            "--capacity-factor 1.25 --dp 2 --ep 2 --steps 2 --trace " +
+                trace));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  struct Op {
+    double ts;
+    bool counts;
+    int64_t count;
+    std::string args;
+  };
+  std::vector<std::vector<Op>> ops(2);
+  static const std::regex event(
+      R"re(\{"ph": "X", "name": "(all_to_all|send_recv) ([0-9]+) ([a-z0-9]+)", "pid": ([0-9]+), )re"
+      R"re("tid": [0-9]+, "ts": ([0-9.]+), "dur": [0-9.]+, "args": \{([^}]*)\}\})re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), event);
+       it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    const bool counts = m[1] == "all_to_all";
+    EXPECT_EQ(m[3].str(), counts ? "int64" : "float") << m[0];
+    const int pid = std::stoi(m[4].str());
+    ASSERT_TRUE(pid == 0 || pid == 1) << m[0];
+    ops[static_cast<size_t>(pid)].push_back(
+        {std::stod(m[5].str()), counts, std::stoll(m[2].str()), m[6].str()});
+  }
+  // 2 steps x 2 MoE layers x (all_to_all, dispatch, combine, combine back, dispatch back).
+  for (int rank = 0; rank < 2; ++rank) {
+    auto& mine = ops[static_cast<size_t>(rank)];
+    ASSERT_EQ(mine.size(), 20u) << "rank " << rank << "\n" << text.substr(0, 2000);
+    std::sort(mine.begin(), mine.end(), [](const Op& a, const Op& b) { return a.ts < b.ts; });
+    for (const Op& op : mine) {
+      if (op.counts) {
+        EXPECT_EQ(op.count, 2) << "E/ep counts per peer";
+        continue;
+      }
+      EXPECT_EQ(op.count % 32, 0) << "whole rows of width 32";
+      EXPECT_NE(op.args.find("\"peer\": " + std::to_string(1 - rank)), std::string::npos)
+          << op.args;
+      EXPECT_EQ(op.args.find("\"seq\""), std::string::npos) << op.args;
+    }
+  }
+  // Per step: A D0 C0 A D1 C1 | C1' D1' C0' D0' (backward in reverse layer order).
+  for (int step = 0; step < 2; ++step)
+    for (int layer = 0; layer < 2; ++layer)
+      for (int rank = 0; rank < 2; ++rank) {
+        const auto& me = ops[static_cast<size_t>(rank)];
+        const auto& peer = ops[static_cast<size_t>(1 - rank)];
+        const size_t at = static_cast<size_t>(step * 10), fwd = at + 3 * layer,
+                     bwd = at + 6 + 2 * (1 - layer);
+        ASSERT_TRUE(me[fwd].counts && !me[fwd + 1].counts && !me[bwd].counts);
+        EXPECT_EQ(me[fwd + 1].count, peer[fwd + 2].count) << "dispatched rows come back";
+        EXPECT_EQ(me[bwd].count, me[fwd + 1].count) << "combine's backward: the dispatch's rows";
+        EXPECT_EQ(me[bwd + 1].count, me[fwd + 2].count) << "dispatch's backward: the combine's";
+      }
+  fs::remove_all(dir);
+}
+
 TEST(ChorusTrain, TheTraceFollowsTheFormatAndShowsEveryRank) {
   const std::string dir = temp_dir();
   const std::string trace = dir + "/trace.json";
