@@ -141,12 +141,12 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {1, "--experts 1 --top-k 2", "--top-k 2 exceeds --experts 1"},
       {1, "--experts 0", "--experts 0 is outside"},
       {1, "--top-k 2", "--top-k needs --experts E"},
-      {1, "--experts 2 --checkpoint-activations", "--checkpoint-activations is not supported"},
-      {2, "--experts 2 --tp 2 --heads 2", "--experts works with data and expert parallelism only"},
+      {2, "--experts 2 --tp 2 --heads 2", "--experts does not take tensor parallelism yet"},
       {2, "--experts 4 --ep 4", "--ep 4 does not divide dp=2"},
       {4, "--experts 3 --ep 2", "3 experts do not divide over --ep 2"},
       {1, "--ep 2", "--ep needs --experts E"},
-      {2, "--experts 2 --ep 2 --zero 1", "--experts on more than one rank needs --zero 0"},
+      {2, "--experts 2 --ep 2 --zero 3", "--zero 3 does not take --experts on more than one"},
+      {2, "--experts 2 --ep 2 --zero 1 --dtype f16", "--dtype f16 (loss scaling) needs --zero 0"},
       {2, "--experts 2 --save ckpt-never-written", "--save and --load do not take --experts on"},
   };
   for (const Case& c : cases) {
@@ -297,6 +297,43 @@ TEST(ChorusTrain, ExpertParallelRunsPrintTheOneProcessLosses) {
     ASSERT_EQ(got.size(), ref.size()) << r.out;
     for (const auto& [step, l] : ref)
       EXPECT_NEAR(got.at(step), l, 2e-4) << mesh << " step " << step;
+  }
+}
+
+// Expert parallelism with ZeRO (the rest sharded over dp, the experts over the ranks holding
+// them), activation checkpointing (the MoE blocks recomputed, routing and exchanges included)
+// and mixed precision (f16's skipped steps skipped on every rank and by both optimizers) against
+// one process taking the same micro-batches in the same precision.
+TEST(ChorusTrain, ExpertParallelRunsWithZeroCheckpointingAndMixedPrecision) {
+  const std::string flags =
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --lr 3e-3 "
+      "--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25 "
+      "--steps 4 ";
+  struct Case {
+    int ranks;
+    std::string mesh, dtype, model = "";
+  };
+  for (const Case& c : {Case{2, "--dp 2 --ep 2 --zero 1", "f32"},
+                        Case{2, "--dp 2 --ep 2 --zero 2 --checkpoint-activations", "f32"},
+                        Case{2, "--dp 2 --zero 2", "f32"},
+                        Case{4, "--dp 4 --ep 2 --zero 2", "f32"},
+                        Case{2, "--dp 2 --ep 2 --checkpoint-activations", "bf16"},
+                        Case{2, "--dp 2 --ep 2", "f16"},
+                        // Both blocks MoE: stage 0's auxiliary losses flow in its own backward.
+                        Case{4, "--dp 2 --ep 2 --pp 2 --zero 1", "f32", "--moe-every 1 "}}) {
+    const std::string common = flags + c.model + "--dtype " + c.dtype + " ";
+    const CommandResult one =
+        run_command(train(1, common + "--micro-batches " + std::to_string(c.ranks)));
+    ASSERT_EQ(one.exit_code, 0) << one.out;
+    const auto ref = losses(one.out);
+    ASSERT_EQ(ref.size(), 4u) << one.out;
+    const CommandResult r = run_command(train(c.ranks, common + c.mesh));
+    ASSERT_EQ(r.exit_code, 0) << c.mesh << "\n" << r.out;
+    const auto got = losses(r.out);
+    ASSERT_EQ(got.size(), ref.size()) << r.out;
+    const double tolerance = c.dtype == "f32" ? 2e-4 : 2e-3;
+    for (const auto& [step, l] : ref)
+      EXPECT_NEAR(got.at(step), l, tolerance) << c.mesh << " " << c.dtype << " step " << step;
   }
 }
 

@@ -26,9 +26,11 @@
 // skewed routing would pay for its busiest pair everywhere), at ep - 1 steps like the pairwise
 // exchange all_to_all itself runs.
 //
-// The layer computes; reducing gradients is the trainer's (chorus-train --ep: DDP over dp for the
-// rest, each expert summed over the dp ranks holding it). Not yet: ZeRO, checkpoints of a sharded
-// layer, devices other than the CPU.
+// The layer computes; reducing gradients is the trainer's (chorus-train --ep: DDP or ZeRO 1-2
+// over dp for the rest, each expert summed, or sharded, over the dp ranks holding it). A block
+// recomputed by activation checkpointing re-routes its tokens identically (the same input, the
+// same probabilities) and repeats every exchange, on every rank of the group in the same order.
+// Not yet: checkpoints of a sharded layer, devices other than the CPU.
 #pragma once
 
 #include <cstdint>

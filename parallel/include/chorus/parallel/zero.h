@@ -83,6 +83,9 @@ struct ZeroOptions {
   // Stages 1-2: when set, only the parameters it accepts (by name) are sharded and updated (a
   // pipeline stage's own); stage 3 refuses it.
   std::function<bool(const std::string& name)> include = nullptr;
+  // Parameters it accepts may go without a gradient in a backward (a mixture of experts' idle
+  // experts): reduced as zeros without a warning (as in DDPOptions).
+  std::function<bool(const std::string& name)> may_be_unused = nullptr;
 };
 
 class ZeroOptimizer {
