@@ -142,7 +142,6 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {1, "--experts 1 --top-k 2", "--top-k 2 exceeds --experts 1"},
       {1, "--experts 0", "--experts 0 is outside"},
       {1, "--top-k 2", "--top-k needs --experts E"},
-      {2, "--experts 2 --tp 2 --heads 2", "--experts does not take tensor parallelism yet"},
       {2, "--experts 4 --ep 4", "--ep 4 does not divide dp=2"},
       {4, "--experts 3 --ep 2", "3 experts do not divide over --ep 2"},
       {1, "--ep 2", "--ep needs --experts E"},
@@ -302,29 +301,32 @@ TEST(ChorusTrain, ExpertParallelRunsPrintTheOneProcessLosses) {
 }
 
 // Expert parallelism with ZeRO (the rest sharded over dp, the experts over the ranks holding
-// them), activation checkpointing (the MoE blocks recomputed, routing and exchanges included)
-// and mixed precision (f16's skipped steps skipped on every rank and by both optimizers) against
-// one process taking the same micro-batches in the same precision.
-TEST(ChorusTrain, ExpertParallelRunsWithZeroCheckpointingAndMixedPrecision) {
+// them), activation checkpointing (the MoE blocks recomputed, routing and exchanges included),
+// mixed precision (f16's skipped steps skipped on every rank and by both optimizers), tensor
+// parallelism (the MoE layers replicated over tp) and pipelines (the auxiliary losses on their
+// stage) against one process taking the same micro-batches in the same precision.
+TEST(ChorusTrain, ExpertParallelRunsWithEveryStrategy) {
   const std::string flags =
       "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --lr 3e-3 "
       "--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25 "
       "--steps 4 ";
   struct Case {
-    int ranks;
+    int ranks, micro;  // micro: the global micro-batches (dp x --micro-batches)
     std::string mesh, dtype, model = "";
   };
   std::map<std::string, std::map<int, double>> refs;  // the one-process losses, by command
-  for (const Case& c : {Case{2, "--dp 2 --ep 2 --zero 1", "f32"},
-                        Case{2, "--dp 2 --ep 2 --zero 2 --checkpoint-activations", "f32"},
-                        Case{2, "--dp 2 --zero 2", "f32"},
-                        Case{4, "--dp 4 --ep 2 --zero 2", "f32"},
-                        Case{2, "--dp 2 --ep 2 --checkpoint-activations", "bf16"},
-                        Case{2, "--dp 2 --ep 2", "f16"},
+  for (const Case& c : {Case{2, 2, "--dp 2 --ep 2 --zero 1", "f32"},
+                        Case{2, 2, "--dp 2 --ep 2 --zero 2 --checkpoint-activations", "f32"},
+                        Case{2, 2, "--dp 2 --zero 2", "f32"},
+                        Case{4, 4, "--dp 4 --ep 2 --zero 2", "f32"},
+                        Case{2, 2, "--dp 2 --ep 2 --checkpoint-activations", "bf16"},
+                        Case{2, 2, "--dp 2 --ep 2", "f16"},
+                        Case{4, 2, "--dp 2 --ep 2 --tp 2", "f32"},
                         // Both blocks MoE: stage 0's auxiliary losses flow in its own backward.
-                        Case{4, "--dp 2 --ep 2 --pp 2 --zero 1", "f32", "--moe-every 1 "}}) {
+                        Case{4, 4, "--dp 2 --ep 2 --pp 2 --zero 1", "f32", "--moe-every 1 "},
+                        Case{8, 4, "--dp 2 --ep 2 --tp 2 --pp 2 --zero 2", "f32", "--moe-every 1 "}}) {
     const std::string common = flags + c.model + "--dtype " + c.dtype + " ";
-    const std::string reference = common + "--micro-batches " + std::to_string(c.ranks);
+    const std::string reference = common + "--micro-batches " + std::to_string(c.micro);
     if (!refs.count(reference)) {
       const CommandResult one = run_command(train(1, reference));
       ASSERT_EQ(one.exit_code, 0) << one.out;

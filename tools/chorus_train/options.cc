@@ -60,8 +60,8 @@ Mesh (omitted sizes are chosen from the world size and printed with the reason):
 Model:
   --layers L --width C --heads H --context T --vocab V   (default 4, 128, 4, 64, 256)
   --experts E              a mixture of E expert MLPs instead of the dense MLP (default 0:
-                           dense); with data, expert and pipeline parallelism (tp=1), DDP or
-                           ZeRO 1-2, any --dtype, --checkpoint-activations
+                           dense); with every parallelism (tp: the MoE layers replicated over
+                           the tp ranks), DDP or ZeRO 1-2, any --dtype, --checkpoint-activations
   --top-k K                experts per token, 1 (default) or 2, at most E
   --moe-every N            MoE in every block (1, default) or every N-th (2: blocks 1, 3, ...)
   --capacity-factor F      an expert takes at most ceil(F * tokens * K / E) tokens of a
@@ -288,10 +288,6 @@ Mesh resolve_mesh(const Options& o, int world) {
   m.ep = o.ep;
   if (o.experts > 0) {
     const std::string ep = std::to_string(o.ep);
-    if (tp > 1)
-      fail("--experts does not take tensor parallelism yet (tp=" + std::to_string(tp) +
-           "): the tensor-parallel layers split the dense MLP and attention only; use data, "
-           "expert and pipeline parallelism (--dp, --ep, --pp)");
     if (dp % o.ep != 0)
       fail("--ep " + ep + " does not divide dp=" + std::to_string(dp) +
            " (the expert groups are carved out of the data-parallel ranks)");
