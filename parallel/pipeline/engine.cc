@@ -238,11 +238,9 @@ struct PipelineEngine::Impl {
     // stage that holds the blocks (the last stage adds them to its loss; another seeds their
     // gradient in the backward of its output), and of the micro-batch's reported loss.
     std::vector<Tensor> aux;
-    Tensor y = model->blocks(x, bounds[static_cast<size_t>(k)],
-                             bounds[static_cast<size_t>(k) + 1], step,
-                             model->config().experts > 0 ? &aux : nullptr);
-    const double scale =
-        options.loss_scale > 0 ? options.loss_scale : 1.0 / schedule.micro_batches;
+    Tensor y = model->blocks(x, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1],
+                             step, model->config().experts > 0 ? &aux : nullptr);
+    const double scale = options.loss_scale > 0 ? options.loss_scale : 1.0 / schedule.micro_batches;
     Tensor side;
     for (const Tensor& t : aux) side = side.defined() ? tensor::add(side, t) : t;
     if (side.defined() && scale != 1.0) side = tensor::scale(side, scale);

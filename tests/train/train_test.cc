@@ -315,16 +315,15 @@ TEST(ChorusTrain, ExpertParallelRunsWithEveryStrategy) {
     std::string mesh, dtype, model = "";
   };
   std::map<std::string, std::map<int, double>> refs;  // the one-process losses, by command
-  for (const Case& c : {Case{2, 2, "--dp 2 --ep 2 --zero 1", "f32"},
-                        Case{2, 2, "--dp 2 --ep 2 --zero 2 --checkpoint-activations", "f32"},
-                        Case{2, 2, "--dp 2 --zero 2", "f32"},
-                        Case{4, 4, "--dp 4 --ep 2 --zero 2", "f32"},
-                        Case{2, 2, "--dp 2 --ep 2 --checkpoint-activations", "bf16"},
-                        Case{2, 2, "--dp 2 --ep 2", "f16"},
-                        Case{4, 2, "--dp 2 --ep 2 --tp 2", "f32"},
-                        // Both blocks MoE: stage 0's auxiliary losses flow in its own backward.
-                        Case{4, 4, "--dp 2 --ep 2 --pp 2 --zero 1", "f32", "--moe-every 1 "},
-                        Case{8, 4, "--dp 2 --ep 2 --tp 2 --pp 2 --zero 2", "f32", "--moe-every 1 "}}) {
+  for (const Case& c :
+       {Case{2, 2, "--dp 2 --ep 2 --zero 1", "f32"},
+        Case{2, 2, "--dp 2 --ep 2 --zero 2 --checkpoint-activations", "f32"},
+        Case{2, 2, "--dp 2 --zero 2", "f32"}, Case{4, 4, "--dp 4 --ep 2 --zero 2", "f32"},
+        Case{2, 2, "--dp 2 --ep 2 --checkpoint-activations", "bf16"},
+        Case{2, 2, "--dp 2 --ep 2", "f16"}, Case{4, 2, "--dp 2 --ep 2 --tp 2", "f32"},
+        // Both blocks MoE: stage 0's auxiliary losses flow in its own backward.
+        Case{4, 4, "--dp 2 --ep 2 --pp 2 --zero 1", "f32", "--moe-every 1 "},
+        Case{8, 4, "--dp 2 --ep 2 --tp 2 --pp 2 --zero 2", "f32", "--moe-every 1 "}}) {
     const std::string common = flags + c.model + "--dtype " + c.dtype + " ";
     const std::string reference = common + "--micro-batches " + std::to_string(c.micro);
     if (!refs.count(reference)) {

@@ -61,7 +61,8 @@ Model:
   --layers L --width C --heads H --context T --vocab V   (default 4, 128, 4, 64, 256)
   --experts E              a mixture of E expert MLPs instead of the dense MLP (default 0:
                            dense); with every parallelism (tp: the MoE layers replicated over
-                           the tp ranks), DDP or ZeRO 1-2, any --dtype, --checkpoint-activations
+                           the tp ranks), DDP or ZeRO 1-2, --checkpoint-activations, and
+                           --dtype bf16 or f16 (f16 as a dense model takes it: DDP, tp=pp=1)
   --top-k K                experts per token, 1 (default) or 2, at most E
   --moe-every N            MoE in every block (1, default) or every N-th (2: blocks 1, 3, ...)
   --capacity-factor F      an expert takes at most ceil(F * tokens * K / E) tokens of a

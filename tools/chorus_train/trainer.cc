@@ -476,17 +476,16 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
       // Summed over the model-parallel ranks too (the world), a replicated tensor-parallel
       // parameter (an MoE layer's included) on tp rank 0.
       const bool first_replica = dp.rank() == 0, first_expert_copy = expert_dp->rank() == 0;
-      norm = parallel::clip_grad_norm(all, o.clip * scale, m.tp * m.pp > 1 ? world : dp,
-                                      [&](const std::string& name) {
-                                        return (is_expert(name) ? first_expert_copy
-                                                                : first_replica) &&
-                                               counted(name);
-                                      }) /
+      norm = parallel::clip_grad_norm(
+                 all, o.clip * scale, m.tp * m.pp > 1 ? world : dp,
+                 [&](const std::string& name) {
+                   return (is_expert(name) ? first_expert_copy : first_replica) && counted(name);
+                 }) /
              scale;
     } else if (expert_zero) {
       // The shards: every element on exactly one rank of dp (the rest sharded over dp, each
-      // expert over the ranks holding it), then over the model-parallel ranks as above. Norms that do not clip (max 0) first finish both
-      // wrappers' reductions.
+      // expert over the ranks holding it), then over the model-parallel ranks as above. Norms that
+      // do not clip (max 0) first finish both wrappers' reductions.
       zero->clip_grad_norm(0);
       expert_zero->clip_grad_norm(0);
       tensor::nn::NamedTensors all = zero->shard_optimizer().params();
