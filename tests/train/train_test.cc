@@ -245,10 +245,14 @@ TEST(ChorusTrain, ExpertsTrainAndResumeThroughAnExportedCheckpoint) {
       << whole.out;
   // An expert without tokens in a step is expected (8 experts, top-1, 64 tokens: some idle): no
   // warning about its missing gradient.
-  const CommandResult idle = run_command(
-      train(1, "--layers 2 --width 32 --heads 2 --context 16 --batch 4 --experts 8 --steps 2"));
-  ASSERT_EQ(idle.exit_code, 0) << idle.out;
-  EXPECT_EQ(idle.out.find("got no gradient"), std::string::npos) << idle.out;
+  for (const char* zero : {"0", "1"}) {
+    const CommandResult idle = run_command(
+        train(1, std::string("--layers 2 --width 32 --heads 2 --context 16 --batch 4 --experts 8 "
+                             "--steps 2 --zero ") +
+                     zero));
+    ASSERT_EQ(idle.exit_code, 0) << idle.out;
+    EXPECT_EQ(idle.out.find("got no gradient"), std::string::npos) << idle.out;
+  }
   const auto ref = losses(whole.out);
   ASSERT_EQ(ref.size(), 12u) << whole.out;
   EXPECT_LT(ref.at(11), ref.at(0) - 0.5) << "the loss does not fall";
@@ -335,6 +339,7 @@ TEST(ChorusTrain, ExpertParallelRunsWithEveryStrategy) {
     ASSERT_EQ(ref.size(), 4u) << reference;
     const CommandResult r = run_command(train(c.ranks, common + c.mesh));
     ASSERT_EQ(r.exit_code, 0) << c.mesh << "\n" << r.out;
+    EXPECT_EQ(r.out.find("got no gradient"), std::string::npos) << r.out;
     const auto got = losses(r.out);
     ASSERT_EQ(got.size(), ref.size()) << r.out;
     const double tolerance = c.dtype == "f32" ? 2e-4 : 2e-3;

@@ -254,7 +254,12 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     zero = std::make_unique<parallel::ZeroOptimizer>(
         model, dp,
         parallel::ZeroOptions{
-            .stage = o.zero, .adamw = adamw, .average = false, .include = include});
+            .stage = o.zero,
+            .adamw = adamw,
+            .average = false,
+            .include = include,
+            .may_be_unused =
+                o.experts > 0 ? std::function<bool(const std::string&)>(is_expert) : nullptr});
     // The experts in one bucket: it is reduced once every expert's gradient is final (an idle
     // expert's at the end of backward), so no rank waits inside backward for a reduction that
     // another rank only starts after its remaining ep exchanges.
