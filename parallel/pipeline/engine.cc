@@ -234,19 +234,30 @@ struct PipelineEngine::Impl {
                    " without its input");
       x = slot.input;
     }
-    Tensor y =
-        model->blocks(x, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1], step);
+    // The MoE blocks' weighted auxiliary losses, scaled as the loss is: part of the loss on the
+    // stage that holds the blocks (the last stage adds them to its loss; another seeds their
+    // gradient in the backward of its output), and of the micro-batch's reported loss.
+    std::vector<Tensor> aux;
+    Tensor y = model->blocks(x, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1],
+                             step, model->config().experts > 0 ? &aux : nullptr);
+    const double scale = options.loss_scale > 0 ? options.loss_scale : 1.0 / schedule.micro_batches;
+    Tensor side;
+    for (const Tensor& t : aux) side = side.defined() ? tensor::add(side, t) : t;
+    if (side.defined() && scale != 1.0) side = tensor::scale(side, scale);
     if (k == V - 1) {
       const Tensor targets = batch(a.micro).second;
       const int64_t n = targets.numel();
       Tensor logits = model->head(y);
       Tensor loss = model->wte->tied_loss(logits.view({n, logits.size(-1)}), targets.reshape({n}));
-      const double scale =
-          options.loss_scale > 0 ? options.loss_scale : 1.0 / schedule.micro_batches;
       if (scale != 1.0) loss = tensor::scale(loss, scale);
-      losses[static_cast<size_t>(a.micro)] = loss.item();
+      if (side.defined()) loss = tensor::add(loss, side);
+      losses[static_cast<size_t>(a.micro)] += loss.item();
       slot.loss = loss;
     } else {
+      if (side.defined()) {
+        losses[static_cast<size_t>(a.micro)] += side.item();
+        y = tensor::with_side_loss(y, side);
+      }
       slot.output = y;
     }
   }
@@ -278,9 +289,6 @@ struct PipelineEngine::Impl {
 
 PipelineEngine::PipelineEngine(tensor::nn::GPT& model, DeviceMesh& mesh, PipelineOptions options)
     : impl_(std::make_unique<Impl>()) {
-  CHORUS_ARG_CHECK(model.config().experts == 0, "pipeline: a model with experts (",
-                   model.config().experts,
-                   ") is not supported: a stage would drop its MoE blocks' auxiliary losses");
   Impl& e = *impl_;
   e.model = &model;
   e.mesh = &mesh;
@@ -422,8 +430,10 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
   e.sends.clear();
   e.send_buffers.clear();
   e.slots.clear();
-  // The losses live on the last stage; every stage returns them.
-  e.pp->broadcast(e.losses.data(), e.losses.data(), e.losses.size(), DataType::kF64, e.p - 1);
+  // The losses live on the last stage (and, with experts, the auxiliary losses on the stages
+  // holding the MoE blocks; zeros elsewhere): summed over the stages, every stage returns them.
+  e.pp->all_reduce(e.losses.data(), e.losses.data(), e.losses.size(), DataType::kF64,
+                   ReduceOp::kSum);
   double loss = 0;
   for (double l : e.losses) loss += l;
   e.stats.total_seconds = seconds_since(t0);

@@ -20,8 +20,6 @@ void tensor_parallel(tensor::nn::GPT& model, Communicator& tp) {
                    " (every rank takes the same number of heads)");
   CHORUS_ARG_CHECK(dynamic_cast<const VocabParallelEmbedding*>(model.wte.get()) == nullptr,
                    "tensor parallel: the model is tensor parallel already");
-  CHORUS_ARG_CHECK(cfg.experts == 0, "tensor parallel: a model with experts (", cfg.experts,
-                   ") is not supported: the MoE blocks have no tensor-parallel form yet");
   for (size_t i = 0; i < model.h.size(); ++i) {
     const std::string b = "h." + std::to_string(i) + ".";
     tensor::nn::Block& blk = *model.h[i];
@@ -30,7 +28,8 @@ void tensor_parallel(tensor::nn::GPT& model, Communicator& tp) {
                          ColumnParallelLinear::slice_of(*blk.attn->c_attn, tp, 3));
     model.replace_module(b + "attn.c_proj", RowParallelLinear::slice_of(*blk.attn->c_proj, tp));
     blk.attn->heads = cfg.heads / n;
-    // MLP: the 4C hidden units split.
+    // MLP: the 4C hidden units split. An MoE layer stays replicated (tensor_parallel.h).
+    if (!blk.mlp) continue;
     model.replace_module(b + "mlp.c_fc", ColumnParallelLinear::slice_of(*blk.mlp->c_fc, tp));
     model.replace_module(b + "mlp.c_proj", RowParallelLinear::slice_of(*blk.mlp->c_proj, tp));
   }

@@ -231,7 +231,8 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
                              .unused = [self](size_t i) { self->unused_parameter(i); },
                              .final = [self](size_t g) { self->group_final(g); },
                              .launch = [self](size_t g) { self->launch(g); },
-                             .finished = [self] { self->finish_backward(); }});
+                             .finished = [self] { self->finish_backward(); }},
+      options.may_be_unused);
   z.install_gradient_hooks();
   if (options.stage == 3) z.install_unit_hooks();
   CHORUS_INFO(kLogPar, "ZeroOptimizer stage ", options.stage, ": ", z.params.size(),

@@ -1,4 +1,6 @@
 // GPT-2 (the llm.c layout): logits = ln_f(blocks(wte[idx] + wpe[t])) @ wte^T.
+#include <span>
+
 #include "chorus/tensor/checkpoint.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/random.h"
@@ -33,12 +35,43 @@ Tensor GPT::embed(const Tensor& idx) const {
   return add(wte->forward(idx), wpe->forward(positions));  // (B, T, C)
 }
 
-void GPT::set_activation_checkpointing(bool on) {
-  CHORUS_ARG_CHECK(!on || cfg_.experts == 0,
-                   "GPT: activation checkpointing is not supported with experts (a recomputed "
-                   "block would lose its auxiliary losses)");
-  checkpoint_blocks_ = on;
+void GPT::set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+
+namespace {
+
+// An MoE block checkpointed with its auxiliary loss: checkpoint() keeps one output, so the
+// block's (N, C) rows and, in one more row, its weighted auxiliary loss (element 0; the rest
+// zeros) travel as one (N + 1, C) tensor. Its recomputation in backward then rebuilds the
+// auxiliary loss's graph with the block's and back-propagates both. Recomputed from the same
+// input, the router's probabilities, and with them the routing (and, expert parallel, every
+// count and row exchanged), are the forward's bits; every rank recomputes its blocks in the same
+// order, so the exchanges pair up as in the forward.
+Tensor checkpoint_moe_block(const Block* blk, RngKey key, const Tensor& x,
+                            std::vector<Tensor>& aux) {
+  const int64_t C = x.size(-1), N = x.numel() / C;
+  const Shape shape = x.shape();
+  const Tensor packed = checkpoint(
+      [blk, key, N, C](const Tensor& in) {
+        std::vector<Tensor> mine;
+        const Tensor y = blk->forward(in, key, &mine);
+        std::vector<int64_t> rows(static_cast<size_t>(N));
+        for (int64_t i = 0; i < N; ++i) rows[static_cast<size_t>(i)] = i;
+        const std::vector<int64_t> last{N};
+        auto index = [&](const std::vector<int64_t>& v) {
+          return Tensor::from_vector(std::span<const int64_t>(v), {static_cast<int64_t>(v.size())})
+              .to(y.device());
+        };
+        const Tensor one = Tensor::ones({1, C}, y.dtype(), y.device());
+        Tensor out = Tensor::zeros({N + 1, C}, y.dtype(), y.device());
+        out = index_add_rows(out, index(rows), y.view({N, C}));
+        return index_add_rows(out, index(last), scale_rows(one, mine.at(0).view({1})));
+      },
+      x, blk->parameters());
+  aux.push_back(packed.narrow(0, N, 1).narrow(1, 0, 1).view({}));
+  return packed.narrow(0, 0, N).view(shape);
 }
+
+}  // namespace
 
 Tensor GPT::blocks(const Tensor& x_in, int64_t begin, int64_t end, uint64_t step,
                    std::vector<Tensor>* aux) const {
@@ -49,7 +82,9 @@ Tensor GPT::blocks(const Tensor& x_in, int64_t begin, int64_t end, uint64_t step
     const RngKey key{dropout_seed,
                      stream_id("h." + std::to_string(i)) + step * 0x9E3779B97F4A7C15ull};
     const Block* blk = h[static_cast<size_t>(i)].get();
-    if (checkpoint_blocks_)
+    if (checkpoint_blocks_ && blk->moe && aux)
+      x = checkpoint_moe_block(blk, key, x, *aux);
+    else if (checkpoint_blocks_)
       x = checkpoint([blk, key](const Tensor& in) { return blk->forward(in, key); }, x,
                      blk->parameters());
     else

@@ -18,22 +18,26 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
 
 Tensor GradScaler::scale(const Tensor& loss) const { return tensor::scale(loss, scale_); }
 
-bool GradScaler::step(optim::Optimizer& optimizer) {
-  optimizer.wait_grads();  // a data-parallel gate: every gradient reduced first
+bool GradScaler::step(optim::Optimizer& optimizer) { return step({&optimizer}); }
+
+bool GradScaler::step(const std::vector<optim::Optimizer*>& optimizers, bool overflow_elsewhere) {
   const double inv = 1.0 / scale_;
-  std::vector<Tensor> params;
-  for (const auto& [name, p] : optimizer.params()) params.push_back(p);
-  // Unscale in place, then test: one sum of squares over each device's gradients finds any inf
-  // or nan.
-  bool finite = true;
-  for (const auto& grads : optim::gradients_by_device(params, "GradScaler")) {
-    Backend& be = backend_for(grads.front().device());
-    for (const Tensor& g : grads) be.scale(g, g, inv);
-    if (!std::isfinite(be.sum_squares(grads))) finite = false;
+  bool finite = !overflow_elsewhere;
+  for (optim::Optimizer* optimizer : optimizers) {
+    optimizer->wait_grads();  // a data-parallel gate: every gradient reduced first
+    std::vector<Tensor> params;
+    for (const auto& [name, p] : optimizer->params()) params.push_back(p);
+    // Unscale in place, then test: one sum of squares over each device's gradients finds any
+    // inf or nan.
+    for (const auto& grads : optim::gradients_by_device(params, "GradScaler")) {
+      Backend& be = backend_for(grads.front().device());
+      for (const Tensor& g : grads) be.scale(g, g, inv);
+      if (!std::isfinite(be.sum_squares(grads))) finite = false;
+    }
   }
   last_overflow_ = !finite;
   if (finite) {
-    optimizer.step();
+    for (optim::Optimizer* optimizer : optimizers) optimizer->step();
   } else {
     ++skipped_;
   }

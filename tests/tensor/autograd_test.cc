@@ -144,5 +144,22 @@ TEST(Autograd, BackwardSeedsNonScalars) {
   for (double g : a.grad().to_vector()) EXPECT_EQ(g, 2.0);
 }
 
+// with_side_loss: the output's backward gives x the output's gradient and the side loss a seed
+// of 1, in the same backward: the gradients of (y . g) + side, with g the seed of y.
+TEST(Autograd, ASideLossIsSeededInTheOutputsBackward) {
+  Tensor w = Tensor::from_vector(std::vector<double>{2.0, 3.0}, {2});
+  Tensor v = Tensor::from_vector(std::vector<double>{5.0}, {1});
+  w.set_requires_grad(true);
+  v.set_requires_grad(true);
+  const Tensor y = scale(w, 4.0);
+  const Tensor side = sum(mul(v, v));  // d/dv = 2 v = 10
+  const Tensor out = with_side_loss(y, side);
+  EXPECT_EQ(out.to_vector(), y.to_vector());
+  out.backward(Tensor::from_vector(std::vector<double>{1.0, -1.0}, {2}));
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{4.0, -4.0}));
+  EXPECT_EQ(v.grad().to_vector(), (std::vector<double>{10.0}));
+  EXPECT_THROW(with_side_loss(y, w), InvalidArgument);  // not a scalar
+}
+
 }  // namespace
 }  // namespace chorus::tensor

@@ -331,8 +331,63 @@ TEST(Moe, BadConfigurationIsRefused) {
   cfg = moe_config(2, 1);
   cfg.moe_every = 0;
   EXPECT_THROW(nn::GPT{cfg}, InvalidArgument);
-  nn::GPT gpt(moe_config(2, 1));
-  EXPECT_THROW(gpt.set_activation_checkpointing(true), InvalidArgument);
+}
+
+// A checkpointed MoE block recomputes its routing and its auxiliary loss in backward: the loss
+// and every gradient (the router's includes the auxiliary losses' share) are the bits of the
+// run that keeps the activations. Without the auxiliary losses the router's gradient differs,
+// so the comparison would see them dropped.
+TEST(Moe, CheckpointedBlocksKeepTheirAuxiliaryLosses) {
+  GPTConfig cfg{.vocab = 32,
+                .context = 8,
+                .layers = 2,
+                .heads = 2,
+                .width = 16,
+                .experts = 4,
+                .top_k = 2,
+                .moe_every = 1,
+                .capacity_factor = 1.25,
+                .aux_loss_coef = 0.5,
+                .z_loss_coef = 0.25};
+  std::vector<int64_t> ids(2 * 8), tgt(2 * 8);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int64_t>((i * 7 + 3) % 32);
+    tgt[i] = static_cast<int64_t>((i * 7 + 5) % 32);
+  }
+  const Tensor x = Tensor::from_vector(std::span<const int64_t>(ids), {2, 8});
+  const Tensor y = Tensor::from_vector(std::span<const int64_t>(tgt), {2, 8});
+  auto grads = [&](bool checkpointed, double* loss) {
+    nn::GPT model(cfg);
+    model.init(31);
+    model.to(DataType::kF64);
+    model.set_activation_checkpointing(checkpointed);
+    Tensor l = model.loss(x, y);
+    *loss = l.item();
+    l.backward();
+    std::vector<Tensor> out;
+    for (const auto& [name, p] : model.named_parameters())
+      out.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+    return out;
+  };
+  double kept = 0, recomputed = 0, without_aux = 0;
+  const auto ref = grads(false, &kept);
+  const auto got = grads(true, &recomputed);
+  EXPECT_EQ(kept, recomputed);
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(ref[i].defined(), got[i].defined()) << i;
+    if (ref[i].defined())
+      EXPECT_EQ(std::memcmp(ref[i].data_ptr(), got[i].data_ptr(), ref[i].nbytes()), 0) << i;
+  }
+  cfg.aux_loss_coef = cfg.z_loss_coef = 0;
+  const auto plain = grads(true, &without_aux);
+  EXPECT_LT(without_aux, kept);
+  bool router_differs = false;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (ref[i].defined() && plain[i].defined() &&
+        std::memcmp(ref[i].data_ptr(), plain[i].data_ptr(), ref[i].nbytes()) != 0)
+      router_differs = true;
+  EXPECT_TRUE(router_differs);
 }
 
 // The GPT with experts: parameter names (every other block), the loss with its auxiliary terms,

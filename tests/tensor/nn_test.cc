@@ -260,6 +260,36 @@ TEST(Nn, GradScalerSkipsOverflowAndAdjustsScale) {
   EXPECT_EQ(scaler.skipped_steps(), 1);
 }
 
+// Several optimizers of one model step together or not at all: an inf in one skips both, and so
+// does another rank's verdict (overflow_elsewhere) when every gradient here is finite.
+TEST(Nn, GradScalerStepsSeveralOptimizersAllOrNone) {
+  Tensor a = Tensor::from_vector(std::vector<double>{1.0}, {1}, DataType::kF32);
+  Tensor b = Tensor::from_vector(std::vector<double>{1.0}, {1}, DataType::kF32);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  optim::SGD sa({{"a", a}}, {.lr = 1.0}), sb({{"b", b}}, {.lr = 1.0});
+  GradScaler scaler({.init_scale = 4, .growth_interval = 100});
+  a.set_grad(Tensor::full({1}, 4.0));
+  b.set_grad(Tensor::full({1}, INFINITY));
+  EXPECT_FALSE(scaler.step({&sa, &sb}));
+  scaler.update();
+  EXPECT_EQ(a.item(), 1.0);  // a's gradient was finite, yet a did not move
+  EXPECT_EQ(scaler.get_scale(), 2);
+  a.set_grad(Tensor::full({1}, 2.0));
+  b.set_grad(Tensor::full({1}, 2.0));
+  EXPECT_FALSE(scaler.step({&sa, &sb}, /*overflow_elsewhere=*/true));
+  scaler.update();
+  EXPECT_EQ(a.item(), 1.0);
+  EXPECT_EQ(b.item(), 1.0);
+  EXPECT_EQ(scaler.get_scale(), 1);
+  a.set_grad(Tensor::full({1}, 1.0));
+  b.set_grad(Tensor::full({1}, 3.0));
+  EXPECT_TRUE(scaler.step({&sa, &sb}));
+  EXPECT_EQ(a.item(), 0.0);
+  EXPECT_EQ(b.item(), -2.0);
+  EXPECT_EQ(scaler.skipped_steps(), 2);
+}
+
 TEST(Nn, SaveLoadRoundTripsBitExactly) {
   // Per process: ctest runs this test in more than one entry at once (plain and under autocast).
   const std::string dir = ::testing::TempDir() + "chorus-nn-" + std::to_string(::getpid());

@@ -1,5 +1,5 @@
-// What the chorus-train end-to-end tests read back (tests/train, tests/train_gpu): the losses a
-// run prints, and a file's bytes (exported checkpoints, logs).
+// What the chorus-train end-to-end tests read back (tests/train, tests/train_gpu): the losses and
+// gradient norms a run prints, and a file's bytes (exported checkpoints, logs).
 #pragma once
 
 #include <fstream>
@@ -14,6 +14,16 @@ namespace chorus::test {
 inline std::map<int, double> losses(const std::string& out) {
   std::map<int, double> v;
   const std::regex re("step ([0-9]+) loss ([-0-9.eE+]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    v[std::stoi((*it)[1].str())] = std::stod((*it)[2].str());
+  return v;
+}
+
+// The gradient norms of the same lines (printed to 3 decimals), by step.
+inline std::map<int, double> grad_norms(const std::string& out) {
+  std::map<int, double> v;
+  const std::regex re("step ([0-9]+) loss [-0-9.eE+]+ grad_norm ([-0-9.eE+]+)");
   for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
        ++it)
     v[std::stoi((*it)[1].str())] = std::stod((*it)[2].str());

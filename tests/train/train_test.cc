@@ -144,15 +144,19 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {1, "--experts 1 --top-k 2", "--top-k 2 exceeds --experts 1"},
       {1, "--experts 0", "--experts 0 is outside"},
       {1, "--top-k 2", "--top-k needs --experts E"},
-      {1, "--experts 2 --checkpoint-activations", "--checkpoint-activations is not supported"},
-      {2, "--experts 2 --tp 2 --heads 2", "--experts works with data and expert parallelism only"},
       {2, "--experts 4 --ep 4", "--ep 4 does not divide dp=2"},
       {4, "--experts 3 --ep 2", "3 experts do not divide over --ep 2"},
       {1, "--ep 2", "--ep needs --experts E"},
-      {2, "--experts 2 --ep 2 --zero 1", "--experts on more than one rank needs --zero 0"},
       {4, "--zero 1 --zero-group 3", "--zero-group 3 does not divide dp=4"},
       {2, "--zero-group 2", "--zero-group needs --zero 1-3"},
       {2, "--zero 2 --zero-group hosts", "--zero-group hosts: expected host or a group size"},
+      {2, "--experts 2 --ep 2 --zero 3", "--zero 3 does not take --experts on more than one"},
+      {2, "--experts 2 --ep 2 --zero 1 --dtype f16", "--dtype f16 (loss scaling) needs --zero 0"},
+      {2, "--experts 2 --zero 1 --save ckpt-never-written",
+       "--save and --load do not take --experts with ZeRO"},
+      {2, "--experts 2 --ep 2 --zero 2 --deterministic",
+       "--deterministic does not take --experts with ZeRO at --ep > 1"},
+      {2, "--experts 2 --zero 2 --zero-group 1", "--zero-group does not take --experts"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
@@ -250,10 +254,14 @@ TEST(ChorusTrain, ExpertsTrainAndResumeThroughAnExportedCheckpoint) {
       << whole.out;
   // An expert without tokens in a step is expected (8 experts, top-1, 64 tokens: some idle): no
   // warning about its missing gradient.
-  const CommandResult idle = run_command(
-      train(1, "--layers 2 --width 32 --heads 2 --context 16 --batch 4 --experts 8 --steps 2"));
-  ASSERT_EQ(idle.exit_code, 0) << idle.out;
-  EXPECT_EQ(idle.out.find("got no gradient"), std::string::npos) << idle.out;
+  for (const char* zero : {"0", "1"}) {
+    const CommandResult idle = run_command(
+        train(1, std::string("--layers 2 --width 32 --heads 2 --context 16 --batch 4 --experts 8 "
+                             "--steps 2 --zero ") +
+                     zero));
+    ASSERT_EQ(idle.exit_code, 0) << idle.out;
+    EXPECT_EQ(idle.out.find("got no gradient"), std::string::npos) << idle.out;
+  }
   const auto ref = losses(whole.out);
   ASSERT_EQ(ref.size(), 12u) << whole.out;
   EXPECT_LT(ref.at(11), ref.at(0) - 0.5) << "the loss does not fall";
@@ -392,6 +400,55 @@ TEST(ChorusTrain, ExpertParallelCheckpointsResumeAtAnotherEp) {
     EXPECT_TRUE(read_file(dir + "/again.tensors") == saved) << mesh << " saved other bits";
   }
   fs::remove_all(dir);
+}
+
+// Expert parallelism with ZeRO (the rest sharded over dp, the experts over the ranks holding
+// them), activation checkpointing (the MoE blocks recomputed, routing and exchanges included),
+// mixed precision (f16's skipped steps skipped on every rank and by both optimizers), tensor
+// parallelism (the MoE layers replicated over tp) and pipelines (the auxiliary losses on their
+// stage) against one process taking the same micro-batches in the same precision.
+TEST(ChorusTrain, ExpertParallelRunsWithEveryStrategy) {
+  const std::string flags =
+      "--layers 2 --width 32 --heads 2 --context 16 --batch 8 --lr 3e-3 "
+      "--experts 4 --top-k 2 --moe-every 2 --capacity-factor 1.25 "
+      "--steps 4 ";
+  struct Case {
+    int ranks, micro;  // micro: the global micro-batches (dp x --micro-batches)
+    std::string mesh, dtype, model = "";
+  };
+  // The one-process losses and gradient norms, by command. The norms see a gradient reduced at
+  // the wrong scale (AdamW's updates hardly do).
+  std::map<std::string, std::pair<std::map<int, double>, std::map<int, double>>> refs;
+  for (const Case& c :
+       {Case{2, 2, "--dp 2 --ep 2 --zero 2 --checkpoint-activations", "f32"},
+        Case{2, 2, "--dp 2 --zero 2", "f32"}, Case{4, 4, "--dp 4 --ep 2 --zero 2", "f32"},
+        Case{2, 2, "--dp 2 --ep 2 --checkpoint-activations", "bf16"},
+        Case{2, 2, "--dp 2 --ep 2", "f16"}, Case{4, 2, "--dp 2 --ep 2 --tp 2", "f32"},
+        // Both blocks MoE: stage 0's auxiliary losses flow in its own backward.
+        Case{4, 4, "--dp 2 --ep 2 --pp 2 --zero 1", "f32", "--moe-every 1 "},
+        Case{8, 4, "--dp 2 --ep 2 --tp 2 --pp 2 --zero 2", "f32", "--moe-every 1 "}}) {
+    const std::string common = flags + c.model + "--dtype " + c.dtype + " ";
+    const std::string reference = common + "--micro-batches " + std::to_string(c.micro);
+    if (!refs.count(reference)) {
+      const CommandResult one = run_command(train(1, reference));
+      ASSERT_EQ(one.exit_code, 0) << one.out;
+      refs[reference] = {losses(one.out), grad_norms(one.out)};
+    }
+    const auto& [ref, ref_norms] = refs[reference];
+    ASSERT_EQ(ref.size(), 4u) << reference;
+    const CommandResult r = run_command(train(c.ranks, common + c.mesh));
+    ASSERT_EQ(r.exit_code, 0) << c.mesh << "\n" << r.out;
+    EXPECT_EQ(r.out.find("got no gradient"), std::string::npos) << r.out;
+    const auto got = losses(r.out);
+    ASSERT_EQ(got.size(), ref.size()) << r.out;
+    const auto norms = grad_norms(r.out);
+    const double tolerance = c.dtype == "f32" ? 2e-4 : 2e-3;
+    for (const auto& [step, l] : ref) {
+      EXPECT_NEAR(got.at(step), l, tolerance) << c.mesh << " " << c.dtype << " step " << step;
+      EXPECT_NEAR(norms.at(step), ref_norms.at(step), 10 * tolerance)
+          << c.mesh << " " << c.dtype << " step " << step << ": the gradient norm";
+    }
+  }
 }
 
 TEST(ChorusTrain, ShowsAScheduleWithItsBubbleWithoutRanks) {

@@ -45,7 +45,8 @@ Trains the GPT on a byte corpus at any parallel configuration; rank 0 prints eve
 
 Mesh (omitted sizes are chosen from the world size and printed with the reason):
   --dp D --tp T --pp P     data x tensor x pipeline parallel ranks (D*T*P = world size)
-  --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp (pipelines: 0-2)
+  --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp (pipelines, experts:
+                           0-2; the experts' state is sharded over the dp ranks holding them)
   --zero-group G           hybrid sharding: ZeRO's shards over groups of G consecutive dp ranks
                            (G divides dp), replicated across the groups; "host": the dp ranks
                            of one host (all of them on one machine); default: all of dp
@@ -62,7 +63,9 @@ Mesh (omitted sizes are chosen from the world size and printed with the reason):
 Model:
   --layers L --width C --heads H --context T --vocab V   (default 4, 128, 4, 64, 256)
   --experts E              a mixture of E expert MLPs instead of the dense MLP (default 0:
-                           dense); with data and expert parallelism only (tp=1, pp=1), DDP
+                           dense); with every parallelism (tp: the MoE layers replicated over
+                           the tp ranks), DDP or ZeRO 1-2, --checkpoint-activations, and
+                           --dtype bf16 or f16 (f16 as a dense model takes it: DDP, tp=pp=1)
   --top-k K                experts per token, 1 (default) or 2, at most E
   --moe-every N            MoE in every block (1, default) or every N-th (2: blocks 1, 3, ...)
   --capacity-factor F      an expert takes at most ceil(F * tokens * K / E) tokens of a
@@ -238,10 +241,6 @@ Options parse_options(const std::vector<std::string>& args) {
       fail("--top-k " + std::to_string(o.top_k) + " exceeds --experts " +
            std::to_string(o.experts) + " (each token goes to K different experts)");
     if (!std::isfinite(o.capacity_factor)) fail("--capacity-factor must be finite");
-    if (o.checkpoint_activations)
-      fail(
-          "--checkpoint-activations is not supported with --experts (a recomputed block would "
-          "lose its auxiliary losses)");
     if (o.moe_every > o.layers)
       fail("--moe-every " + std::to_string(o.moe_every) + " exceeds the " +
            std::to_string(o.layers) + " layers: no block would have experts");
@@ -302,18 +301,30 @@ Mesh resolve_mesh(const Options& o, int world) {
   m.ep = o.ep;
   if (o.experts > 0) {
     const std::string ep = std::to_string(o.ep);
-    if (tp > 1 || pp > 1)
-      fail("--experts works with data and expert parallelism only (tp=1, pp=1; this mesh is tp=" +
-           std::to_string(tp) + " pp=" + std::to_string(pp) + ")");
     if (dp % o.ep != 0)
       fail("--ep " + ep + " does not divide dp=" + std::to_string(dp) +
            " (the expert groups are carved out of the data-parallel ranks)");
     if (o.experts % o.ep != 0)
       fail(std::to_string(o.experts) + " experts do not divide over --ep " + ep +
            " (every rank holds the same number of experts)");
-    if (dp > 1 && o.zero > 0) fail("--experts on more than one rank needs --zero 0 (DDP) for now");
-    if (dp > 1 && o.dtype == "f16")
-      fail("--experts on more than one rank does not take --dtype f16 yet; use --dtype bf16");
+    if (dp > 1 && o.zero == 3)
+      fail(
+          "--zero 3 does not take --experts on more than one rank (stage 3 gathers whole blocks "
+          "over dp, but an MoE block's experts differ between the ep ranks); use --zero 1 or 2, "
+          "which shard the experts' state over the ranks holding the same experts");
+    if (dp > 1 && o.zero > 0) {
+      if (!o.save.empty() || !o.load.empty())
+        fail(
+            "--save and --load do not take --experts with ZeRO on more than one rank yet (the "
+            "experts' sharded optimizer state is not in the checkpoint); use --zero 0 (DDP)");
+      if (o.deterministic && o.ep > 1)
+        fail(
+            "--deterministic does not take --experts with ZeRO at --ep > 1 yet (the experts keep "
+            "their sources apart, which ZeRO's reduction does not read); use --zero 0 (DDP)");
+      if (o.zero_group != 0)
+        fail("--zero-group does not take --experts yet (the experts' state is sharded over the "
+             "ranks holding them)");
+    }
   }
   if (o.zero == 3 && (pp > 1 || tp > 1))
     fail("--zero 3 works with data parallelism alone (tp=1, pp=1); use --zero 1 or 2 with tp/pp");

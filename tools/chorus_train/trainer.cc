@@ -187,7 +187,9 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
   // Experts on more than one rank: ep groups of consecutive dp ranks share each MoE layer's
   // experts (E/ep each); the dp/ep ranks holding the same experts form an expert-data-parallel
   // group. DDP reduces the rest over dp; the experts' gradients, which already hold every token
-  // of their ep group, are summed over that group after backward.
+  // of their ep group, are summed over that group after backward. Under ZeRO (stages 1-2) the
+  // rest is sharded over dp and the experts over their expert-data-parallel group (their
+  // optimizer state split among the ranks holding the same experts, as DeepSpeed-MoE does).
   const bool split_experts = o.experts > 0 && m.dp > 1;
   auto is_expert = [](const std::string& name) {
     return name.find(".mlp.experts.") != std::string::npos;
@@ -222,11 +224,19 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
                                   .loss_scale = loss_scale});
     include = [&pipe](const std::string& name) { return pipe->owns(name); };
   }
-  if (split_experts) include = [is_expert](const std::string& name) { return !is_expert(name); };
+  // The experts are reduced apart (a pipeline stage: its own experts).
+  std::function<bool(const std::string&)> own = include;
+  auto experts_only = [own, is_expert](const std::string& name) {
+    return is_expert(name) && (!own || own(name));
+  };
+  if (split_experts)
+    include = [own, is_expert](const std::string& name) {
+      return !is_expert(name) && (!own || own(name));
+    };
   const tensor::optim::AdamWOptions adamw{.lr = o.lr, .weight_decay = o.weight_decay};
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   std::unique_ptr<tensor::optim::AdamW> opt, expert_opt;
-  std::unique_ptr<parallel::ZeroOptimizer> zero;
+  std::unique_ptr<parallel::ZeroOptimizer> zero, expert_zero;
   if (o.zero == 0) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(
         model, dp,
@@ -252,7 +262,22 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
             .adamw = adamw,
             .average = false,
             .include = include,
-            .shard_group = o.zero_group == -1 ? parallel::ZeroOptions::kHostGroup : o.zero_group});
+            .shard_group = o.zero_group == -1 ? parallel::ZeroOptions::kHostGroup : o.zero_group,
+            .may_be_unused =
+                o.experts > 0 ? std::function<bool(const std::string&)>(is_expert) : nullptr});
+    // The experts in one bucket: it is reduced once every expert's gradient is final (an idle
+    // expert's at the end of backward), so no rank waits inside backward for a reduction that
+    // another rank only starts after its remaining ep exchanges.
+    if (split_experts)
+      expert_zero = std::make_unique<parallel::ZeroOptimizer>(
+          model, *expert_dp,
+          parallel::ZeroOptions{.stage = o.zero,
+                                .adamw = adamw,
+                                .bucket_bytes = std::numeric_limits<size_t>::max(),
+                                .first_bucket_bytes = std::numeric_limits<size_t>::max(),
+                                .average = false,
+                                .include = experts_only,
+                                .may_be_unused = is_expert});
   }
   // "DDP", "ZeRO-2", or with hybrid sharding "ZeRO-2 sharded over groups of 2 (2 replicas)".
   std::string dp_scheme = o.zero == 0 ? "DDP" : "ZeRO-" + std::to_string(o.zero);
@@ -420,6 +445,7 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     if (opt) opt->set_lr(lr);
     if (expert_opt) expert_opt->set_lr(lr);
     if (zero) zero->set_lr(lr);
+    if (expert_zero) expert_zero->set_lr(lr);
     const auto [x_all, y_all] = sampler.batch(step);
     // The batch in dp x micro_batches micro-batches; replica r's k-th is number k * dp + r, so
     // that every micro-step takes the next dp of them in order (the order the folding reductions
@@ -433,20 +459,28 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     {
       std::optional<parallel::Tracer::Span> fb;
       if (tracer) fb.emplace(tracer->span("forward and backward"));
-      // Accumulation without a reduction: whichever wrapper holds the gradients.
-      auto no_sync = [&] { return ddp ? ddp->no_sync() : zero->no_sync(); };
+      // Accumulation without a reduction: whichever wrappers hold the gradients.
+      struct Quiet {
+        std::optional<parallel::NoSync> rest, experts;
+      };
+      auto no_sync = [&] {
+        Quiet q;
+        q.rest.emplace(ddp ? ddp->no_sync() : zero->no_sync());
+        if (expert_zero) q.experts.emplace(expert_zero->no_sync());
+        return q;
+      };
       tensor::AutocastGuard guard(autocast);
       if (pipe) {
         pipe->forward_backward(micro, static_cast<uint64_t>(step),
                                [&](bool last, const std::function<void()>& backward) {
                                  if (last) return backward();
-                                 const parallel::NoSync quiet = no_sync();
+                                 const Quiet quiet = no_sync();
                                  backward();
                                });
         micro_losses = pipe->losses();
       } else {
         for (int k = 0; k < m.micro_batches; ++k) {
-          std::optional<parallel::NoSync> quiet;
+          std::optional<Quiet> quiet;
           if (k + 1 < m.micro_batches) quiet.emplace(no_sync());
           const auto [x, y] = micro(k);
           Tensor l = model.loss(x, y, static_cast<uint64_t>(step));
@@ -470,10 +504,24 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
       // rank of its expert-data-parallel group.
       tensor::nn::NamedTensors all = opt->params();
       for (const auto& named : expert_opt->params()) all.push_back(named);
+      // Summed over the model-parallel ranks too (the world), a replicated tensor-parallel
+      // parameter (an MoE layer's included) on tp rank 0.
       const bool first_replica = dp.rank() == 0, first_expert_copy = expert_dp->rank() == 0;
-      norm = parallel::clip_grad_norm(all, o.clip, dp, [&](const std::string& name) {
-        return is_expert(name) ? first_expert_copy : first_replica;
-      });
+      norm = parallel::clip_grad_norm(
+                 all, o.clip * scale, m.tp * m.pp > 1 ? world : dp,
+                 [&](const std::string& name) {
+                   return (is_expert(name) ? first_expert_copy : first_replica) && counted(name);
+                 }) /
+             scale;
+    } else if (expert_zero) {
+      // The shards: every element on exactly one rank of dp (the rest sharded over dp, each
+      // expert over the ranks holding it), then over the model-parallel ranks as above. Norms that
+      // do not clip (max 0) first finish both wrappers' reductions.
+      zero->clip_grad_norm(0);
+      expert_zero->clip_grad_norm(0);
+      tensor::nn::NamedTensors all = zero->shard_optimizer().params();
+      for (const auto& named : expert_zero->shard_optimizer().params()) all.push_back(named);
+      norm = parallel::clip_grad_norm(all, o.clip, m.tp * m.pp > 1 ? world : dp, counted);
     } else if (ddp) {
       opt->wait_grads();
       norm = parallel::clip_grad_norm(opt->params(), o.clip * scale, mesh.mp(), counted) / scale;
@@ -481,7 +529,12 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
       norm = zero->clip_grad_norm(o.clip, m.tp * m.pp > 1 ? &mesh.mp() : nullptr, counted);
     }
     if (ddp) {
-      if (scaler) {
+      if (scaler && expert_opt) {
+        // A skipped step is skipped on every rank: the norm summed every rank's gradients, so
+        // it is not finite everywhere when any rank saw an inf or nan in any expert.
+        scaler->step({opt.get(), expert_opt.get()}, !std::isfinite(norm));
+        scaler->update();
+      } else if (scaler) {
         scaler->step(*opt);
         scaler->update();
       } else {
@@ -493,6 +546,10 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     } else {
       zero->step();
       zero->zero_grad();
+      if (expert_zero) {
+        expert_zero->step();
+        expert_zero->zero_grad();
+      }
     }
     if (pipe) pipe->sync_tied_weights();
     update.reset();
@@ -552,6 +609,9 @@ int run(const Options& o, const Mesh& m, Communicator& world) {
     if (root)
       std::printf("trace written to %s (one track per rank and activity)\n", o.trace.c_str());
   }
+  if (root && scaler)
+    std::printf("loss scaling: %lld step(s) skipped, scale now %g\n",
+                static_cast<long long>(scaler->skipped_steps()), scaler->get_scale());
   if (root)
     std::printf("done: %lld steps in %s; peak memory %.1f MiB on %s (rank 0's tensors)\n",
                 static_cast<long long>(o.steps - first), duration_text(seconds(start)).c_str(),

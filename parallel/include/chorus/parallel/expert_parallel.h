@@ -26,10 +26,12 @@
 // skewed routing would pay for its busiest pair everywhere), at ep - 1 steps like the pairwise
 // exchange all_to_all itself runs.
 //
-// The layer computes; reducing gradients is the trainer's (chorus-train --ep: DDP over dp for the
-// rest, each expert summed over the dp ranks holding it). Checkpoints hold the experts under
-// their whole-model names (checkpoint.h), so they load at any ep. Not yet: ZeRO, devices other
-// than the CPU.
+// The layer computes; reducing gradients is the trainer's (chorus-train --ep: DDP or ZeRO 1-2
+// over dp for the rest, each expert summed, or sharded, over the dp ranks holding it). A block
+// recomputed by activation checkpointing re-routes its tokens identically (the same input, the
+// same probabilities) and repeats every exchange, on every rank of the group in the same order.
+// Checkpoints hold the experts under their whole-model names (checkpoint.h), so they load at any
+// ep. Not yet: devices other than the CPU.
 //
 // Sources apart (the deterministic mode's arithmetic; keep_expert_sources_apart): a local expert
 // then runs once per source rank, on leaves of its own that share the expert's storage, so that a

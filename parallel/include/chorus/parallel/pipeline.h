@@ -179,7 +179,10 @@ class PipelineEngine {
   // The communicators the engine uses, named for a trace ("pp act", "pp grad", "pp tied").
   std::vector<std::pair<std::string, Communicator*>> channels();
 
-  // The scaled loss of each micro-batch of the last forward_backward, on every stage.
+  // The scaled loss of each micro-batch of the last forward_backward, on every stage. A model
+  // with experts: each MoE block's weighted auxiliary loss (scaled alike) is part of the loss
+  // on the stage holding the block (the last stage adds it to its loss, another seeds its
+  // gradient in its output's backward: tensor::with_side_loss); the losses sum the stages' parts.
   const std::vector<double>& losses() const;
 
   // What the last forward_backward measured on this rank.

@@ -26,7 +26,11 @@
 // cross-entropy consumes without ever gathering them. A vocabulary that tp does not divide is
 // padded to a multiple of tp with zero rows whose logits are masked out (-inf): they change no
 // loss and get no gradient. LayerNorms, biases after a row-parallel projection and the position
-// embedding are replicated: their gradients come out equal on every tp rank.
+// embedding are replicated: their gradients come out equal on every tp rank. So is a mixture of
+// experts' MoE layer (router and experts, or with expert parallelism this rank's experts): its
+// input, after attention's g, is the same on every tp rank, so every tp rank routes alike and
+// computes the same output; its gradients, like a LayerNorm's, come out equal on every tp rank
+// (the tp ranks of one dp index each run the expert exchange within their own ep group).
 //
 // Every slice is a copy of the full parameter's rows or columns, so a tp run starts from exactly
 // the one-process model; Module::init() on the converted model draws each slice from its full

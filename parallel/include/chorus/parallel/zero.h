@@ -103,6 +103,9 @@ struct ZeroOptions {
   // a host (Communicator::host_of), which must be consecutive and as many on every host.
   int shard_group = 0;
   static constexpr int kHostGroup = -1;
+  // Parameters it accepts may go without a gradient in a backward (a mixture of experts' idle
+  // experts): reduced as zeros without a warning (as in DDPOptions).
+  std::function<bool(const std::string& name)> may_be_unused = nullptr;
 };
 
 // The size of the shard groups kHostGroup means over `dp`: the number of dp ranks on each host.

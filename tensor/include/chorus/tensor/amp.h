@@ -52,6 +52,11 @@ class GradScaler {
   Tensor scale(const Tensor& loss) const;
   // Unscales the optimizer's gradients; steps when all are finite. Returns whether it stepped.
   bool step(optim::Optimizer& optimizer);
+  // The same over several optimizers that make up one model (all step or none): unscales every
+  // one's gradients and steps them all when all are finite and `overflow_elsewhere` is false.
+  // A distributed run passes whether any rank saw an inf/nan (a global gradient norm that is not
+  // finite), so that every rank, and every optimizer on it, skips the same steps.
+  bool step(const std::vector<optim::Optimizer*>& optimizers, bool overflow_elsewhere = false);
   // Adjusts the scale after step(): backoff on an overflow, growth after a run of clean steps.
   void update();
   double get_scale() const { return scale_; }

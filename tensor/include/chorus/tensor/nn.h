@@ -308,8 +308,9 @@ class GPT : public Module {
   // Mean cross-entropy of forward(idx) against targets (B, T) -> (), plus every MoE block's
   // weighted auxiliary loss (Block::forward), added in block order.
   Tensor loss(const Tensor& idx, const Tensor& targets, uint64_t step = 0) const;
-  // Recompute each block's activations in backward instead of keeping them (checkpoint.h).
-  // InvalidArgument with experts: the recomputed block would lose its auxiliary losses.
+  // Recompute each block's activations in backward instead of keeping them (checkpoint.h). An
+  // MoE block's auxiliary loss is recomputed with it (its routing is the forward's: the same
+  // input gives the same router probabilities), so its gradient flows as without checkpointing.
   void set_activation_checkpointing(bool on);
   const GPTConfig& config() const { return cfg_; }
 

@@ -96,6 +96,11 @@ Tensor cross_entropy_vocab_parallel(const Tensor& logits_shard, const Tensor& ta
 // the token embedding the lm_head's share of its gradient this way, where one process's
 // backward computes it (the lm_head runs after the embedding, so its share comes first).
 Tensor with_leaf_grad(const Tensor& x, const Tensor& leaf, const Tensor& grad);
+// x itself (no copy); its backward passes x's gradient through and seeds `loss` (a scalar
+// computed beside x, in x's graph) with gradient 1, as if it were added to the loss x's
+// gradient comes from. A pipeline stage that is not the last adds its MoE blocks' auxiliary
+// losses this way: their gradients flow on the stage holding the blocks, in its one backward.
+Tensor with_side_loss(const Tensor& x, const Tensor& loss);
 
 // ---- views and casts as free functions (the Tensor methods call these) ------------------------
 Tensor view_op(const Tensor& x, Shape shape);
