@@ -157,6 +157,8 @@ TEST(ChorusTrain, FlagsThatCannotWorkAreRefusedBeforeAnyWork) {
       {2, "--experts 2 --ep 2 --zero 2 --deterministic",
        "--deterministic does not take --experts with ZeRO at --ep > 1"},
       {2, "--experts 2 --zero 2 --zero-group 1", "--zero-group does not take --experts"},
+      {4, "--experts 2 --ep 2 --pp 2 --deterministic",
+       "--deterministic does not take --experts with a pipeline"},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(train(c.ranks, c.flags + " --steps 1"));
