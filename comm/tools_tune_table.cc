@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "algo/cost_fit.h"
 #include "algo/tune_update.h"
 #include "algo/tuner.h"
 #include "chorus/error.h"
@@ -86,6 +87,12 @@ std::string MeasuredTable::merge_into(std::string_view old_text, int world_size,
                                       std::span<const std::string> algorithms) const {
   return algo::merge_tune_text(old_text, impl_->table,
                                algo::TuneRun{world_size, colls, algorithms});
+}
+
+std::string MeasuredTable::fit_costs_into(std::string_view old_text) const {
+  algo::CostModel m = algo::CostModel::parse(old_text, "the existing constants file");
+  m.merge(algo::fit_model(impl_->table, algo::Link::kShm));
+  return m.format();
 }
 
 }  // namespace chorus::tools
