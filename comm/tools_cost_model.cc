@@ -41,7 +41,8 @@ std::vector<FittedCost> CostModel::entries() const {
   while (std::getline(lines, line)) {
     std::istringstream f(line);
     FittedCost c;
-    f >> c.link >> c.world_size >> c.collective >> c.algorithm >> c.alpha_us >> c.beta_us_per_mib;
+    f >> c.link >> c.world_size >> c.collective >> c.algorithm >> c.band_from_bytes >> c.alpha_us >>
+        c.beta_us_per_mib;
     out.push_back(c);
   }
   return out;

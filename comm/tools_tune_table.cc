@@ -57,6 +57,13 @@ TableSummary summarize_tune_table(const std::string& file) {
   return out;
 }
 
+std::string fit_costs_of_table(const std::string& file) {
+  const algo::TuneTable t = file == "builtin"
+                                ? algo::TuneTable::parse(algo::builtin_tune_text(), "built-in")
+                                : algo::TuneTable::parse(read_file(file), file);
+  return algo::fit_model(t, algo::Link::kShm).format();
+}
+
 struct MeasuredTable::Impl {
   algo::TuneTable table;
 };

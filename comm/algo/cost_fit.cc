@@ -1,6 +1,8 @@
 #include "algo/cost_fit.h"
 
 #include <algorithm>
+#include <iterator>
+#include <vector>
 
 namespace chorus::algo {
 
@@ -60,7 +62,12 @@ CostModel fit_model(const TuneTable& table, Link local) {
                            const std::vector<TuneTable::Point>& curve) {
     if (in_place) return;
     const Placement p{np, 1, local};
-    if (auto c = fit_constants(coll, v, p, curve)) m.set(local, np, coll, v, *c);
+    for (int band = 0; band < static_cast<int>(std::size(kBands)); ++band) {
+      std::vector<TuneTable::Point> in_band;
+      for (const TuneTable::Point& pt : curve)
+        if (band_of(pt.bytes) == band) in_band.push_back(pt);
+      if (auto c = fit_constants(coll, v, p, in_band)) m.set(local, np, coll, v, band, *c);
+    }
   });
   return m;
 }

@@ -115,6 +115,12 @@ std::optional<Link> parse_link(std::string_view name) {
   return std::nullopt;
 }
 
+int band_of(size_t bytes) {
+  int b = 0;
+  while (b + 1 < static_cast<int>(std::size(kBands)) && bytes >= kBands[b + 1]) ++b;
+  return b;
+}
+
 std::optional<CostForm> form_of(Collective coll, Algorithm algo, const Placement& p) {
   if (p.world_size < 2) return std::nullopt;
   if (!runs_on_hosts(algo, p.hosts)) return std::nullopt;
@@ -159,16 +165,19 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
     const auto bad = [&](const std::string& why) {
       return InvalidArgument(detail::concat(
           "cost model ", origin, " line ", number, ": ", why,
-          " (expected '<shm|ucx|ipc> <world size> <collective> <algorithm>[/fifo] <alpha us per "
-          "step> <beta us per MiB>')"));
+          " (expected '<shm|ucx|ipc> <world size> <collective> <algorithm>[/fifo] <band from "
+          "bytes> <alpha us per step> <beta us per MiB>')"));
     };
     const auto link = parse_link(link_text);
     if (!link) throw bad("unknown transport '" + link_text + "'");
     int np = 0;
     std::string coll_text, algo_text;
     LinkCost c;
-    if (!(fields >> np >> coll_text >> algo_text >> c.alpha_us >> c.beta_us_per_mib))
+    size_t from = 0;
+    if (!(fields >> np >> coll_text >> algo_text >> from >> c.alpha_us >> c.beta_us_per_mib))
       throw bad("missing or malformed fields");
+    const auto band = std::find(std::begin(kBands), std::end(kBands), from);
+    if (band == std::end(kBands)) throw bad(detail::concat("no size band starts at ", from, " bytes (0, 32768, 1048576)"));
     std::string extra;
     if (fields >> extra) throw bad("unexpected '" + extra + "'");
     if (np < 2) throw bad(detail::concat("bad world size ", np));
@@ -180,7 +189,7 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
     if (!(c.alpha_us >= 0) || !(c.beta_us_per_mib >= 0) || !std::isfinite(c.alpha_us) ||
         !std::isfinite(c.beta_us_per_mib))
       throw bad("constants must be finite and not negative");
-    m.set(*link, np, *coll, *v, c);
+    m.set(*link, np, *coll, *v, static_cast<int>(band - std::begin(kBands)), c);
   }
   return m;
 }
@@ -188,17 +197,18 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
 std::string CostModel::format() const {
   std::string s;
   for (const auto& [key, c] : fitted_) {
-    const auto& [link, coll, v, np] = key;
+    const auto& [link, coll, v, np, band] = key;
     char consts[64];
     std::snprintf(consts, sizeof consts, "%.4g %.4g", c.alpha_us, c.beta_us_per_mib);
     s += detail::concat(to_string(link), " ", np, " ", to_string(coll), " ", to_string(v), " ",
-                        consts, "\n");
+                        kBands[static_cast<size_t>(band)], " ", consts, "\n");
   }
   return s;
 }
 
-void CostModel::set(Link link, int world_size, Collective coll, Variant v, LinkCost c) {
-  fitted_[{link, coll, v, world_size}] = c;
+void CostModel::set(Link link, int world_size, Collective coll, Variant v, int band,
+                    LinkCost c) {
+  fitted_[{link, coll, v, world_size, band}] = c;
 }
 
 void CostModel::merge(const CostModel& newer) {
@@ -206,17 +216,20 @@ void CostModel::merge(const CostModel& newer) {
 }
 
 std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collective coll,
-                                             Variant v) const {
-  // The fitted world sizes of (link, coll, v) are adjacent keys.
+                                             Variant v, size_t bytes) const {
+  // The fitted entries of (link, coll) are adjacent keys: the nearest world size first, then
+  // the nearest band.
+  const int band = band_of(bytes);
   const LinkCost* best = nullptr;
-  int best_distance = 0;
+  std::pair<int, int> best_distance{0, 0};
   bool any_fitted = false;
-  for (auto it = fitted_.lower_bound({link, coll, Variant{}, 0});
+  for (auto it = fitted_.lower_bound({link, coll, Variant{}, 0, 0});
        it != fitted_.end() && std::get<0>(it->first) == link && std::get<1>(it->first) == coll;
        ++it) {
     any_fitted = true;
     if (std::get<2>(it->first) != v) continue;
-    const int d = std::abs(std::get<3>(it->first) - world_size);
+    const std::pair<int, int> d{std::abs(std::get<3>(it->first) - world_size),
+                                std::abs(std::get<4>(it->first) - band)};
     if (best == nullptr || d < best_distance) {
       best = &it->second;
       best_distance = d;
@@ -240,7 +253,7 @@ std::optional<double> CostModel::predict_us(Collective coll, Variant v, const Pl
     // Across hosts the FIFO path is a host's: the network term of a FIFO variant is its plain
     // one's.
     const Variant on_link = t.link == p.local ? v : Variant{v.algo};
-    const auto c = constants(t.link, p.world_size, coll, on_link);
+    const auto c = constants(t.link, p.world_size, coll, on_link, bytes);
     if (!c) return std::nullopt;
     us += c->alpha_us * t.steps +
           c->beta_us_per_mib * t.factor * static_cast<double>(bytes) / double(1 << 20);

@@ -26,17 +26,20 @@
 // Across hosts every term of a flat algorithm crosses the network (its slowest link bounds it);
 // only hier splits its terms between the host's transport and the network.
 //
-// Constants are per transport (shm, UCX, the device IPC path) and per algorithm variant: the
-// same form fits each variant's own alpha and beta (a FIFO copy costs more per byte than a
-// single copy; a direct exchange's step more than a ring's). chorus-tune fits them on the host
+// Constants are per transport (shm, UCX, the device IPC path), per algorithm variant (the same
+// form fits each variant's own alpha and beta: a FIFO copy costs more per byte than a single
+// copy, a direct exchange's step more than a ring's) and per size band (kBands: below 32 KiB the
+// small-message paths, to 1 MiB a call that stays in cache, above it memory bandwidth; one line
+// does not fit all three, and a crossover measured on one machine's curves moved by 3x). chorus-tune fits them on the host
 // by least squares over a few sizes (algo/cost_fit.h) and caches them per host
 // (default_cost_path()); a world size it did not measure uses the constants of the nearest one
 // it did, scaled by the form. Without a cache every variant shares the transport's default
 // constants, so the form alone chooses (default_link_cost(), docs/ARCHITECTURE.md "Cost model");
 // the device IPC path has a form but no defaults: unknown until measured.
 //
-// Text format, one fitted variant per line ('#' starts a comment):
-//   <transport> <world size> <collective> <variant> <alpha us per step> <beta us per MiB>
+// Text format, one fitted variant and band per line ('#' starts a comment):
+//   <transport> <world size> <collective> <variant> <band from bytes> <alpha us per step>
+//   <beta us per MiB>
 #pragma once
 
 #include <array>
@@ -79,6 +82,11 @@ struct Placement {
 // algorithm that does not apply there (hier on one host, fanout across hosts).
 std::optional<CostForm> form_of(Collective coll, Algorithm algo, const Placement& p);
 
+// The size bands constants are fitted in: band i holds selection bytes from kBands[i] up to the
+// next band's start.
+inline constexpr size_t kBands[] = {0, size_t(32) << 10, size_t(1) << 20};
+int band_of(size_t bytes);
+
 // A link's constants.
 struct LinkCost {
   double alpha_us = 0;        // per step
@@ -97,15 +105,18 @@ class CostModel {
   static CostModel parse(std::string_view text, std::string_view origin);
   std::string format() const;
 
-  // The constants of `v` for `coll` fitted at `world_size` ranks over `link`.
-  void set(Link link, int world_size, Collective coll, Variant v, LinkCost c);
+  // The constants of `v` for `coll` fitted at `world_size` ranks over `link`, for the band
+  // `band` (an index of kBands).
+  void set(Link link, int world_size, Collective coll, Variant v, int band, LinkCost c);
   bool empty() const { return fitted_.empty(); }
   // Takes every fitted entry of `newer`, replacing this model's of the same key.
   void merge(const CostModel& newer);
-  // The constants used for `v` at `world_size`: fitted at the nearest world size on `link`
-  // (ties: the smaller), else nullopt when any variant of `coll` was fitted on `link` (only the
-  // fitted ones are candidates then), else the link's defaults (nullopt for the IPC path).
-  std::optional<LinkCost> constants(Link link, int world_size, Collective coll, Variant v) const;
+  // The constants used for `v` at `world_size` for a call of `bytes`: fitted at the nearest
+  // world size on `link` (ties: the smaller), in the band of `bytes` (else the nearest band
+  // fitted), else nullopt when any variant of `coll` was fitted on `link` (only the fitted ones
+  // are candidates then), else the link's defaults (nullopt for the IPC path).
+  std::optional<LinkCost> constants(Link link, int world_size, Collective coll, Variant v,
+                                    size_t bytes) const;
   // Predicted time of one call of `bytes` selection bytes; nullopt without a form or constants.
   std::optional<double> predict_us(Collective coll, Variant v, const Placement& p,
                                    size_t bytes) const;
@@ -113,7 +124,7 @@ class CostModel {
   std::string origin;  // where it came from ("defaults" when nothing was loaded)
 
  private:
-  using Key = std::tuple<Link, Collective, Variant, int>;  // int: world size
+  using Key = std::tuple<Link, Collective, Variant, int, int>;  // world size, band
   std::map<Key, LinkCost> fitted_;
 };
 

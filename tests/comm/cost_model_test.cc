@@ -81,12 +81,13 @@ TEST(CostModel, TextRoundTripsAndBadLinesAreNamed) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  bad("shm 2 all_reduce ring 1\n", "line 1");
-  bad("# c\nnvlink 2 all_reduce ring 1 2\n", "line 2: unknown transport 'nvlink'");
-  bad("shm 1 all_reduce ring 1 2\n", "bad world size 1");
-  bad("shm 2 all_reduce fanout 1 2\n", "no algorithm 'fanout' for all_reduce");
-  bad("shm 2 all_reduce ring -1 2\n", "not negative");
-  bad("shm 2 all_reduce ring 1 2 3\n", "unexpected '3'");
+  bad("shm 2 all_reduce ring 0 1\n", "line 1");
+  bad("# c\nnvlink 2 all_reduce ring 0 1 2\n", "line 2: unknown transport 'nvlink'");
+  bad("shm 1 all_reduce ring 0 1 2\n", "bad world size 1");
+  bad("shm 2 all_reduce fanout 0 1 2\n", "no algorithm 'fanout' for all_reduce");
+  bad("shm 2 all_reduce ring 0 -1 2\n", "not negative");
+  bad("shm 2 all_reduce ring 0 1 2 3\n", "unexpected '3'");
+  bad("shm 2 all_reduce ring 100 1 2\n", "no size band starts at 100");
 }
 
 TEST(CostModel, LeastSquaresRecoversTheConstants) {
@@ -106,13 +107,22 @@ TEST(CostModel, LeastSquaresRecoversTheConstants) {
   ASSERT_TRUE(flat);
   EXPECT_GT(flat->alpha_us, 0);
   EXPECT_EQ(flat->beta_us_per_mib, 0);
-  // A table's curves become a model of the same constants.
+  // A table's curves become a model of the same constants, band by band: a curve whose slope
+  // doubles from 1 MiB (out of cache) gets that band's beta.
+  for (TuneTable::Point& pt : curve)
+    if (pt.bytes >= (size_t(1) << 20))
+      pt.us += 180.0 * form->terms[0].factor * static_cast<double>(pt.bytes) / kMiB;
+  curve.push_back({size_t(64) << 20, 0.7 * form->terms[0].steps + 360.0 * form->terms[0].factor * 64});
   TuneTable t;
   t.set(4, Collective::kAllReduce, Variant{Algorithm::kRing}, curve);
   const CostModel m = fit_model(t, Link::kShm);
-  const auto got = m.constants(Link::kShm, 4, Collective::kAllReduce, Variant{Algorithm::kRing});
-  ASSERT_TRUE(got);
-  EXPECT_NEAR(got->beta_us_per_mib, 180.0, 1e-6);
+  const Variant ring{Algorithm::kRing};
+  const auto small = m.constants(Link::kShm, 4, Collective::kAllReduce, ring, 1024);
+  const auto large = m.constants(Link::kShm, 4, Collective::kAllReduce, ring, 32 << 20);
+  ASSERT_TRUE(small && large);
+  EXPECT_NEAR(small->alpha_us, 0.7, 1e-6);
+  EXPECT_NEAR(small->beta_us_per_mib, 180.0, 1e-6);
+  EXPECT_NEAR(large->beta_us_per_mib, 360.0, 1e-6);
 }
 
 // The fixture's 64-rank all-reduce: direct, then tree, then twoshot, then ring, each from the
@@ -175,7 +185,8 @@ TEST(CostModel, NearestWorldSizeAndTheFifoPath) {
   EXPECT_EQ(to_string(choose(s, Collective::kAllReduce, 64 << 20)), "ring/fifo");
   s.fifo_from_bytes = 0;  // nothing single copy: no FIFO variants
   EXPECT_EQ(to_string(choose(s, Collective::kAllReduce, 64 << 20)), "ring");
-  const auto c16 = m.constants(Link::kShm, 16, Collective::kAllReduce, Variant{Algorithm::kTree});
+  const auto c16 =
+      m.constants(Link::kShm, 16, Collective::kAllReduce, Variant{Algorithm::kTree}, 1 << 20);
   ASSERT_TRUE(c16);
   EXPECT_DOUBLE_EQ(c16->alpha_us, 1.1);  // 8's, not 64's
   const auto t16 =
@@ -184,8 +195,8 @@ TEST(CostModel, NearestWorldSizeAndTheFifoPath) {
   // A collective fitted for some variants: only those are candidates (broadcast at 64 has no
   // direct/fifo line, reduce none at all: the defaults).
   EXPECT_FALSE(m.constants(Link::kShm, 64, Collective::kBroadcast,
-                           Variant{Algorithm::kDirect, Path::kFifo}));
-  EXPECT_TRUE(m.constants(Link::kShm, 64, Collective::kReduce, Variant{Algorithm::kRing}));
+                           Variant{Algorithm::kDirect, Path::kFifo}, 8));
+  EXPECT_TRUE(m.constants(Link::kShm, 64, Collective::kReduce, Variant{Algorithm::kRing}, 8));
   // Deterministic mode: only the rank-ordered algorithms.
   s.deterministic = true;
   EXPECT_EQ(to_string(choose(s, Collective::kAllReduce, 64 << 20)), "twoshot");

@@ -48,8 +48,9 @@ table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (
 measured in place too: "broadcast/in-place" lines). Entries for other world sizes already in the
 files are kept, so run it once per world size you use.
 
-  --probe            the short probe: sizes 8 B, 1 KiB, 32 KiB, 1 MiB and 16 MiB (to
-                     --max-bytes) only, and the cost file only (no tune table)
+  --probe            the short probe: sizes 8 B, 1 KiB, 8 KiB, 32 KiB, 256 KiB, 1 MiB and
+                     16 MiB (to --max-bytes; two in each of the model's size bands) only, and
+                     the cost file only (no tune table)
   --cost-out FILE    where to write the constants (default ~/.cache/chorus/cost-<hostname>.txt,
                      which every job on this host then loads unless CHORUS_COST_FILE names another)
   --out FILE         where to write the tune table (default ~/.cache/chorus/tune-<hostname>.txt)
@@ -58,6 +59,9 @@ files are kept, so run it once per world size you use.
   --algos LIST       comma-separated subset of the algorithms (as --sweep-algos names them:
                      ring, ring/fifo, fanout, ...); the file's other curves of these
                      collectives are kept, so a new algorithm can be added to a table
+  --fit TABLE        no measuring: fit the constants to the curves of the tune table TABLE
+                     ("builtin": the one built in) and write them to --cost-out (default
+                     standard output); no launcher needed
   --show             print the cost constants in effect (or --cost-file FILE) and the tune table
                      in effect (or --file FILE), with latency (alpha, us) and inverse bandwidth
                      (beta, us per MiB) per curve; no launcher needed
@@ -76,6 +80,7 @@ struct Options {
   std::string cost_file;
   size_t max_bytes = 64 << 20;
   bool probe = false;
+  std::string fit;
   std::vector<Collective> colls = {Collective::kAllReduce, Collective::kReduceScatter,
                                    Collective::kAllGather, Collective::kBroadcast,
                                    Collective::kReduce,    Collective::kGather,
@@ -109,6 +114,8 @@ Options parse(int argc, char** argv) {
       o.cost_out = value();
     } else if (arg == "--cost-file") {
       o.cost_file = value();
+    } else if (arg == "--fit") {
+      o.fit = value();
     } else if (arg == "--probe") {
       o.probe = true;
     } else if (arg == "--max-bytes") {
@@ -165,11 +172,12 @@ int show(const Options& o) {
   if (!m.fitted()) {
     std::printf("(none fitted: the model's defaults choose, docs/ARCHITECTURE.md \"Cost model\")\n");
   } else {
-    std::printf("%-4s %4s  %-18s %-13s %12s %16s\n", "link", "np", "collective", "algo",
-                "alpha (us)", "beta (us/MiB)");
+    std::printf("%-4s %4s  %-18s %-13s %10s %12s %16s\n", "link", "np", "collective", "algo",
+                "from (B)", "alpha (us)", "beta (us/MiB)");
     for (const tools::FittedCost& c : m.entries())
-      std::printf("%-4s %4d  %-18s %-13s %12.3f %16.1f\n", c.link.c_str(), c.world_size,
-                  c.collective.c_str(), c.algorithm.c_str(), c.alpha_us, c.beta_us_per_mib);
+      std::printf("%-4s %4d  %-18s %-13s %10zu %12.3f %16.1f\n", c.link.c_str(), c.world_size,
+                  c.collective.c_str(), c.algorithm.c_str(), c.band_from_bytes, c.alpha_us,
+                  c.beta_us_per_mib);
   }
   const tools::TableSummary t = tools::summarize_tune_table(o.file);
   std::printf("tune table: %s\n", t.origin.empty() ? "(none named)" : t.origin.c_str());
@@ -226,7 +234,8 @@ double max_over_ranks(Communicator& comm, double v) {
 std::vector<size_t> tune_sizes(size_t max_bytes, bool probe) {
   std::vector<size_t> sizes;
   if (probe) {  // a few sizes across the form's two terms: latency, the cache sizes, bandwidth
-    for (size_t b : {size_t(8), size_t(1) << 10, size_t(32) << 10, size_t(1) << 20, size_t(16) << 20})
+    for (size_t b : {size_t(8), size_t(1) << 10, size_t(8) << 10, size_t(32) << 10,
+                     size_t(256) << 10, size_t(1) << 20, size_t(16) << 20})
       if (b < max_bytes) sizes.push_back(b);
     sizes.push_back(max_bytes);
     return sizes;
@@ -345,14 +354,23 @@ bool write_file(const std::string& path, const std::string& header, const std::s
   return true;
 }
 
+int fit(const Options& o) {
+  const std::string text = tools::fit_costs_of_table(o.fit);
+  if (o.cost_out.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  return write_file(o.cost_out, "cost constants fitted to " + o.fit, text) ? 0 : 1;
+}
+
 // Writes the run's fitted constants into the cost file and (not for --probe) its curves into the
 // table file (rank 0), keeping the other world sizes' entries of existing files and replacing this
 // run's.
 int write_results(const Options& o, int n, const tools::MeasuredTable& measured) {
   const std::string cost_path = o.cost_out.empty() ? tools::default_cost_path() : o.cost_out;
   if (!write_file(cost_path,
-                  "cost constants (<link> <np> <collective> <algorithm> <alpha us per step> "
-                  "<beta us per MiB>)",
+                  "cost constants (<link> <np> <collective> <algorithm> <band from bytes> "
+                  "<alpha us per step> <beta us per MiB>)",
                   measured.fit_costs_into(read_file(cost_path))))
     return 1;
   std::fprintf(stderr, "chorus-tune: wrote the constants of world size %d to %s\n", n,
@@ -392,6 +410,7 @@ int tune(const Options& o) {
 int main(int argc, char** argv) {
   const chorus::Options o = chorus::parse(argc, argv);
   try {
+    if (!o.fit.empty()) return chorus::fit(o);
     return o.show ? chorus::show(o) : chorus::tune(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "chorus-tune: %s\n", e.what());

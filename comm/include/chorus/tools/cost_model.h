@@ -24,7 +24,8 @@ struct FittedCost {
   int world_size = 0;
   std::string collective;  // "all_reduce", ...
   std::string algorithm;   // "ring", "ring/fifo", ...
-  double alpha_us = 0;          // per step of the algorithm's form
+  size_t band_from_bytes = 0;  // the size band fitted: from here to the next band's start
+  double alpha_us = 0;         // per step of the algorithm's form
   double beta_us_per_mib = 0;  // per MiB of the form's bytes
 };
 
