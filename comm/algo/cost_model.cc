@@ -217,19 +217,27 @@ void CostModel::merge(const CostModel& newer) {
 
 std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collective coll,
                                              Variant v, size_t bytes) const {
-  // The fitted entries of (link, coll) are adjacent keys: the nearest world size first, then
-  // the nearest band.
+  // The fitted entries of (link, coll) are adjacent keys. The nearest world size fitted for the
+  // collective (its variants are the candidates there), then the nearest band.
+  const auto first = fitted_.lower_bound({link, coll, Variant{}, 0, 0});
+  const auto in_coll = [&](auto it) {
+    return it != fitted_.end() && std::get<0>(it->first) == link && std::get<1>(it->first) == coll;
+  };
+  bool any_fitted = false;
+  int nearest = 0;
+  for (auto it = first; in_coll(it); ++it) {
+    const int np = std::get<3>(it->first);
+    if (!any_fitted || std::abs(np - world_size) < std::abs(nearest - world_size) ||
+        (std::abs(np - world_size) == std::abs(nearest - world_size) && np < nearest))
+      nearest = np;
+    any_fitted = true;
+  }
   const int band = band_of(bytes);
   const LinkCost* best = nullptr;
-  std::pair<int, int> best_distance{0, 0};
-  bool any_fitted = false;
-  for (auto it = fitted_.lower_bound({link, coll, Variant{}, 0, 0});
-       it != fitted_.end() && std::get<0>(it->first) == link && std::get<1>(it->first) == coll;
-       ++it) {
-    any_fitted = true;
-    if (std::get<2>(it->first) != v) continue;
-    const std::pair<int, int> d{std::abs(std::get<3>(it->first) - world_size),
-                                std::abs(std::get<4>(it->first) - band)};
+  int best_distance = 0;
+  for (auto it = first; in_coll(it); ++it) {
+    if (std::get<2>(it->first) != v || std::get<3>(it->first) != nearest) continue;
+    const int d = std::abs(std::get<4>(it->first) - band);
     if (best == nullptr || d < best_distance) {
       best = &it->second;
       best_distance = d;

@@ -32,8 +32,8 @@
 // small-message paths, to 1 MiB a call that stays in cache, above it memory bandwidth; one line
 // does not fit all three, and a crossover measured on one machine's curves moved by 3x). chorus-tune fits them on the host
 // by least squares over a few sizes (algo/cost_fit.h) and caches them per host
-// (default_cost_path()); a world size it did not measure uses the constants of the nearest one
-// it did, scaled by the form. Without a cache every variant shares the transport's default
+// (default_cost_path()); a world size it did not measure uses the constants (and candidates) of
+// the nearest one it did, with its own form. Without a cache every variant shares the transport's default
 // constants, so the form alone chooses (default_link_cost(), docs/ARCHITECTURE.md "Cost model");
 // the device IPC path has a form but no defaults: unknown until measured.
 //
@@ -111,10 +111,11 @@ class CostModel {
   bool empty() const { return fitted_.empty(); }
   // Takes every fitted entry of `newer`, replacing this model's of the same key.
   void merge(const CostModel& newer);
-  // The constants used for `v` at `world_size` for a call of `bytes`: fitted at the nearest
-  // world size on `link` (ties: the smaller), in the band of `bytes` (else the nearest band
-  // fitted), else nullopt when any variant of `coll` was fitted on `link` (only the fitted ones
-  // are candidates then), else the link's defaults (nullopt for the IPC path).
+  // The constants used for `v` at `world_size` for a call of `bytes`: those fitted on `link` at
+  // the world size nearest `world_size` that `coll` was fitted at (ties: the smaller), in the
+  // band of `bytes` (else the nearest band fitted); nullopt when `v` was not fitted there (only
+  // the variants fitted there are candidates); the link's defaults when `coll` was never fitted
+  // on `link` (none for the IPC path).
   std::optional<LinkCost> constants(Link link, int world_size, Collective coll, Variant v,
                                     size_t bytes) const;
   // Predicted time of one call of `bytes` selection bytes; nullopt without a form or constants.

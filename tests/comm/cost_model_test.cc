@@ -189,6 +189,10 @@ TEST(CostModel, NearestWorldSizeAndTheFifoPath) {
       m.constants(Link::kShm, 16, Collective::kAllReduce, Variant{Algorithm::kTree}, 1 << 20);
   ASSERT_TRUE(c16);
   EXPECT_DOUBLE_EQ(c16->alpha_us, 1.1);  // 8's, not 64's
+  // The candidates at a world size are those fitted at the nearest one: ring/fifo, fitted at 8
+  // only, is none at 64.
+  EXPECT_FALSE(m.constants(Link::kShm, 64, Collective::kAllReduce,
+                           Variant{Algorithm::kRing, Path::kFifo}, 64 << 20));
   const auto t16 =
       m.predict_us(Collective::kAllReduce, Variant{Algorithm::kTree}, Placement{16, 1}, 1 << 20);
   EXPECT_DOUBLE_EQ(*t16, 1.1 * 8 + 140 * 3);  // 2 log2(16) steps, factor 3, 1 MiB
