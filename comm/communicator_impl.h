@@ -25,9 +25,9 @@
 #include <thread>
 
 #include "algo/algorithm.h"
+#include "algo/cost_model.h"
 #include "algo/registry.h"
 #include "algo/selector.h"
-#include "algo/cost_model.h"
 #include "algo/tuner.h"
 #include "chorus/communicator.h"
 #include "chorus/launch_env.h"

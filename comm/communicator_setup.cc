@@ -179,8 +179,7 @@ void Communicator::Impl::make_selection() {
   selection.tune = tune.get();
   selection.model = model ? model->get() : nullptr;
   // One host whose ranks reach each other only over UCX prices its links as the network.
-  selection.local =
-      transport && transport->name() == "ucx" ? algo::Link::kUcx : algo::Link::kShm;
+  selection.local = transport && transport->name() == "ucx" ? algo::Link::kUcx : algo::Link::kShm;
   selection.fifo_from_bytes = fifo_from_bytes;
 }
 
@@ -240,9 +239,9 @@ void Communicator::Impl::agree_on_choices() {
     const size_t single_copy_from = transport->capabilities().single_copy_from;
     const size_t fifo_from =
         single_copy_from == SIZE_MAX ? 0 : std::max<size_t>(1, single_copy_from);
-    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
-                                         deterministic ? 1 : 0, "\n", t.origin, "\n", t.format(),
-                                         cost));
+    store->set("choices",
+               detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
+                              deterministic ? 1 : 0, "\n", t.origin, "\n", t.format(), cost));
   }
   const std::string text = store->get("choices", timeout);
   const size_t a = text.find('\n');

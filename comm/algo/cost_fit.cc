@@ -50,7 +50,7 @@ std::optional<LinkCost> fit_constants(Collective coll, Variant v, const Placemen
       return e;
     };
     c = err(alpha_only, 0) <= err(0, beta_only) || sxx <= 0 ? LinkCost{alpha_only, 0}
-                                                              : LinkCost{0, beta_only};
+                                                            : LinkCost{0, beta_only};
   }
   return c;
 }

@@ -177,7 +177,8 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
     if (!(fields >> np >> coll_text >> algo_text >> from >> c.alpha_us >> c.beta_us_per_mib))
       throw bad("missing or malformed fields");
     const auto band = std::find(std::begin(kBands), std::end(kBands), from);
-    if (band == std::end(kBands)) throw bad(detail::concat("no size band starts at ", from, " bytes (0, 32768, 1048576)"));
+    if (band == std::end(kBands))
+      throw bad(detail::concat("no size band starts at ", from, " bytes (0, 32768, 1048576)"));
     std::string extra;
     if (fields >> extra) throw bad("unexpected '" + extra + "'");
     if (np < 2) throw bad(detail::concat("bad world size ", np));
@@ -206,8 +207,7 @@ std::string CostModel::format() const {
   return s;
 }
 
-void CostModel::set(Link link, int world_size, Collective coll, Variant v, int band,
-                    LinkCost c) {
+void CostModel::set(Link link, int world_size, Collective coll, Variant v, int band, LinkCost c) {
   fitted_[{link, coll, v, world_size, band}] = c;
 }
 
@@ -215,8 +215,8 @@ void CostModel::merge(const CostModel& newer) {
   for (const auto& [key, c] : newer.fitted_) fitted_[key] = c;
 }
 
-std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collective coll,
-                                             Variant v, size_t bytes) const {
+std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collective coll, Variant v,
+                                             size_t bytes) const {
   // The fitted entries of (link, coll) are adjacent keys. The nearest world size fitted for the
   // collective (its variants are the candidates there), then the nearest band.
   const auto first = fitted_.lower_bound({link, coll, Variant{}, 0, 0});

@@ -30,12 +30,13 @@
 // form fits each variant's own alpha and beta: a FIFO copy costs more per byte than a single
 // copy, a direct exchange's step more than a ring's) and per size band (kBands: below 32 KiB the
 // small-message paths, to 1 MiB a call that stays in cache, above it memory bandwidth; one line
-// does not fit all three, and a crossover measured on one machine's curves moved by 3x). chorus-tune fits them on the host
-// by least squares over a few sizes (algo/cost_fit.h) and caches them per host
-// (default_cost_path()); a world size it did not measure uses the constants (and candidates) of
-// the nearest one it did, with its own form. Without a cache every variant shares the transport's default
-// constants, so the form alone chooses (default_link_cost(), docs/ARCHITECTURE.md "Cost model");
-// the device IPC path has a form but no defaults: unknown until measured.
+// does not fit all three, and a crossover measured on one machine's curves moved by 3x).
+// chorus-tune fits them on the host by least squares over a few sizes (algo/cost_fit.h) and caches
+// them per host (default_cost_path()); a world size it did not measure uses the constants (and
+// candidates) of the nearest one it did, with its own form. Without a cache every variant shares
+// the transport's default constants, so the form alone chooses (default_link_cost(),
+// docs/ARCHITECTURE.md "Cost model"); the device IPC path has a form but no defaults: unknown until
+// measured.
 //
 // Text format, one fitted variant and band per line ('#' starts a comment):
 //   <transport> <world size> <collective> <variant> <band from bytes> <alpha us per step>
@@ -89,7 +90,7 @@ int band_of(size_t bytes);
 
 // A link's constants.
 struct LinkCost {
-  double alpha_us = 0;        // per step
+  double alpha_us = 0;         // per step
   double beta_us_per_mib = 0;  // per MiB of form bytes
 };
 

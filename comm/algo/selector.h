@@ -51,7 +51,7 @@ struct SelectContext {
   std::span<const int> host_of;  // host index of every rank (for the hierarchical rule)
   // Reductions fold in rank order (CHORUS_DETERMINISTIC): only algorithms that do are chosen.
   bool deterministic = false;
-  const TuneTable* tune = nullptr;  // rank 0's table, if one was named
+  const TuneTable* tune = nullptr;   // rank 0's table, if one was named
   const CostModel* model = nullptr;  // rank 0's model; null (and no table) = fixed thresholds
   Link local = Link::kShm;           // the transport within a host
   // The size from which the "/fifo" variants differ from the plain ones (0: they never do; no

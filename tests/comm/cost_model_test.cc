@@ -22,7 +22,8 @@ namespace {
 constexpr double kMiB = 1 << 20;
 
 CostModel fixture() {
-  const std::string path = std::string(CHORUS_SOURCE_DIR) + "/tests/comm/fixtures/cost-64-core-host.txt";
+  const std::string path =
+      std::string(CHORUS_SOURCE_DIR) + "/tests/comm/fixtures/cost-64-core-host.txt";
   std::ifstream f(path);
   std::stringstream text;
   text << f.rdbuf();
@@ -47,7 +48,7 @@ TEST(CostModel, FormsCountTheAlgorithmsSteps) {
   const auto ring = form_of(Collective::kAllReduce, Algorithm::kRing, p8);
   ASSERT_TRUE(ring);
   EXPECT_EQ(ring->count, 1);
-  EXPECT_DOUBLE_EQ(ring->terms[0].steps, 14);           // 2(N-1)
+  EXPECT_DOUBLE_EQ(ring->terms[0].steps, 14);            // 2(N-1)
   EXPECT_DOUBLE_EQ(ring->terms[0].factor, 3.0 * 7 / 8);  // 2(N-1)/N moved, (N-1)/N reduced
   EXPECT_DOUBLE_EQ(form_of(Collective::kAllReduce, Algorithm::kTree, p8)->terms[0].steps, 6);
   EXPECT_DOUBLE_EQ(form_of(Collective::kAllReduce, Algorithm::kTwoShot, p8)->terms[0].steps, 2);
@@ -112,7 +113,8 @@ TEST(CostModel, LeastSquaresRecoversTheConstants) {
   for (TuneTable::Point& pt : curve)
     if (pt.bytes >= (size_t(1) << 20))
       pt.us += 180.0 * form->terms[0].factor * static_cast<double>(pt.bytes) / kMiB;
-  curve.push_back({size_t(64) << 20, 0.7 * form->terms[0].steps + 360.0 * form->terms[0].factor * 64});
+  curve.push_back(
+      {size_t(64) << 20, 0.7 * form->terms[0].steps + 360.0 * form->terms[0].factor * 64});
   TuneTable t;
   t.set(4, Collective::kAllReduce, Variant{Algorithm::kRing}, curve);
   const CostModel m = fit_model(t, Link::kShm);

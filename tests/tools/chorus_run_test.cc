@@ -698,8 +698,8 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
     return n;
   };
   for (const char* colls : {"broadcast,gather", "broadcast"}) {
-    const Result r =
-        run_tune({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out", out, "--cost-out", out + ".cost"});
+    const Result r = run_tune({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out",
+                               out, "--cost-out", out + ".cost"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     // ring, tree and direct, each on one path or two (two where single copy is possible), and
     // fanout, which has one
@@ -732,8 +732,8 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
       if (!line.empty() && line[0] != '#') all.push_back(line);
     return all;
   };
-  Result r =
-      run_tune({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out, "--cost-out", out + ".cost"});
+  Result r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out,
+                       "--cost-out", out + ".cost"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> before = lines();
   r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--algos", "fanout", "--max-bytes", "1K",
@@ -750,7 +750,8 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
   EXPECT_EQ(fanout, 2) << "one fanout curve out of place and one in place";
   EXPECT_EQ(kept, static_cast<int>(after.size()) - 2) << "the other curves must stay as they were";
 
-  r = run_tune({"-n", "2", kTune, "--colls", "gather", "--algos", "fanout", "--out", out, "--cost-out", out + ".cost"});
+  r = run_tune({"-n", "2", kTune, "--colls", "gather", "--algos", "fanout", "--out", out,
+                "--cost-out", out + ".cost"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("names no algorithm"), std::string::npos) << r.err;
   r = run_tune({"-n", "1", kTune, "--algos", "nosuch"});

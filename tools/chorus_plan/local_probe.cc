@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chorus/tensor/amp.h"
@@ -90,10 +90,10 @@ Cluster local_cluster() {
       const double alpha_us = ring != nullptr ? ring->alpha_us : 2.0;
       const double beta_us_per_mib = ring != nullptr ? ring->beta_us_per_mib : 256.0;
       c.intra = {alpha_us * 1e-6, double(1 << 20) / (beta_us_per_mib * 1e-6)};
-      links = "; collectives: the selector's cost model, " +
-              (costs->fitted() ? "constants chorus-tune fitted per algorithm (" + costs->origin() +
-                                     ")"
-                               : std::string("its defaults (no chorus-tune constants)"));
+      links =
+          "; collectives: the selector's cost model, " +
+          (costs->fitted() ? "constants chorus-tune fitted per algorithm (" + costs->origin() + ")"
+                           : std::string("its defaults (no chorus-tune constants)"));
       c.costs = std::move(costs);
     }
   } catch (const std::exception&) {

@@ -170,7 +170,8 @@ int show(const Options& o) {
   const tools::CostModel m(o.cost_file);
   std::printf("cost constants: %s\n", m.origin().c_str());
   if (!m.fitted()) {
-    std::printf("(none fitted: the model's defaults choose, docs/ARCHITECTURE.md \"Cost model\")\n");
+    std::printf(
+        "(none fitted: the model's defaults choose, docs/ARCHITECTURE.md \"Cost model\")\n");
   } else {
     std::printf("%-4s %4s  %-18s %-13s %10s %12s %16s\n", "link", "np", "collective", "algo",
                 "from (B)", "alpha (us)", "beta (us/MiB)");
@@ -249,7 +250,11 @@ std::vector<size_t> tune_sizes(size_t max_bytes, bool probe) {
 class Tuner {
  public:
   Tuner(Communicator& comm, const Options& o)
-      : comm_(comm), o_(o), n_(comm.size()), sizes_(tune_sizes(o.probe ? std::min<size_t>(o.max_bytes, size_t(16) << 20) : o.max_bytes, o.probe)) {
+      : comm_(comm),
+        o_(o),
+        n_(comm.size()),
+        sizes_(tune_sizes(o.probe ? std::min<size_t>(o.max_bytes, size_t(16) << 20) : o.max_bytes,
+                          o.probe)) {
     const size_t max_elems = o.max_bytes / sizeof(float) + 1;
     // A size counts the whole buffer of reduce_scatter and all_gather, but one rank's part of
     // gather's and scatter's: only those two need n times the largest size (np=8 at 256 MiB
