@@ -285,6 +285,27 @@ TEST(Tuner, EveryRankFollowsRankZerosTable) {
   });
 }
 
+// The same for the cost model: rank 0's constants choose on every rank, and explain() predicts
+// by them (tree: 2 steps x 1 us + 3 x 0.5 MiB x 2 us per MiB = 5 us).
+TEST(Tuner, EveryRankFollowsRankZerosCostModel) {
+  const std::string tree = write_table("cost_tree.txt",
+                                       "shm 2 all_reduce tree 0 1 2\n"
+                                       "shm 2 all_reduce direct 0 50 50\n");
+  const std::string direct = write_table("cost_direct.txt",
+                                         "shm 2 all_reduce tree 0 50 50\n"
+                                         "shm 2 all_reduce direct 0 1 2\n");
+  run_processes(2, [&](int rank) {
+    ::setenv("CHORUS_COST_FILE", rank == 0 ? tree.c_str() : direct.c_str(), 1);
+    Communicator comm = Communicator::from_env();
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64), "tree");
+    for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 1 << 19))
+      if (e.algorithm == "tree") EXPECT_NEAR(e.predicted_us, 5.0, 1e-3);
+    std::vector<float> v(16, 1.0f), out(16);
+    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(out[7], 2.0f);
+  });
+}
+
 // The selector chooses a broadcast by the table's in-place curves, and its root picks the path
 // of its sends by the curves of its own placement. Here the in-place curves say `direct/fifo`,
 // the out-of-place ones `direct` (single copy). A FIFO send of 256 KiB fits the FIFO
