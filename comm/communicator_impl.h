@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "algo/algorithm.h"
+#include "algo/cost_model.h"
 #include "algo/registry.h"
 #include "algo/selector.h"
 #include "algo/tuner.h"
@@ -63,6 +64,8 @@ struct Communicator::Impl {
     std::string comm_id;           // empty: "w<k>" for this rank's k-th world communicator
     CommOptions options;
     std::shared_ptr<const algo::TuneTable> tune;  // null: rank 0's table, shared via the store
+    // split(): the parent's cost model (null there: tuning off); unset: rank 0's, via the store.
+    std::optional<std::shared_ptr<const algo::CostModel>> model;
     std::optional<bool> deterministic;  // split(): the parent's mode; empty: options, else env
     // split(): the world rank of each member (the parent's world ranks, rank order of the
     // child), the group's name, and whether failures go to the launcher as the world's do.
@@ -133,6 +136,8 @@ struct Communicator::Impl {
   // every rank (agree_on_choices() checks).
   bool deterministic = false;
   std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
+  // Rank 0's cost model; null with CHORUS_TUNE=off (fixed thresholds).
+  std::optional<std::shared_ptr<const algo::CostModel>> model;
   size_t chunk_bytes;  // pipelining unit of single-copy operations (rank 0's choice)
   // The same for operations on the FIFO path (algo::Path::kFifo); rank 0's, agreed at set-up.
   size_t fifo_chunk_bytes = transport::Capabilities::kDefaultChunkBytes;

@@ -143,6 +143,7 @@ void Communicator::Impl::set_up(Setup& s) {
   }
   set_log_rank(world_ranks[static_cast<size_t>(rank)]);
   tune = std::move(s.tune);
+  model = std::move(s.model);
   if (size > 1) {
     transport::Wiring wiring =
         transport::connect(rank, size, *store, "/chorus-" + job_id + "-" + comm_id, timeout);
@@ -176,6 +177,9 @@ void Communicator::Impl::make_selection() {
   selection.host_of = host_of;
   selection.deterministic = deterministic;
   selection.tune = tune.get();
+  selection.model = model ? model->get() : nullptr;
+  // One host whose ranks reach each other only over UCX prices its links as the network.
+  selection.local = transport && transport->name() == "ucx" ? algo::Link::kUcx : algo::Link::kShm;
   selection.fifo_from_bytes = fifo_from_bytes;
 }
 
@@ -225,12 +229,19 @@ void Communicator::Impl::agree_on_choices() {
         chunk_bytes != 0 ? chunk_bytes : transport::Capabilities::kDefaultChunkBytes;
     if (chunk_bytes == 0) chunk_bytes = transport->capabilities().chunk_bytes;
     algo::TuneTable t = tune ? *tune : algo::load_tune_table();
+    // The cost model (CHORUS_TUNE=off: none), after the table, in a section of its own.
+    std::string cost = "@cost off\n";
+    if (model ? *model != nullptr : algo::tuning_enabled()) {
+      const algo::CostModel m = model ? **model : algo::load_cost_model();
+      cost = detail::concat("@cost ", m.origin, "\n", m.format());
+    }
     // 0 says "no /fifo variants", so a threshold of 0 (everything single copy) counts as 1.
     const size_t single_copy_from = transport->capabilities().single_copy_from;
     const size_t fifo_from =
         single_copy_from == SIZE_MAX ? 0 : std::max<size_t>(1, single_copy_from);
-    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
-                                         deterministic ? 1 : 0, "\n", t.origin, "\n", t.format()));
+    store->set("choices",
+               detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
+                              deterministic ? 1 : 0, "\n", t.origin, "\n", t.format(), cost));
   }
   const std::string text = store->get("choices", timeout);
   const size_t a = text.find('\n');
@@ -251,9 +262,20 @@ void Communicator::Impl::agree_on_choices() {
                          "every rank"),
           rank);
   }
+  const size_t c = text.find("@cost ", b + 1);
+  CHORUS_CHECK(c != std::string::npos, "malformed choices from rank 0");
   if (!tune)
-    tune = std::make_shared<const algo::TuneTable>(algo::TuneTable::parse(
-        std::string_view(text).substr(b + 1), std::string_view(text).substr(a + 1, b - a - 1)));
+    tune = std::make_shared<const algo::TuneTable>(
+        algo::TuneTable::parse(std::string_view(text).substr(b + 1, c - b - 1),
+                               std::string_view(text).substr(a + 1, b - a - 1)));
+  if (!model) {
+    const size_t d = text.find('\n', c);
+    CHORUS_CHECK(d != std::string::npos, "malformed choices from rank 0");
+    const std::string origin = text.substr(c + 6, d - c - 6);
+    model = origin == "off" ? nullptr
+                            : std::make_shared<const algo::CostModel>(algo::CostModel::parse(
+                                  std::string_view(text).substr(d + 1), origin));
+  }
 }
 
 // Rank r's k-th world communicator on this store is "w<k>" on every rank. Each claim records
@@ -383,6 +405,7 @@ std::optional<Communicator> Communicator::Impl::split(int color, int key, std::s
       selection.forced ? std::string(algo::to_string(*selection.forced)) : "auto";
   child.deterministic = deterministic;
   child.tune = tune;
+  child.model = model;
   for (const auto& [k, parent_rank] : members)
     child.world_ranks.push_back(world_ranks[static_cast<size_t>(parent_rank)]);
   child.group = name.empty() ? "split group " + std::to_string(color) : std::string(name);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "algo/cost_fit.h"
 #include "algo/tune_update.h"
 #include "algo/tuner.h"
 #include "chorus/error.h"
@@ -56,6 +57,13 @@ TableSummary summarize_tune_table(const std::string& file) {
   return out;
 }
 
+std::string fit_costs_of_table(const std::string& file) {
+  const algo::TuneTable t = file == "builtin"
+                                ? algo::TuneTable::parse(algo::builtin_tune_text(), "built-in")
+                                : algo::TuneTable::parse(read_file(file), file);
+  return algo::fit_model(t, algo::Link::kShm).format();
+}
+
 struct MeasuredTable::Impl {
   algo::TuneTable table;
 };
@@ -86,6 +94,12 @@ std::string MeasuredTable::merge_into(std::string_view old_text, int world_size,
                                       std::span<const std::string> algorithms) const {
   return algo::merge_tune_text(old_text, impl_->table,
                                algo::TuneRun{world_size, colls, algorithms});
+}
+
+std::string MeasuredTable::fit_costs_into(std::string_view old_text) const {
+  algo::CostModel m = algo::CostModel::parse(old_text, "the existing constants file");
+  m.merge(algo::fit_model(impl_->table, algo::Link::kShm));
+  return m.format();
 }
 
 }  // namespace chorus::tools

@@ -245,7 +245,8 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
                            (and per path: ring and ring/fifo where ranks read each other single-
                            copy), each forced in turn, then one line under auto; * marks the one
                            the selector picks for the size (not with --algo)
-      --explain            add a pred column, the tuner's predicted time (us) for the algorithm
+      --explain            add a pred column, the predicted time (us; a named tune table's, else
+                           the cost model's) for the algorithm
                            the line ran ("-": no estimate); without --sweep-algos each line is
                            followed by "#   predicted (us):" with every algorithm's prediction,
                            * marking the one the selector picks

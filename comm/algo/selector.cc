@@ -14,7 +14,58 @@ std::string why_forced_cannot_run(const SelectContext& s, const AlgoEntry& e) {
   return supports(e, s.caps);
 }
 
+// Why an algorithm of the collective is no candidate here; empty when it is.
+std::string why_not_candidate(const SelectContext& s, Collective coll, const AlgoEntry& e) {
+  std::string why = supports(e, s.caps);
+  if (why.empty() && !runs_on_hosts(e.algo, s.caps.hosts))
+    why = detail::concat(to_string(e.algo), " is offered only ",
+                         s.caps.hosts == 1 ? "across hosts" : "on one host");
+  if (why.empty() && s.deterministic && !folds_in_rank_order(coll, e.algo))
+    why = detail::concat(to_string(e.algo), " does not fold ", to_string(coll),
+                         " in rank order (deterministic mode)");
+  return why;
+}
+
+Placement placement(const SelectContext& s) {
+  return Placement{s.caps.world_size, s.caps.hosts, s.local};
+}
+
 }  // namespace
+
+std::optional<Variant> model_choice(const SelectContext& s, Collective coll, size_t bytes) {
+  if (s.model == nullptr || s.caps.world_size < 2) return std::nullopt;
+  const Placement p = placement(s);
+  std::optional<Variant> best;
+  double best_us = 0;
+  // Both paths only where they differ: from the single-copy threshold up.
+  const bool paths = s.fifo_from_bytes != 0 && bytes >= s.fifo_from_bytes;
+  for (const AlgoEntry& e : all_algorithms()) {
+    if (e.coll != coll || !why_not_candidate(s, coll, e).empty()) continue;
+    for (Path path : {Path::kSingleCopy, Path::kFifo}) {
+      if (path == Path::kFifo && (!paths || !has_paths(e.algo))) continue;
+      const Variant v{e.algo, path};
+      const auto us = s.model->predict_us(coll, v, p, bytes);
+      if (us && (!best || *us < best_us)) {
+        best = v;
+        best_us = *us;
+      }
+    }
+  }
+  if (best && best->path == Path::kFifo)
+    if (auto us = s.model->predict_us(coll, Variant{best->algo}, p, bytes);
+        us && *us <= best_us * (1 + TuneTable::kTieMargin)) {
+      best = Variant{best->algo};
+      best_us = *us;
+    }
+  // Forms that tie (at 2 ranks a ring, a tree and a direct exchange are one step alike, and the
+  // defaults give them the same constants): the fixed rule's choice among them.
+  const Variant fixed{s.deterministic ? select_rank_ordered(coll, bytes, p.world_size)
+                                      : select_default(coll, bytes, p.world_size, s.host_of)};
+  if (best && fixed != *best)
+    if (auto us = s.model->predict_us(coll, fixed, p, bytes); us && *us <= best_us * (1 + 1e-9))
+      best = fixed;
+  return best;
+}
 
 size_t count_for_selection_bytes(Collective coll, size_t bytes, DataType dtype, int world_size) {
   const size_t elems = std::max<size_t>(1, bytes / dtype_size(dtype));
@@ -62,6 +113,7 @@ Variant choose_by_size(const SelectContext& s, Collective coll, size_t bytes) {
   // same code as the plain one, and only noise in the table could have picked it.
   if (a && a->path == Path::kFifo && (s.fifo_from_bytes == 0 || bytes < s.fifo_from_bytes))
     a = Variant{a->algo};
+  if (!a) a = model_choice(s, coll, bytes);
   return a ? *a : Variant{fixed};
 }
 
@@ -83,13 +135,7 @@ std::vector<Candidate> explain(const SelectContext& s, Collective coll, size_t b
   std::vector<Candidate> out;
   for (const AlgoEntry& e : all_algorithms()) {
     if (e.coll != coll) continue;
-    std::string why = supports(e, s.caps);
-    if (why.empty() && !runs_on_hosts(e.algo, s.caps.hosts))
-      why = detail::concat(to_string(e.algo), " is offered only ",
-                           s.caps.hosts == 1 ? "across hosts" : "on one host");
-    if (why.empty() && s.deterministic && !folds_in_rank_order(coll, e.algo))
-      why = detail::concat(to_string(e.algo), " does not fold ", to_string(coll),
-                           " in rank order (deterministic mode)");
+    const std::string why = why_not_candidate(s, coll, e);
     for (Path path : {Path::kSingleCopy, Path::kFifo}) {
       Candidate c;
       c.variant = Variant{e.algo, path};
@@ -112,6 +158,8 @@ std::vector<Candidate> explain(const SelectContext& s, Collective coll, size_t b
                              : std::nullopt;
         if (!c.predicted_us) c.predicted_us = s.tune->predict_us(size, coll, c.variant, bytes);
       }
+      if (!c.predicted_us && s.model != nullptr)
+        c.predicted_us = s.model->predict_us(coll, c.variant, placement(s), bytes);
       out.push_back(std::move(c));
     }
   }

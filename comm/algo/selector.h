@@ -1,7 +1,7 @@
 // chorus — the selector: which algorithm, on which path, runs a call. A pure function of the
 // call's collective and selection bytes and of what the communicator fixed at set-up
-// (SelectContext); the same on every rank, since every rank has the same context (rank 0's tune
-// table, agreed capabilities) and the same call.
+// (SelectContext); the same on every rank, since every rank has the same context (rank 0's cost
+// model and tune table, agreed capabilities) and the same call.
 //
 // The order of precedence:
 //   1. a forced algorithm (CHORUS_ALGO, CommOptions::algorithm, set_algorithm), for the
@@ -9,8 +9,12 @@
 //      communicator (AlgoEntry::supports) is an InvalidArgument naming the reason; in
 //      deterministic mode one that does not fold the reduction in rank order is replaced by the
 //      choice below (communicator.h, "Deterministic mode").
-//   2. the tune table's fastest prediction (algo/tuner.h), on one host;
-//   3. the fixed size thresholds (algo/registry.h).
+//   2. a tune table, where one was named (CHORUS_TUNE_FILE, CHORUS_TUNE=builtin): its fastest
+//      measured curve (algo/tuner.h), on one host;
+//   3. the cost model (algo/cost_model.h): the candidate with the smallest predicted time, by
+//      its form and the constants fitted on this host (or the defaults);
+//   4. the fixed size thresholds (algo/registry.h): CHORUS_TUNE=off, or a collective the model
+//      has no form for.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/cost_model.h"
 #include "algo/registry.h"
 #include "algo/tuner.h"
 
@@ -46,7 +51,9 @@ struct SelectContext {
   std::span<const int> host_of;  // host index of every rank (for the hierarchical rule)
   // Reductions fold in rank order (CHORUS_DETERMINISTIC): only algorithms that do are chosen.
   bool deterministic = false;
-  const TuneTable* tune = nullptr;  // rank 0's table; null = fixed thresholds
+  const TuneTable* tune = nullptr;   // rank 0's table, if one was named
+  const CostModel* model = nullptr;  // rank 0's model; null (and no table) = fixed thresholds
+  Link local = Link::kShm;           // the transport within a host
   // The size from which the "/fifo" variants differ from the plain ones (0: they never do; no
   // peer is read single copy).
   size_t fifo_from_bytes = 0;
@@ -65,7 +72,8 @@ enum class ForcedUse : uint8_t {
 ForcedUse use_of_forced(const SelectContext& s, Collective coll);
 
 // The choice without the forced algorithm: the tune table's fastest prediction where it applies
-// (one host; in deterministic mode among the rank-ordered variants), else the fixed thresholds.
+// (one host; in deterministic mode among the rank-ordered variants), else the cost model's, else
+// the fixed thresholds.
 Variant choose_by_size(const SelectContext& s, Collective coll, size_t bytes);
 // The choice for a call (the order of precedence above). Throws as use_of_forced().
 Variant choose(const SelectContext& s, Collective coll, size_t bytes);
@@ -77,9 +85,14 @@ struct Candidate {
   // number of hosts (runs_on_hosts(): hier across hosts), deterministic mode excludes it, or its
   // "/fifo" path is no different from its single-copy one. Empty: a candidate.
   std::string reason;
-  std::optional<double> predicted_us;  // the tune table's prediction (one host only)
+  std::optional<double> predicted_us;  // the tune table's prediction, else the cost model's
   bool chosen = false;
 };
+// The cost model's choice among the candidates (explain()'s, without a reason): the smallest
+// prediction; a FIFO variant only where it beats its single-copy one by TuneTable::kTieMargin;
+// among predictions that tie exactly, the fixed thresholds' choice.
+// nullopt without a model or where it predicts no candidate.
+std::optional<Variant> model_choice(const SelectContext& s, Collective coll, size_t bytes);
 // Every variant of every algorithm registered for `coll`, with its reason and prediction, and
 // which one choose() picks. Never throws: a forced algorithm that cannot run is listed with its
 // reason, and nothing is chosen.

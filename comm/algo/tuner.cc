@@ -17,10 +17,11 @@ namespace chorus::algo {
 namespace {
 
 const StringKnob kTuneFile{"CHORUS_TUNE_FILE", "",
-                           "tune table rank 0 loads (default ~/.cache/chorus/tune-<host>.txt if "
-                           "chorus-tune wrote one, else the built-in table)"};
+                           "tune table rank 0 loads, which then chooses over the cost model "
+                           "where it has curves (default: none)"};
 const StringKnob kTune{"CHORUS_TUNE", "on",
-                       "off = ignore tune tables and choose algorithms by fixed size thresholds"};
+                       "on = the cost model (fitted by chorus-tune, else its defaults); builtin "
+                       "= the built-in tune table over it; off = fixed size thresholds"};
 
 std::optional<Collective> parse_collective(std::string_view name) {
   for (int c = 0; c <= static_cast<int>(Collective::kSendRecv); ++c)
@@ -199,17 +200,21 @@ std::string default_tune_path() {
   return dir + "/chorus/tune-" + host + ".txt";
 }
 
-bool tuning_enabled() { return kTune.get() != "off"; }
+bool tuning_enabled() {
+  const std::string v = kTune.get();
+  CHORUS_ARG_CHECK(v == "on" || v == "off" || v == "builtin", "CHORUS_TUNE='", v,
+                   "' (use on, off or builtin)");
+  return v != "off";
+}
 
 TuneTable load_tune_table() {
   if (!tuning_enabled()) return TuneTable{};
-  std::string path;
-  if (auto p = kTuneFile.get_if_set()) {
-    path = *p;
-  } else {
-    path = default_tune_path();
-    if (::access(path.c_str(), R_OK) != 0) return TuneTable::parse(builtin_tune_text(), "built-in");
+  const auto named = kTuneFile.get_if_set();
+  if (!named) {
+    if (kTune.get() == "builtin") return TuneTable::parse(builtin_tune_text(), "built-in");
+    return TuneTable{};
   }
+  const std::string path = *named;
   std::ifstream f(path);
   CHORUS_ARG_CHECK(f.good(), "CHORUS_TUNE_FILE=", path, " cannot be read");
   std::stringstream text;

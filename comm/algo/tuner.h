@@ -9,10 +9,11 @@
 // From each curve the table also derives the classic constants: alpha (latency: the time at the
 // smallest size) and beta (inverse bandwidth: the slope at the largest sizes).
 //
-// Where the table comes from (rank 0 decides; every rank of a communicator uses rank 0's table,
-// so all choose alike): CHORUS_TUNE_FILE if set, else ~/.cache/chorus/tune-<hostname>.txt if
-// chorus-tune wrote one, else the table built in (measured on the project's 2-core machine).
-// CHORUS_TUNE=off ignores every table and uses fixed size thresholds.
+// A table is an override of the cost model (algo/cost_model.h), which chooses by default: rank 0
+// loads one only where it is named (every rank of a communicator uses rank 0's, so all choose
+// alike): CHORUS_TUNE_FILE (chorus-tune writes ~/.cache/chorus/tune-<hostname>.txt beside the
+// fitted constants), or CHORUS_TUNE=builtin, the table built in (measured on one 2-vCPU
+// machine). CHORUS_TUNE=off ignores every table and the model and uses fixed size thresholds.
 //
 // Text format, one curve per line ('#' starts a comment):
 //   <world size> <collective>[/in-place] <variant> <bytes>:<us> <bytes>:<us> ...
@@ -74,6 +75,13 @@ class TuneTable {
   std::optional<Path> path_for(int world_size, Collective coll, Algorithm algo, size_t bytes,
                                bool in_place) const;
 
+  // Calls f(world size, collective, variant, in place, points) for every curve.
+  template <class F>
+  void for_each_curve(F&& f) const {
+    for (const auto& [key, curve] : curves_)
+      f(std::get<0>(key), std::get<1>(key), std::get<3>(key), std::get<2>(key), curve);
+  }
+
   std::string origin;  // where it was loaded from (for logs and chorus-tune --show)
 
  private:
@@ -81,14 +89,14 @@ class TuneTable {
   std::map<Key, std::vector<Point>> curves_;
 };
 
-// The table rank 0 would load (see above); `origin` says from where. Never throws for a missing
-// file; throws InvalidArgument for a malformed one.
+// The table rank 0 would load (see above; empty when none is named); `origin` says from where.
+// Throws InvalidArgument for a malformed or unreadable one.
 TuneTable load_tune_table();
 // The built-in table's text.
 std::string_view builtin_tune_text();
 // ~/.cache/chorus/tune-<hostname>.txt (where chorus-tune writes by default).
 std::string default_tune_path();
-// False when CHORUS_TUNE=off.
+// False when CHORUS_TUNE=off; throws InvalidArgument for a value other than on, off, builtin.
 bool tuning_enabled();
 
 }  // namespace chorus::algo

@@ -201,7 +201,8 @@ TEST(Tuner, SelectorAndExplainFollowTheTable) {
       [](Communicator& comm) {
         EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 8), "tree");
         EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 1 << 20), "tree");
-        // Not covered by the table: fixed thresholds.
+        // Not covered by the table: the cost model (here its defaults; at 2 ranks every
+        // broadcast form ties, and the fixed rule breaks the tie).
         EXPECT_EQ(comm.algorithm_for(Collective::kBroadcast, 8), "direct");
         bool saw_tree = false;
         for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 500000)) {
@@ -278,6 +279,27 @@ TEST(Tuner, EveryRankFollowsRankZerosTable) {
     ::setenv("CHORUS_TUNE_FILE", rank == 0 ? ring.c_str() : direct.c_str(), 1);
     Communicator comm = Communicator::from_env();
     EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64), "ring");
+    std::vector<float> v(16, 1.0f), out(16);
+    comm.all_reduce(v.data(), out.data(), v.size(), DataType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(out[7], 2.0f);
+  });
+}
+
+// The same for the cost model: rank 0's constants choose on every rank, and explain() predicts
+// by them (tree: 2 steps x 1 us + 3 x 0.5 MiB x 2 us per MiB = 5 us).
+TEST(Tuner, EveryRankFollowsRankZerosCostModel) {
+  const std::string tree = write_table("cost_tree.txt",
+                                       "shm 2 all_reduce tree 0 1 2\n"
+                                       "shm 2 all_reduce direct 0 50 50\n");
+  const std::string direct = write_table("cost_direct.txt",
+                                         "shm 2 all_reduce tree 0 50 50\n"
+                                         "shm 2 all_reduce direct 0 1 2\n");
+  run_processes(2, [&](int rank) {
+    ::setenv("CHORUS_COST_FILE", rank == 0 ? tree.c_str() : direct.c_str(), 1);
+    Communicator comm = Communicator::from_env();
+    EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64), "tree");
+    for (const AlgorithmEstimate& e : comm.explain(Collective::kAllReduce, 1 << 19))
+      if (e.algorithm == "tree") EXPECT_NEAR(e.predicted_us, 5.0, 1e-3);
     std::vector<float> v(16, 1.0f), out(16);
     comm.all_reduce(v.data(), out.data(), v.size(), DataType::kF32, ReduceOp::kSum);
     EXPECT_EQ(out[7], 2.0f);

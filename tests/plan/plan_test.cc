@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "chart.h"
@@ -95,6 +96,23 @@ TEST(PlanFormulas, CollectivesFollowTheirStepCounts) {
   EXPECT_DOUBLE_EQ(all_reduce_s(l, 64, 8), tree_all_reduce_s(l, 64, 8));  // latency-bound
   EXPECT_DOUBLE_EQ(reduce_scatter_s(l, 8, 8e6), 7e-6 + 7e-3);
   EXPECT_DOUBLE_EQ(p2p_s(l, 1e6), 1e-6 + 1e-3);
+}
+
+// `local` prices a group inside the host by the selector's cost model: the fitted constants of
+// the algorithm it would pick (here a 64-core host's, the comm tests' fixture): direct for a small
+// all-reduce, the ring for a large one; a group across nodes by the link.
+TEST(PlanFormulas, LocalCollectivesFollowTheFittedConstantsPerAlgorithm) {
+  Cluster c = cluster_preset("8xh100", 2);
+  c.per_node = 64;
+  c.costs = std::make_shared<const tools::CostModel>(std::string(CHORUS_SOURCE_DIR) +
+                                                     "/tests/comm/fixtures/cost-64-core-host.txt");
+  const double mib = 1 << 20;
+  const GroupCollectives inside(c, 64, 1);
+  EXPECT_NEAR(inside.all_reduce_s(8), (6 * 1 + 80 * 2 * 63 * 8 / mib) * 1e-6, 1e-12);  // direct
+  EXPECT_NEAR(inside.all_reduce_s(64 * mib), (1.2 * 126 + 100 * 3 * 63.0 / 64 * 64) * 1e-6,
+              1e-9);  // ring
+  const GroupCollectives across(c, 64, 2);
+  EXPECT_DOUBLE_EQ(across.all_reduce_s(64 * mib), all_reduce_s(group_link(c, 64, 2), 64, 64 * mib));
 }
 
 TEST(PlanFormulas, TheBubbleIsTheTextbookFraction) {

@@ -698,8 +698,8 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
     return n;
   };
   for (const char* colls : {"broadcast,gather", "broadcast"}) {
-    const Result r =
-        run_tune({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out", out});
+    const Result r = run_tune({"-n", "2", kTune, "--colls", colls, "--max-bytes", "1K", "--out",
+                               out, "--cost-out", out + ".cost"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     // ring, tree and direct, each on one path or two (two where single copy is possible), and
     // fanout, which has one
@@ -707,11 +707,17 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
     EXPECT_TRUE(curves == 4 || curves == 7) << curves;
     EXPECT_EQ(count("2 broadcast/in-place "), curves) << "in-place curves: one per variant";
     EXPECT_GE(count("2 gather "), 1) << "the gather lines of the first run were lost";
+    // The cost constants fitted to the same run, beside the table.
+    std::ifstream cost(out + ".cost");
+    std::stringstream text;
+    text << cost.rdbuf();
+    EXPECT_NE(text.str().find("shm 2 broadcast ring 0 "), std::string::npos) << text.str();
   }
   const Result show = run_tune({"-n", "1", kTune, "--show", "--file", out});
   ASSERT_EQ(show.exit_code, 0) << show.err;
   EXPECT_NE(show.out.find("broadcast/in-place direct"), std::string::npos) << show.out;
   std::filesystem::remove(out);
+  std::filesystem::remove(out + ".cost");
 }
 
 // --algos measures only the algorithms it names and keeps the file's other curves of the same
@@ -726,12 +732,12 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
       if (!line.empty() && line[0] != '#') all.push_back(line);
     return all;
   };
-  Result r =
-      run_tune({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out});
+  Result r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--max-bytes", "1K", "--out", out,
+                       "--cost-out", out + ".cost"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> before = lines();
   r = run_tune({"-n", "2", kTune, "--colls", "broadcast", "--algos", "fanout", "--max-bytes", "1K",
-                "--out", out});
+                "--out", out, "--cost-out", out + ".cost"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> after = lines();
   ASSERT_EQ(after.size(), before.size());
@@ -744,7 +750,8 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
   EXPECT_EQ(fanout, 2) << "one fanout curve out of place and one in place";
   EXPECT_EQ(kept, static_cast<int>(after.size()) - 2) << "the other curves must stay as they were";
 
-  r = run_tune({"-n", "2", kTune, "--colls", "gather", "--algos", "fanout", "--out", out});
+  r = run_tune({"-n", "2", kTune, "--colls", "gather", "--algos", "fanout", "--out", out,
+                "--cost-out", out + ".cost"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("names no algorithm"), std::string::npos) << r.err;
   r = run_tune({"-n", "1", kTune, "--algos", "nosuch"});

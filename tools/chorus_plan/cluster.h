@@ -4,8 +4,11 @@
 // (docs/PLANNING.md lists them); `local` is this machine, measured (local_probe.h).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "chorus/tools/cost_model.h"
 
 namespace chorus::plan {
 
@@ -35,6 +38,10 @@ struct Cluster {
   // model's blocks (forward and backward at its micro-batch), which the compute time uses instead
   // of the peak x efficiency; MFU stays against the peak. 0: not measured.
   double model_flops_per_s = 0;
+  // `local`: the cost model the collective selector uses on this host (per algorithm, the
+  // constants chorus-tune fitted, else the model's defaults), which prices collectives within the
+  // host (GroupCollectives, collectives.h). Null for the presets: their links' forms.
+  std::shared_ptr<const tools::CostModel> costs;
 
   int world() const { return per_node * nodes; }
   double flops(const std::string& dtype) const { return dtype == "f32" ? f32_flops : bf16_flops; }

@@ -40,4 +40,26 @@ double all_to_all_s(const LinkModel& l, int p, double bytes) {
   return reduce_scatter_s(l, p, bytes);  // the same steps and bytes, without the additions
 }
 
+GroupCollectives::GroupCollectives(const Cluster& c, int p, int stride)
+    : p_(p), link_(group_link(c, p, stride)) {
+  if (c.costs && int64_t(p) * stride <= c.per_node) costs_ = c.costs.get();
+}
+
+double GroupCollectives::modelled_s(Collective coll, double bytes, double fallback) const {
+  if (costs_ == nullptr || p_ <= 1) return fallback;
+  const auto choice = costs_->fastest(coll, p_, bytes);
+  return choice ? choice->us * 1e-6 : fallback;
+}
+
+double GroupCollectives::all_reduce_s(double bytes) const {
+  return modelled_s(Collective::kAllReduce, bytes, plan::all_reduce_s(link_, p_, bytes));
+}
+double GroupCollectives::reduce_scatter_s(double bytes) const {
+  return modelled_s(Collective::kReduceScatter, bytes, plan::reduce_scatter_s(link_, p_, bytes));
+}
+double GroupCollectives::all_gather_s(double bytes) const {
+  return modelled_s(Collective::kAllGather, bytes, plan::all_gather_s(link_, p_, bytes));
+}
+double GroupCollectives::p2p_s(double bytes) const { return plan::p2p_s(link_, bytes); }
+
 }  // namespace chorus::plan

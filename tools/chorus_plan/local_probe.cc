@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chorus/tensor/amp.h"
@@ -15,6 +17,7 @@
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/ops.h"
 #include "chorus/tensor/random.h"
+#include "chorus/tools/cost_model.h"
 #include "chorus/tools/tune_table.h"
 
 namespace chorus::plan {
@@ -68,27 +71,33 @@ Cluster local_cluster() {
   c.source = "measured: f32 GEMM 512^3 on one thread";
   c.intra = {5e-6, copy / 2};
   std::string links =
-      "; links: a 64 MiB copy's bandwidth / 2, 5 us per step (no chorus-tune table)";
+      "; links: a 64 MiB copy's bandwidth / 2, 5 us per step (no cost model: CHORUS_TUNE=off)";
   try {
-    const tools::TableSummary table = tools::summarize_tune_table();
-    const tools::CurveSummary* best = nullptr;
-    // The curve at this host's rank count, else the nearest measured world size.
-    for (const auto& curve : table.curves)
-      if (curve.collective == "all_reduce" && curve.algorithm == "ring" && curve.world_size > 1 &&
-          curve.beta_us_per_mib > 0 &&
-          (best == nullptr ||
-           std::abs(curve.world_size - c.per_node) < std::abs(best->world_size - c.per_node)))
-        best = &curve;
-    if (best != nullptr) {
-      const double p = best->world_size;
-      // The ring's 2(p-1) steps, each moving n/p bytes: t = 2(p-1) a + 2 (p-1)/p n / B.
-      c.intra.latency_s = best->alpha_us * 1e-6 / (2 * (p - 1));
-      c.intra.bytes_per_s = 2 * (p - 1) / p * double(1 << 20) / (best->beta_us_per_mib * 1e-6);
-      links = "; links: chorus-tune's all_reduce ring curve at " +
-              std::to_string(best->world_size) + " ranks (" + table.origin + ")";
+    if (tools::tuning_enabled()) {
+      auto costs = std::make_shared<const tools::CostModel>();
+      // Collectives: the selector's model (GroupCollectives). Point-to-point: the all-reduce
+      // ring's constants at this host's rank count (else the nearest fitted) in its largest
+      // size band (activations are megabytes), one step a message, else the model's defaults.
+      const tools::FittedCost* ring = nullptr;
+      const auto entries = costs->entries();
+      for (const auto& e : entries)
+        if (e.link == "shm" && e.collective == "all_reduce" && e.algorithm == "ring" &&
+            e.beta_us_per_mib > 0 &&
+            (ring == nullptr ||
+             std::pair(-std::abs(e.world_size - c.per_node), e.band_from_bytes) >
+                 std::pair(-std::abs(ring->world_size - c.per_node), ring->band_from_bytes)))
+          ring = &e;
+      const double alpha_us = ring != nullptr ? ring->alpha_us : 2.0;
+      const double beta_us_per_mib = ring != nullptr ? ring->beta_us_per_mib : 256.0;
+      c.intra = {alpha_us * 1e-6, double(1 << 20) / (beta_us_per_mib * 1e-6)};
+      links =
+          "; collectives: the selector's cost model, " +
+          (costs->fitted() ? "constants chorus-tune fitted per algorithm (" + costs->origin() + ")"
+                           : std::string("its defaults (no chorus-tune constants)"));
+      c.costs = std::move(costs);
     }
   } catch (const std::exception&) {
-    // A malformed table: the probe's constants stand.
+    // A malformed constants file: the probe's link stands.
   }
   c.source += links;
   c.inter = c.intra;

@@ -39,9 +39,9 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   const double act_bytes = s.dtype == "f32" ? 4 : 2;
   const double bsh = double(m.micro_batch_size) * double(model.context) * h;
   if (m.tp > 1) {
-    const LinkModel link = group_link(c, m.tp, 1);
+    const GroupCollectives g(c, m.tp, 1);
     const double per_block = s.checkpoint_activations ? 6 : 4;
-    t.tp = M * (per_block * double(blocks) + 2) * all_reduce_s(link, m.tp, bsh * act_bytes);
+    t.tp = M * (per_block * double(blocks) + 2) * g.all_reduce_s(bsh * act_bytes);
   }
   // Expert parallelism: per MoE block and micro-batch, the counts' all-to-all, then dispatch and
   // combine forward and their gradients backward: four exchanges of the rank's routed rows
@@ -57,8 +57,8 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   // gradient cross the boundary once per micro-batch (counted exposed).
   if (m.pp > 1) {
     t.bubble = double(m.pp - 1) / m.chunks / M * (t.compute + t.tp + t.ep);
-    const LinkModel link = group_link(c, 2, m.dp * m.tp);
-    t.p2p = 2 * M * m.chunks * p2p_s(link, bsh * act_bytes);
+    const GroupCollectives g(c, 2, m.dp * m.tp);
+    t.p2p = 2 * M * m.chunks * g.p2p_s(bsh * act_bytes);
   }
   // Data parallelism over the stage's trained parameters; a mixture's experts over the dp / ep
   // ranks holding the same ones.
@@ -71,33 +71,30 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   const int expert_dp = m.dp / m.ep;
   const double last_backward = 2.0 / 3 * t.compute / M;  // what overlaps the reduction
   if (m.dp > 1) {
-    const LinkModel link = group_link(c, m.dp, m.tp);
-    const LinkModel expert_link = group_link(c, expert_dp, m.tp * m.ep);
+    const GroupCollectives g(c, m.dp, m.tp);
+    const GroupCollectives experts(c, expert_dp, m.tp * m.ep);
     const double bucket = std::min(double(s.bucket_bytes), grad_bytes);
     if (s.zero == 0) {
-      const double ar =
-          all_reduce_s(link, m.dp, grad_bytes) + all_reduce_s(expert_link, expert_dp, expert_bytes);
+      const double ar = g.all_reduce_s(grad_bytes) + experts.all_reduce_s(expert_bytes);
       t.dp_total = ar;
-      t.dp = std::max(ar - last_backward, all_reduce_s(link, m.dp, bucket));
+      t.dp = std::max(ar - last_backward, g.all_reduce_s(bucket));
     } else if (s.zero <= 2) {
       // Reduce-scatter (stage 2: after every backward) overlapped with backward; the
       // parameters' all-gather after the update exposed.
-      const double rs = reduce_scatter_s(link, m.dp, grad_bytes) +
-                        reduce_scatter_s(expert_link, expert_dp, expert_bytes);
-      const double ag =
-          all_gather_s(link, m.dp, grad_bytes) + all_gather_s(expert_link, expert_dp, expert_bytes);
+      const double rs = g.reduce_scatter_s(grad_bytes) + experts.reduce_scatter_s(expert_bytes);
+      const double ag = g.all_gather_s(grad_bytes) + experts.all_gather_s(expert_bytes);
       const double reductions = s.zero == 2 ? M : 1;
       const double overlap = s.zero == 2 ? 2.0 / 3 * t.compute : last_backward;
       t.dp_total = reductions * rs + ag;
-      t.dp = std::max(reductions * rs - overlap, reduce_scatter_s(link, m.dp, bucket)) + ag;
+      t.dp = std::max(reductions * rs - overlap, g.reduce_scatter_s(bucket)) + ag;
     } else {
       // Stage 3: per micro-batch, the units gathered for forward and again for backward and the
       // gradients reduce-scattered, prefetched under the compute; the first gather exposed.
-      const double ag = all_gather_s(link, m.dp, grad_bytes);
-      const double rs = reduce_scatter_s(link, m.dp, grad_bytes);
+      const double ag = g.all_gather_s(grad_bytes);
+      const double rs = g.reduce_scatter_s(grad_bytes);
       t.dp_total = M * (2 * ag + rs);
       const double unit = grad_bytes / std::max<double>(1, double(model.layers));
-      t.dp = std::max(0.0, t.dp_total - t.compute) + all_gather_s(link, m.dp, unit);
+      t.dp = std::max(0.0, t.dp_total - t.compute) + g.all_gather_s(unit);
     }
   }
   // AdamW: reads parameter, gradient and two moments, writes parameter and moments (and the

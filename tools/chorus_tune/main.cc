@@ -1,10 +1,12 @@
 // chorus-tune: measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast,
-// reduce, gather and scatter at sizes from 8 B up, on this machine with this many ranks, and writes
-// the curves to the tune table the selector reads (chorus/tools/tune_table.h). Run it under a
+// reduce, gather and scatter at sizes from 8 B up, on this machine with this many ranks, fits the
+// cost model's constants to the times (chorus/tools/cost_model.h) and writes them where the
+// selector reads them, and the curves to a tune table (chorus/tools/tune_table.h). Run it under a
 // launcher:
 //
-//   chorus-run -n 2 chorus-tune            # writes ~/.cache/chorus/tune-<host>.txt
-//   chorus-tune --show                     # the table in effect, with alpha/beta per curve
+//   chorus-run -n 2 chorus-tune            # writes ~/.cache/chorus/cost-<host>.txt and tune-...
+//   chorus-run -n 2 chorus-tune --probe    # a few sizes: the constants only, in seconds
+//   chorus-tune --show                     # the constants (and any named table) in effect
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "chorus/communicator.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
+#include "chorus/tools/cost_model.h"
 #include "chorus/tools/selection.h"
 #include "chorus/tools/tune_table.h"
 
@@ -29,38 +32,55 @@ constexpr const char* kUsage = R"(usage: chorus-run -n N chorus-tune [options]
        chorus-tune --show [--file FILE]
 
 Measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather and
-scatter on this machine with N ranks (blocking calls, float32 sum, median of 5 timed blocks per size, the slowest
-rank's time), at sizes 8 B, 32 B, 128 B, 512 B and x2 from there (where the small-message
-paths end and the caches bend the curves) up to --max-bytes, and writes one curve per
-(N, collective, algorithm) to the tune table. Where some peer is read single-copy, each algorithm
-is also measured on the FIFO path ("ring/fifo": large messages copy through shared memory), and
-the selector picks the path with the algorithm. Broadcast is measured in place as well
-("broadcast/in-place" lines): the root of an in-place broadcast picks the path of its own sends
-from those. Lines for other world sizes already in the file are kept, so run it once per world
-size you use. Sizes are counted as chorus-bench counts them.
+scatter on this machine with N ranks (blocking calls, float32 sum, median of 5 timed blocks per
+size, the slowest rank's time), at sizes 8 B, 32 B, 128 B, 512 B and x2 from there (where the
+small-message paths end and the caches bend the curves) up to --max-bytes. Where some peer is read
+single-copy, each algorithm is also measured on the FIFO path ("ring/fifo": large messages copy
+through shared memory). Sizes are counted as chorus-bench counts them.
 
-The selector (rank 0's table, shared with every rank) then picks, for each call, the algorithm
-whose curve predicts the shortest time; chorus-bench --explain prints predicted beside measured.
+Then it fits, per (N, collective, algorithm), the constants of the algorithm's cost form
+(latency alpha per step, inverse bandwidth beta per byte of its form; least squares on the
+relative error) and writes them to the cost file, which the selector reads on this host: it picks
+for each call the algorithm whose form predicts the shortest time, at any world size (the
+constants of the nearest one measured); chorus-bench --explain prints predicted beside measured.
+Without a cost file the model's defaults choose. It also writes the measured curves as a tune
+table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (broadcast is
+measured in place too: "broadcast/in-place" lines). Entries for other world sizes already in the
+files are kept, so run it once per world size you use.
 
-  --out FILE         where to write (default ~/.cache/chorus/tune-<hostname>.txt, which every
-                     job on this host then loads unless CHORUS_TUNE_FILE names another)
+  --probe            the short probe: sizes 8 B, 1 KiB, 8 KiB, 32 KiB, 256 KiB, 1 MiB and
+                     16 MiB (to --max-bytes; two in each of the model's size bands) only, and
+                     the cost file only (no tune table)
+  --cost-out FILE    where to write the constants (default ~/.cache/chorus/cost-<hostname>.txt,
+                     which every job on this host then loads unless CHORUS_COST_FILE names another)
+  --out FILE         where to write the tune table (default ~/.cache/chorus/tune-<hostname>.txt)
   --max-bytes SIZE   largest size measured, K/M/G suffixes allowed (default 64M)
   --colls LIST       comma-separated subset of the collectives above
   --algos LIST       comma-separated subset of the algorithms (as --sweep-algos names them:
                      ring, ring/fifo, fanout, ...); the file's other curves of these
                      collectives are kept, so a new algorithm can be added to a table
-  --show             print the table in effect (or --file FILE), with latency (alpha, us) and
-                     inverse bandwidth (beta, us per MiB) per curve; no launcher needed
+  --fit TABLE        no measuring: fit the constants to the curves of the tune table TABLE
+                     ("builtin": the one built in) and write them to --cost-out (default
+                     standard output); no launcher needed
+  --show             print the cost constants in effect (or --cost-file FILE) and the tune table
+                     in effect (or --file FILE), with latency (alpha, us) and inverse bandwidth
+                     (beta, us per MiB) per curve; no launcher needed
   --print            also print the measured lines to stdout (rank 0)
   -h, --help         this text
 
-Environment: CHORUS_TUNE_FILE (table to load), CHORUS_TUNE=off (fixed thresholds instead).
+Environment: CHORUS_COST_FILE (constants to load), CHORUS_TUNE_FILE (a table that chooses over
+the model), CHORUS_TUNE=builtin (the built-in table over the model), CHORUS_TUNE=off (fixed
+thresholds instead).
 )";
 
 struct Options {
   std::string out;
   std::string file;
+  std::string cost_out;
+  std::string cost_file;
   size_t max_bytes = 64 << 20;
+  bool probe = false;
+  std::string fit;
   std::vector<Collective> colls = {Collective::kAllReduce, Collective::kReduceScatter,
                                    Collective::kAllGather, Collective::kBroadcast,
                                    Collective::kReduce,    Collective::kGather,
@@ -90,6 +110,14 @@ Options parse(int argc, char** argv) {
       o.out = value();
     } else if (arg == "--file") {
       o.file = value();
+    } else if (arg == "--cost-out") {
+      o.cost_out = value();
+    } else if (arg == "--cost-file") {
+      o.cost_file = value();
+    } else if (arg == "--fit") {
+      o.fit = value();
+    } else if (arg == "--probe") {
+      o.probe = true;
     } else if (arg == "--max-bytes") {
       const std::string v = value();
       auto b = parse_size(v);
@@ -138,13 +166,23 @@ std::string read_file(const std::string& path) {
 }
 
 int show(const Options& o) {
-  const tools::TableSummary t = tools::summarize_tune_table(o.file);
   if (!tools::tuning_enabled()) std::printf("CHORUS_TUNE=off: fixed size thresholds\n");
-  std::printf("tune table: %s\n", t.origin.empty() ? "(none)" : t.origin.c_str());
-  if (t.curves.empty()) {
-    std::printf("(no curves: every world size uses fixed thresholds)\n");
-    return 0;
+  const tools::CostModel m(o.cost_file);
+  std::printf("cost constants: %s\n", m.origin().c_str());
+  if (!m.fitted()) {
+    std::printf(
+        "(none fitted: the model's defaults choose, docs/ARCHITECTURE.md \"Cost model\")\n");
+  } else {
+    std::printf("%-4s %4s  %-18s %-13s %10s %12s %16s\n", "link", "np", "collective", "algo",
+                "from (B)", "alpha (us)", "beta (us/MiB)");
+    for (const tools::FittedCost& c : m.entries())
+      std::printf("%-4s %4d  %-18s %-13s %10zu %12.3f %16.1f\n", c.link.c_str(), c.world_size,
+                  c.collective.c_str(), c.algorithm.c_str(), c.band_from_bytes, c.alpha_us,
+                  c.beta_us_per_mib);
   }
+  const tools::TableSummary t = tools::summarize_tune_table(o.file);
+  std::printf("tune table: %s\n", t.origin.empty() ? "(none named)" : t.origin.c_str());
+  if (t.curves.empty()) return 0;
   std::printf("%4s  %-18s %-13s %12s %16s %7s\n", "np", "collective", "algo", "alpha (us)",
               "beta (us/MiB)", "points");
   for (const tools::CurveSummary& c : t.curves)
@@ -194,8 +232,15 @@ double max_over_ranks(Communicator& comm, double v) {
 // small-message paths end at a size (4 KiB, 32 KiB) and the caches at others, and there the
 // curves bend; a straight line across 4x misled the selector (np=2 broadcast at 16 MiB; np=2
 // all_gather at 4 KiB: direct predicted 0.92 us, 1.19 measured, fanout 0.87 and 0.89).
-std::vector<size_t> tune_sizes(size_t max_bytes) {
+std::vector<size_t> tune_sizes(size_t max_bytes, bool probe) {
   std::vector<size_t> sizes;
+  if (probe) {  // a few sizes across the form's two terms: latency, the cache sizes, bandwidth
+    for (size_t b : {size_t(8), size_t(1) << 10, size_t(8) << 10, size_t(32) << 10,
+                     size_t(256) << 10, size_t(1) << 20, size_t(16) << 20})
+      if (b < max_bytes) sizes.push_back(b);
+    sizes.push_back(max_bytes);
+    return sizes;
+  }
   for (size_t b = 8; b < max_bytes; b *= b < 512 ? 4 : 2) sizes.push_back(b);
   sizes.push_back(max_bytes);
   return sizes;
@@ -205,7 +250,11 @@ std::vector<size_t> tune_sizes(size_t max_bytes) {
 class Tuner {
  public:
   Tuner(Communicator& comm, const Options& o)
-      : comm_(comm), o_(o), n_(comm.size()), sizes_(tune_sizes(o.max_bytes)) {
+      : comm_(comm),
+        o_(o),
+        n_(comm.size()),
+        sizes_(tune_sizes(o.probe ? std::min<size_t>(o.max_bytes, size_t(16) << 20) : o.max_bytes,
+                          o.probe)) {
     const size_t max_elems = o.max_bytes / sizeof(float) + 1;
     // A size counts the whole buffer of reduce_scatter and all_gather, but one rank's part of
     // gather's and scatter's: only those two need n times the largest size (np=8 at 256 MiB
@@ -235,7 +284,7 @@ class Tuner {
     std::erase_if(algos, [&](const AlgorithmEstimate& e) { return !wanted(e.algorithm); });
     if (algos.empty()) return;
     for (bool in_place : {false, true}) {
-      if (in_place && c != Collective::kBroadcast) continue;
+      if (in_place && (c != Collective::kBroadcast || o_.probe)) continue;
       std::vector<std::vector<tools::TunePoint>> curves(algos.size());
       for (size_t bytes : sizes_)
         for (size_t i = 0; i < algos.size(); ++i)
@@ -296,22 +345,47 @@ class Tuner {
   std::vector<float> send_, recv_;
 };
 
-// Writes the run's curves into the table file (rank 0), keeping the other world sizes' lines of
-// an existing table and replacing this one's.
-int write_table(const Options& o, int n, const tools::MeasuredTable& measured) {
-  const std::string path = o.out.empty() ? tools::default_tune_path() : o.out;
-  const std::string text = measured.merge_into(read_file(path), n, o.colls, o.algos);
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+bool write_file(const std::string& path, const std::string& header, const std::string& text) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
   std::ofstream f(path);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  f << "# chorus tune table for " << host << " (written by chorus-tune; median us per call)\n"
-    << text;
+  f << "# chorus " << header << " for " << host << " (written by chorus-tune)\n" << text;
   if (!f.good()) {
     std::fprintf(stderr, "chorus-tune: cannot write %s\n", path.c_str());
-    return 1;
+    return false;
   }
+  return true;
+}
+
+int fit(const Options& o) {
+  const std::string text = tools::fit_costs_of_table(o.fit);
+  if (o.cost_out.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  return write_file(o.cost_out, "cost constants fitted to " + o.fit, text) ? 0 : 1;
+}
+
+// Writes the run's fitted constants into the cost file and (not for --probe) its curves into the
+// table file (rank 0), keeping the other world sizes' entries of existing files and replacing this
+// run's.
+int write_results(const Options& o, int n, const tools::MeasuredTable& measured) {
+  const std::string cost_path = o.cost_out.empty() ? tools::default_cost_path() : o.cost_out;
+  if (!write_file(cost_path,
+                  "cost constants (<link> <np> <collective> <algorithm> <band from bytes> "
+                  "<alpha us per step> <beta us per MiB>)",
+                  measured.fit_costs_into(read_file(cost_path))))
+    return 1;
+  std::fprintf(stderr, "chorus-tune: wrote the constants of world size %d to %s\n", n,
+               cost_path.c_str());
   if (o.print) std::fputs(measured.format().c_str(), stdout);
+  if (o.probe) return 0;
+  const std::string path = o.out.empty() ? tools::default_tune_path() : o.out;
+  if (!write_file(path, "tune table (median us per call)",
+                  measured.merge_into(read_file(path), n, o.colls, o.algos)))
+    return 1;
   std::fprintf(stderr, "chorus-tune: wrote world size %d to %s\n", n, path.c_str());
   return 0;
 }
@@ -332,7 +406,7 @@ int tune(const Options& o) {
     return 2;
   }
   if (comm.rank() != 0) return 0;
-  return write_table(o, comm.size(), measured);
+  return write_results(o, comm.size(), measured);
 }
 
 }  // namespace
@@ -341,6 +415,7 @@ int tune(const Options& o) {
 int main(int argc, char** argv) {
   const chorus::Options o = chorus::parse(argc, argv);
   try {
+    if (!o.fit.empty()) return chorus::fit(o);
     return o.show ? chorus::show(o) : chorus::tune(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "chorus-tune: %s\n", e.what());

@@ -39,6 +39,11 @@ struct TableSummary {
 // `file`. Throws chorus::InvalidArgument naming the line of a malformed table.
 TableSummary summarize_tune_table(const std::string& file = {});
 
+// The cost model's constants fitted to every out-of-place curve of the tune table in `file`
+// ("builtin": the table built in), as a constants file's text. Throws chorus::InvalidArgument
+// naming the line of a malformed table.
+std::string fit_costs_of_table(const std::string& file);
+
 // A measured point: the median time of one call of `bytes` selection bytes (selection.h).
 struct TunePoint {
   size_t bytes = 0;
@@ -67,6 +72,11 @@ class MeasuredTable {
   std::string merge_into(std::string_view old_text, int world_size,
                          std::span<const Collective> colls,
                          std::span<const std::string> algorithms) const;
+  // The cost model's constants (chorus/tools/cost_model.h) fitted to the curves added, merged
+  // into `old_text` (an existing constants file: its entries of other world sizes, collectives
+  // and algorithms are kept). Throws chorus::InvalidArgument naming the line of a malformed
+  // `old_text`.
+  std::string fit_costs_into(std::string_view old_text) const;
 
  private:
   struct Impl;
