@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "chart.h"
@@ -219,15 +220,27 @@ TEST(PlanExperts, EveryExpertSplitIsAMeshAndChorusTrainsRulesHold) {
   Options o = parse_options({"--layers", "4", "--width", "64", "--heads", "4", "--context", "32",
                              "--experts", "4", "--top-k", "2", "--batch", "8"});
   const Plan p = make_plan(o.setup, cluster_preset("8xh100", 1), o.mesh);
-  std::vector<int> eps_at_dp8;
+  std::vector<int> eps_at_dp8, eps_at_dp2_tp2_pp2;
   for (const MeshPlan& m : p.meshes) {
     if (m.mesh.dp == 8 && m.invalid.empty()) eps_at_dp8.push_back(m.mesh.ep);
-    if (m.mesh.tp > 1) {
-      EXPECT_NE(m.invalid.find("data and expert parallelism only"), std::string::npos);
-    }
+    if (m.mesh.dp == 2 && m.mesh.tp == 2 && m.invalid.empty())
+      eps_at_dp2_tp2_pp2.push_back(m.mesh.ep);
   }
   std::sort(eps_at_dp8.begin(), eps_at_dp8.end());
   EXPECT_EQ(eps_at_dp8, (std::vector<int>{1, 2, 4}));  // 8 does not divide 4 experts
+  std::sort(eps_at_dp2_tp2_pp2.begin(), eps_at_dp2_tp2_pp2.end());
+  EXPECT_EQ(eps_at_dp2_tp2_pp2, (std::vector<int>{1, 2}));  // ep within dp, beside tp and pp
+  // chorus-train refuses ZeRO-3 with experts on more than one rank: so does the plan (and ZeRO-3
+  // takes dp alone, so no mesh of 8 is left).
+  o.setup.zero = 3;
+  try {
+    make_plan(o.setup, cluster_preset("8xh100", 1), o.mesh);
+    ADD_FAILURE() << "ZeRO-3 with experts planned";
+  } catch (const PlanError& e) {
+    EXPECT_NE(e.message.find("dp=8 tp=1 pp=1: ZeRO-3 does not take experts"), std::string::npos)
+        << e.message;
+  }
+  o.setup.zero = 0;
   EXPECT_NE(json_report(p).find("\"experts\": 4, \"top_k\": 2"), std::string::npos);
   EXPECT_NE(
       text_report(p).find("mixture of experts: 4 experts in each of 4 of the 4 blocks, top-2"),
@@ -321,25 +334,44 @@ TEST(PlanReport, JsonAndPictureCarryEveryMesh) {
   EXPECT_EQ(labels, runnable);
 }
 
-// `local` prices compute at the rate the engine measures on one of the model's blocks, not at the
-// GEMM peak (which still divides MFU).
-TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRate) {
+// `local` prices compute at the rate the engine measures on the model's blocks at each mesh's
+// micro-batch size, not at the GEMM peak (which still divides MFU).
+TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
   plan::Setup s;
   s.model.layers = 2;
   s.model.width = 32;
   s.model.heads = 2;
   s.model.context = 16;
   s.batch = 8;
+  // Every micro-batch size a mesh of 2 ranks could take: dp 1 or 2, any count dividing the batch.
+  EXPECT_EQ(local_micro_batch_sizes(s, 2), (std::set<int64_t>{1, 2, 4, 8}));
+  s.micro_batches = 2;
+  EXPECT_EQ(local_micro_batch_sizes(s, 2), (std::set<int64_t>{2, 4}));
+  s.micro_batches = 0;
   Cluster c = cluster_preset("local", 1);
-  EXPECT_EQ(c.model_flops_per_s, 0);
+  EXPECT_TRUE(c.model_flops_per_s.empty());
   calibrate_local(c, s);
-  ASSERT_GT(c.model_flops_per_s, 0);
-  EXPECT_NE(c.source.find("one block forward and backward"), std::string::npos) << c.source;
-  const MeshChoice m{.dp = 1, .tp = 1, .pp = 1, .micro_batches = 1, .micro_batch_size = 8};
-  const StepTime t = estimate_step(s, m, c);
-  const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
-  EXPECT_NEAR(t.compute, flops / c.model_flops_per_s, 1e-9 * t.compute);
-  EXPECT_NEAR(t.mfu, flops / t.total / (double(c.world()) * c.f32_flops), 1e-12);
+  EXPECT_EQ(c.model_flops_per_s.size(), local_micro_batch_sizes(s, c.world()).size());
+  EXPECT_NE(c.source.find("forward and backward, measured by micro-batch size"), std::string::npos)
+      << c.source;
+  for (const int64_t b : {int64_t(8), int64_t(2)}) {
+    ASSERT_GT(c.model_flops_per_s.count(b), 0u) << b;
+    const MeshChoice m{
+        .dp = 1, .tp = 1, .pp = 1, .micro_batches = int(8 / b), .micro_batch_size = b};
+    const StepTime t = estimate_step(s, m, c);
+    const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
+    EXPECT_NEAR(t.compute, flops / c.model_flops_per_s.at(b), 1e-9 * t.compute) << b;
+    EXPECT_NEAR(t.mfu, flops / t.total / (double(c.world()) * c.f32_flops), 1e-12);
+  }
+  // A size not measured takes the nearest one's rate.
+  EXPECT_EQ(c.compute_flops("f32", 3), c.model_flops_per_s.at(2));
+  EXPECT_EQ(c.compute_flops("f32", 100), c.model_flops_per_s.rbegin()->second);
+  // A mixture's blocks are measured too (a dense and an MoE one).
+  s.model.experts = 4;
+  s.model.top_k = 2;
+  s.model.moe_every = 2;
+  calibrate_local(c, s);
+  EXPECT_NE(c.source.find("(dense and MoE)"), std::string::npos) << c.source;
 }
 
 }  // namespace

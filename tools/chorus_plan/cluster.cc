@@ -1,9 +1,21 @@
 #include "cluster.h"
 
+#include <iterator>
+
 #include "error.h"
 #include "local_probe.h"
 
 namespace chorus::plan {
+
+double Cluster::compute_flops(const std::string& dtype, int64_t micro_batch_size) const {
+  if (model_flops_per_s.empty()) return flops(dtype) * compute_efficiency;
+  auto at = model_flops_per_s.lower_bound(micro_batch_size);
+  if (at == model_flops_per_s.end()) return std::prev(at)->second;
+  if (at->first == micro_batch_size || at == model_flops_per_s.begin()) return at->second;
+  const auto below = std::prev(at);
+  return micro_batch_size - below->first <= at->first - micro_batch_size ? below->second
+                                                                         : at->second;
+}
 namespace {
 
 constexpr double kT = 1e12, kG = 1e9;

@@ -4,6 +4,8 @@
 // (docs/PLANNING.md lists them); `local` is this machine, measured (local_probe.h).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,9 +37,9 @@ struct Cluster {
   double compute_efficiency = 1;
   double link_efficiency = 1;
   // `local`, once a model is known (calibrate_local): the FLOP rate the engine reaches on this
-  // model's blocks (forward and backward at its micro-batch), which the compute time uses instead
-  // of the peak x efficiency; MFU stays against the peak. 0: not measured.
-  double model_flops_per_s = 0;
+  // model's blocks, forward and backward, by micro-batch size in sequences, which the compute
+  // time uses instead of the peak x efficiency; MFU stays against the peak. Empty: not measured.
+  std::map<int64_t, double> model_flops_per_s;
   // `local`: the cost model the collective selector uses on this host (per algorithm, the
   // constants chorus-tune fitted, else the model's defaults), which prices collectives within the
   // host (GroupCollectives, collectives.h). Null for the presets: their links' forms.
@@ -45,10 +47,9 @@ struct Cluster {
 
   int world() const { return per_node * nodes; }
   double flops(const std::string& dtype) const { return dtype == "f32" ? f32_flops : bf16_flops; }
-  // The rate the compute time is priced at.
-  double compute_flops(const std::string& dtype) const {
-    return model_flops_per_s > 0 ? model_flops_per_s : flops(dtype) * compute_efficiency;
-  }
+  // The rate the compute time is priced at, for micro-batches of `micro_batch_size` sequences:
+  // the rate measured at that size, else at the nearest size measured, else the peak x efficiency.
+  double compute_flops(const std::string& dtype, int64_t micro_batch_size = 0) const;
 };
 
 // 8xh100, 8xh200, 8xmi300x, 8xa100 (and `local`, which local_cluster() measures).

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,17 +107,21 @@ Cluster local_cluster() {
   return c;
 }
 
-void calibrate_local(Cluster& c, const Setup& s) {
+namespace {
+
+// Seconds of one block's forward and backward on b sequences (the median of three after a warm-up).
+double time_block(const Setup& s, int64_t b, bool moe) {
   const ModelShape& m = s.model;
-  const int64_t b = std::max<int64_t>(1, s.batch / std::max(1, c.world()));
-  tensor::set_num_threads(1);
   tensor::nn::GPTConfig cfg;
   cfg.vocab = m.vocab;
   cfg.context = m.context;
   cfg.layers = 1;
   cfg.heads = m.heads;
   cfg.width = m.width;
-  tensor::nn::Block block(cfg);
+  cfg.experts = moe ? m.experts : 0;
+  cfg.top_k = m.top_k;
+  cfg.capacity_factor = m.capacity_factor;
+  tensor::nn::Block block(cfg, moe);
   block.init(1);
   tensor::Tensor x = tensor::Tensor::empty({b, m.context, m.width});
   tensor::fill_normal_(x, {1, 2}, 0.0, 1.0);
@@ -134,15 +139,60 @@ void calibrate_local(Cluster& c, const Setup& s) {
     if (rep > 0) t.push_back(since(t0));
   }
   std::sort(t.begin(), t.end());
-  // One block's share of the step's FLOPs (model_flops' per-layer terms) over b sequences.
-  ModelShape one = m;
-  one.layers = 1;
-  one.vocab = 0;
-  const double flops = model_flops(one, double(b) * double(m.context));
-  c.model_flops_per_s = flops / t[t.size() / 2];
-  c.source += "; compute: one block forward and backward at " + std::to_string(b) + " x " +
-              std::to_string(m.context) + " tokens, measured (" +
-              std::to_string(static_cast<int64_t>(c.model_flops_per_s / 1e9)) + " GFLOP/s)";
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+std::set<int64_t> local_micro_batch_sizes(const Setup& s, int world) {
+  std::set<int64_t> sizes;
+  if (s.micro_batch_size > 0) return {s.micro_batch_size};
+  for (int dp = 1; dp <= world; ++dp) {
+    if (world % dp != 0 || s.batch % dp != 0) continue;
+    const int64_t local = s.batch / dp;
+    if (s.micro_batches > 0) {
+      if (local % s.micro_batches == 0) sizes.insert(local / s.micro_batches);
+      continue;
+    }
+    for (int64_t k = 1; k <= local; ++k)
+      if (local % k == 0) sizes.insert(local / k);
+  }
+  return sizes;
+}
+
+void calibrate_local(Cluster& c, const Setup& s) {
+  const ModelShape& m = s.model;
+  tensor::set_num_threads(1);
+  // The blocks' FLOPs (model_flops' per-layer terms) over b sequences, dense and MoE blocks in the
+  // model's proportion: the rate is the model's blocks' FLOPs over their time.
+  int64_t moe_blocks = 0;
+  for (int64_t i = 0; i < m.layers; ++i) moe_blocks += m.moe_block(i) ? 1 : 0;
+  const int64_t dense_blocks = m.layers - moe_blocks;
+  ModelShape dense = m, moe = m;
+  dense.layers = moe.layers = 1;
+  dense.vocab = moe.vocab = 0;
+  dense.experts = 0;
+  moe.moe_every = 1;
+  std::string rates;
+  c.model_flops_per_s.clear();
+  for (const int64_t b : local_micro_batch_sizes(s, c.world())) {
+    const double tokens = double(b) * double(m.context);
+    double flops = 0, seconds = 0;
+    if (dense_blocks > 0) {
+      flops += double(dense_blocks) * model_flops(dense, tokens);
+      seconds += double(dense_blocks) * time_block(s, b, false);
+    }
+    if (moe_blocks > 0) {
+      flops += double(moe_blocks) * model_flops(moe, tokens);
+      seconds += double(moe_blocks) * time_block(s, b, true);
+    }
+    c.model_flops_per_s[b] = flops / seconds;
+    rates += (rates.empty() ? "" : ", ") + std::to_string(b) + ": " +
+             std::to_string(static_cast<int64_t>(flops / seconds / 1e9));
+  }
+  c.source +=
+      std::string("; compute: the model's blocks") + (moe_blocks > 0 ? " (dense and MoE)" : "") +
+      " forward and backward, measured by micro-batch size in sequences (GFLOP/s " + rates + ")";
 }
 
 }  // namespace chorus::plan

@@ -7,6 +7,9 @@
 // probe instead (a memory copy's bandwidth, halved: the shared-memory path copies in and out).
 #pragma once
 
+#include <cstdint>
+#include <set>
+
 #include "cluster.h"
 #include "setup.h"
 
@@ -14,10 +17,13 @@ namespace chorus::plan {
 
 Cluster local_cluster();
 
-// `local` with a model: measures the engine on one of the model's blocks, forward and backward
-// at b sequences of its context in its dtype, on one thread (b = the global batch over the
-// cluster's ranks, at least 1), and prices compute at that rate (Cluster::model_flops_per_s):
-// the GEMM peak overstates what a small model's products, norms, softmaxes and attention reach.
+// `local` with a model: measures the engine on the model's blocks (a dense one and, for a
+// mixture, an MoE one, weighted by their counts), forward and backward in its dtype on one thread,
+// at every micro-batch size a mesh of the cluster could use (local_micro_batch_sizes), and prices
+// compute at the rate of each mesh's own size (Cluster::model_flops_per_s): the GEMM peak
+// overstates what a small model's products, norms, softmaxes and attention reach, and a smaller
+// micro-batch reaches less.
+std::set<int64_t> local_micro_batch_sizes(const Setup& s, int world);
 void calibrate_local(Cluster& c, const Setup& s);
 
 }  // namespace chorus::plan

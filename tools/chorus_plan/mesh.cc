@@ -6,16 +6,13 @@ namespace chorus::plan {
 namespace {
 
 // What chorus-train refuses for a mixture of experts (tools/chorus_train/options.cc).
-std::string experts_problem(const Setup& s, int dp, int tp, int pp, int ep) {
+std::string experts_problem(const Setup& s, int dp, int ep) {
   const ModelShape& m = s.model;
   if (m.experts == 0) return ep == 1 ? "" : "ep=" + std::to_string(ep) + " needs experts";
   if (dp % ep != 0) return "ep=" + std::to_string(ep) + " does not divide dp=" + std::to_string(dp);
   if (m.experts % ep != 0)
     return std::to_string(m.experts) + " experts do not divide over ep=" + std::to_string(ep);
-  if (tp > 1 || pp > 1) return "experts run with data and expert parallelism only";
-  if (s.checkpoint_activations) return "experts do not take activation checkpointing";
-  if (dp > 1 && s.zero > 0) return "experts on more than one rank need DDP (ZeRO 0)";
-  if (dp > 1 && s.dtype == "f16") return "experts on more than one rank do not take f16";
+  if (dp > 1 && s.zero == 3) return "ZeRO-3 does not take experts on more than one rank";
   return {};
 }
 
@@ -23,7 +20,7 @@ std::string experts_problem(const Setup& s, int dp, int tp, int pp, int ep) {
 
 std::string mesh_problem(const Setup& s, int dp, int tp, int pp, int micro_batches, int ep) {
   const ModelShape& m = s.model;
-  if (std::string why = experts_problem(s, dp, tp, pp, ep); !why.empty()) return why;
+  if (std::string why = experts_problem(s, dp, ep); !why.empty()) return why;
   const int chunks = pp > 1 && s.schedule == "interleaved" ? s.chunks : 1;
   if (m.heads % tp != 0)
     return std::to_string(m.heads) + " heads do not divide over tp=" + std::to_string(tp);
