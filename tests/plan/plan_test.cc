@@ -268,16 +268,18 @@ TEST(PlanExperts, BadInputIsNamed) {
 
 // The outside check (docs/PLANNING.md): Narayanan et al. 2021, table 1, GPT models on DGX A100
 // nodes (vocabulary 51200, context 2048, recomputation, interleaved schedule), achieved
-// teraFLOP/s per GPU with recomputation counted. The 1.7B row is 26% high (docs) and left out.
+// teraFLOP/s per GPU with recomputation counted; the data-parallel reduction after backward, as
+// Megatron-LM's local DDP of the time ran it (--no-dp-overlap). The 1.7B row is 21% high (docs)
+// and left out.
 TEST(PlanOutsideCheck, MegatronTableOneWithinTwentyPercent) {
   struct Row {
     int heads, width, layers, tp, pp, gpus, batch;
     double tflops;
   };
-  const Row rows[] = {
-      {32, 3072, 30, 2, 1, 64, 512, 138},     {32, 4096, 36, 4, 1, 128, 512, 142},
-      {48, 6144, 40, 8, 1, 256, 1024, 135},   {64, 8192, 48, 8, 2, 512, 1536, 138},
-      {80, 10240, 60, 8, 4, 1024, 1792, 140}, {96, 12288, 80, 8, 8, 1536, 2304, 148}};
+  const Row rows[] = {{24, 2304, 24, 1, 1, 32, 512, 137},    {32, 3072, 30, 2, 1, 64, 512, 138},
+                      {32, 4096, 36, 4, 1, 128, 512, 142},   {48, 6144, 40, 8, 1, 256, 1024, 135},
+                      {64, 8192, 48, 8, 2, 512, 1536, 138},  {80, 10240, 60, 8, 4, 1024, 1792, 140},
+                      {96, 12288, 80, 8, 8, 1536, 2304, 148}};
   for (const Row& r : rows) {
     const std::vector<std::string> args = {"--heads",
                                            std::to_string(r.heads),
@@ -303,7 +305,8 @@ TEST(PlanOutsideCheck, MegatronTableOneWithinTwentyPercent) {
                                            "--micro-batch-size",
                                            "1",
                                            "--schedule",
-                                           "interleaved"};
+                                           "interleaved",
+                                           "--no-dp-overlap"};
     const Options o = parse_options(args);
     const Plan p = make_plan(o.setup, cluster_preset("8xa100", r.gpus / 8), o.mesh);
     ASSERT_EQ(p.meshes.size(), 1u);

@@ -53,6 +53,8 @@ Training (as chorus-train takes them):
   --param-dtype D          f32 (default), or bf16: 16-bit parameters and gradients, f32 masters
   --zero S                 0 = DDP (default), 1-3 = ZeRO stage over dp
   --checkpoint-activations recompute blocks in backward
+  --no-dp-overlap          the data-parallel reduction after backward instead of beside it (as a
+                           trainer without overlapped buckets runs it)
   --schedule S             gpipe, 1f1b (default), interleaved
   --chunks V               interleaved: chunks per stage (default 2)
 Cluster:
@@ -74,12 +76,14 @@ Output:
 Options parse_options(const std::vector<std::string>& args) {
   Options o;
   Setup& s = o.setup;
+  bool no_dp_overlap = false;
   s.model.name = "custom";
   std::optional<std::string> preset;
   bool batch_given = false;
   std::map<std::string, std::function<void(const std::string&, const std::string&)>> values;
   std::map<std::string, bool*> booleans = {{"--checkpoint-activations", &s.checkpoint_activations},
                                            {"--json", &o.json},
+                                           {"--no-dp-overlap", &no_dp_overlap},
                                            {"--help", &o.help}};
   std::vector<std::pair<std::string, std::string>> shape;  // applied after the preset
   std::vector<std::pair<std::string, std::string>> moe;    // --capacity-factor, after too
@@ -147,6 +151,7 @@ Options parse_options(const std::vector<std::string>& args) {
     }
     it->second(flag, v);
   }
+  s.overlap_dp = !no_dp_overlap;
   if (preset) {
     s.model = model_preset(*preset);
     if (!batch_given) s.batch = 512;

@@ -21,6 +21,9 @@ struct Setup {
   std::string schedule = "1f1b";    // gpipe, 1f1b, interleaved
   int chunks = 2;                   // interleaved: chunks per stage
   int64_t bucket_bytes = 25 << 20;  // DDP/ZeRO bucket (parallel/data_parallel.h)
+  // The data-parallel reduction overlaps backward (chorus's DDP and ZeRO), or runs after it (a
+  // trainer that reduces once backward is done: --no-dp-overlap).
+  bool overlap_dp = true;
 };
 
 struct MeshChoice {

@@ -97,6 +97,7 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
       t.dp = std::max(0.0, t.dp_total - t.compute) + g.all_gather_s(unit);
     }
   }
+  if (!s.overlap_dp) t.dp = t.dp_total;  // after backward: all of it exposed
   // AdamW: reads parameter, gradient and two moments, writes parameter and moments (and the
   // master copy's 8 bytes), over the elements this rank updates.
   const double shard = s.zero >= 1 ? double(rp.trained) / m.dp + double(rp.experts) / expert_dp
