@@ -10,6 +10,7 @@
 #include "chorus/parallel/data_parallel.h"
 #include "chorus/parallel/mesh.h"
 #include "chorus/parallel/pipeline.h"
+#include "chorus/parallel/replicas.h"
 #include "chorus/parallel/tensor_parallel.h"
 #include "chorus/parallel/zero.h"
 #include "chorus/tensor/amp.h"
@@ -137,67 +138,45 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
                                   .loss_scale = scale});
     include = [&pipe](const std::string& name) { return pipe->owns(name); };
   }
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<tensor::optim::AdamW> opt;
-  std::unique_ptr<parallel::ZeroOptimizer> zero;
-  if (scheme.zero_stage == 0) {
-    ddp = std::make_unique<parallel::DistributedDataParallel>(
-        *model, dp, parallel::DDPOptions{.average = spec.average, .include = include});
-    opt = std::make_unique<tensor::optim::AdamW>(
-        pipe ? pipe->parameters() : model->named_parameters(), adamw_of(spec));
-    ddp->attach(*opt);
-  } else {
-    zero = std::make_unique<parallel::ZeroOptimizer>(
-        *model, dp,
-        parallel::ZeroOptions{.stage = scheme.zero_stage,
-                              .adamw = adamw_of(spec),
-                              .average = spec.average,
-                              .include = include,
-                              .shard_group = scheme.zero_group});
-  }
+  // DDP + AdamW or ZeRO, as chorus-train holds them (parallel/replicas.h).
+  const bool tp_rank0 = mesh.tp().rank() == 0;
+  parallel::Replicas replicas(*model, mesh, pipe ? pipe->parameters() : model->named_parameters(),
+                              parallel::ReplicasOptions{.zero_stage = scheme.zero_stage,
+                                                        .adamw = adamw_of(spec),
+                                                        .shard_group = scheme.zero_group,
+                                                        .average = spec.average,
+                                                        .include = include,
+                                                        .counted = [&](const std::string& name) {
+                                                          return tp_rank0 ||
+                                                                 parallel::is_tensor_parallel_slice(
+                                                                     *model, name);
+                                                        }});
   TrainResult result;
-  parallel::CheckpointState ckpt{.model = model.get(),
-                                 .mesh = &mesh,
-                                 .optimizer = opt.get(),
-                                 .zero = zero.get(),
-                                 .pipeline = pipe.get()};
+  parallel::CheckpointState ckpt{.model = model.get(), .mesh = &mesh, .pipeline = pipe.get()};
+  replicas.bind(ckpt);
   int first = 0;
   if (!spec.load_dir.empty()) {
     first = static_cast<int>(parallel::load_checkpoint(spec.load_dir, ckpt).step);
     if (pipe) pipe->sync_tied_weights();
   }
   for (int step = first; step < spec.steps; ++step) {
-    std::vector<double> losses(static_cast<size_t>(spec.accumulation), 0.0);
+    std::vector<double> losses;
     if (pipe) {
       tensor::AutocastGuard autocast(spec.autocast);
-      pipe->forward_backward(
-          [&](int m) { return micro_batch(spec, step, dp.rank(), m); }, static_cast<uint64_t>(step),
-          [&](bool last, const std::function<void()>& backward) {
-            if (last) return backward();
-            const parallel::NoSync quiet = ddp ? ddp->no_sync() : zero->no_sync();
-            backward();
-          });
+      pipe->forward_backward([&](int m) { return micro_batch(spec, step, dp.rank(), m); },
+                             static_cast<uint64_t>(step), replicas.pipeline_backward());
       losses = pipe->losses();
     } else {
-      for (int k = 0; k < spec.accumulation; ++k) {
-        const bool last = k + 1 == spec.accumulation;
-        std::optional<parallel::NoSync> quiet;
-        if (!last) quiet.emplace(ddp ? ddp->no_sync() : zero->no_sync());
+      losses = replicas.accumulate(spec.accumulation, [&](int k) {
         Tensor loss = micro_loss(*model, spec, step, dp.rank(), k, scale);
-        losses[static_cast<size_t>(k)] = loss.item();
+        const double value = loss.item();
         loss.backward();
-      }
+        return value;
+      });
     }
-    if (spec.clip > 0)
-      result.norms.push_back(ddp ? tensor::optim::clip_grad_norm(*opt, spec.clip)
-                                 : zero->clip_grad_norm(spec.clip));
-    if (ddp) {
-      opt->step();
-      opt->zero_grad();
-    } else {
-      zero->step();
-      zero->zero_grad();
-    }
+    // Clipped (clip > 0), stepped, zeroed.
+    const double norm = replicas.finish_step(spec.clip);
+    if (spec.clip > 0) result.norms.push_back(norm);
     if (pipe) pipe->sync_tied_weights();
     // Averaging, a replica's losses are scaled by 1 / accumulation: / dp (exact for the powers
     // of two such runs use) makes them the one-process run's.
@@ -217,9 +196,10 @@ TrainResult parallel_run(Communicator& world, const TrainSpec& spec, const Schem
     result.parameters = parallel::gather_tensor_parallel(*model, mesh.tp());
     return result;
   }
+  parallel::ZeroOptimizer* zero = ckpt.zero;
   result.parameters = copy_of(zero ? zero->state_dict() : model->named_parameters());
-  result.optimizer_state =
-      moments_of(zero ? zero->optimizer_state_dict() : opt->state_dict(), result.parameters);
+  result.optimizer_state = moments_of(
+      zero ? zero->optimizer_state_dict() : ckpt.optimizer->state_dict(), result.parameters);
   return result;
 }
 

@@ -97,8 +97,9 @@ Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
   --load DIR               resume from a checkpoint (any mesh and --ep: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
-  --log-memory FILE        every rank's engine peak over the steps and bytes held at the end,
-                           as one JSON object (what chorus-plan predicts)
+  --log-memory FILE        every rank's engine peak over the steps and bytes held at the end
+                           (what chorus-plan predicts), and the parameter, gradient and
+                           optimizer bytes its replicas hold, as one JSON object
   --convert DIR FILE       export a checkpoint as one file of named tensors, or import one
   --convert FILE DIR       as a checkpoint, then stop (one process; anywhere on the line, the
                            other flags then have no effect)
@@ -327,8 +328,9 @@ Mesh resolve_mesh(const Options& o, int world) {
             "--deterministic does not take --experts with ZeRO at --ep > 1 yet (the experts keep "
             "their sources apart, which ZeRO's reduction does not read); use --zero 0 (DDP)");
       if (o.zero_group != 0)
-        fail("--zero-group does not take --experts yet (the experts' state is sharded over the "
-             "ranks holding them)");
+        fail(
+            "--zero-group does not take --experts yet (the experts' state is sharded over the "
+            "ranks holding them)");
     }
   }
   if (o.zero == 3 && (pp > 1 || tp > 1))

@@ -22,6 +22,7 @@
 #include "chorus/parallel/grad_norm.h"
 #include "chorus/parallel/mesh.h"
 #include "chorus/parallel/pipeline.h"
+#include "chorus/parallel/replicas.h"
 #include "chorus/parallel/tensor_parallel.h"
 #include "chorus/parallel/trace.h"
 #include "chorus/parallel/zero.h"
@@ -154,470 +155,434 @@ std::string exact(double v) {
   return os.str();
 }
 
-}  // namespace
+// One rank's run, in the order it happens: the model on the mesh (build_model), the pipeline,
+// the data-parallel strategy (build_replicas: parallel::Replicas, whichever stage), the header,
+// resuming, the steps (train_step, log_step), and the end (finish).
+class Trainer {
+ public:
+  Trainer(const Options& o, const Mesh& m, Communicator& world);
+  int run();
 
-int run(const Options& o, const Mesh& m, Communicator& world) {
-  const bool root = world.rank() == 0;
-  const tensor::Device device = training_device(o);
-  const int threads = compute_threads(o);
-  tensor::set_num_threads(threads);
-  parallel::DeviceMesh mesh(world, {.dp = m.dp, .tp = m.tp, .pp = m.pp});
-  Communicator& dp = mesh.dp();
-  const tensor::ByteCorpus corpus =
-      o.data.empty() ? tensor::ByteCorpus(builtin_corpus()) : tensor::ByteCorpus::from_file(o.data);
-  CHORUS_ARG_CHECK(corpus.size() > o.context + 1, "chorus-train: the corpus has ", corpus.size(),
-                   " bytes, fewer than --context ", o.context, " + 1");
-  const tensor::BatchSampler sampler(corpus, o.batch, o.context, o.seed);
-  const tensor::nn::GPTConfig cfg{.vocab = o.vocab,
-                                  .context = o.context,
-                                  .layers = o.layers,
-                                  .heads = o.heads,
-                                  .width = o.width,
-                                  .experts = o.experts,
-                                  .top_k = o.top_k,
-                                  .moe_every = o.moe_every,
-                                  .capacity_factor = o.capacity_factor,
-                                  .aux_loss_coef = o.aux_loss_coef,
-                                  .z_loss_coef = o.z_loss_coef};
-  tensor::nn::GPT model(cfg);
-  model.init(o.seed);
-  const int64_t params_total = model.num_parameters();
-  model.set_activation_checkpointing(o.checkpoint_activations);
-  if (m.tp > 1) parallel::tensor_parallel(model, mesh.tp());
-  // Experts on more than one rank: ep groups of consecutive dp ranks share each MoE layer's
-  // experts (E/ep each); the dp/ep ranks holding the same experts form an expert-data-parallel
-  // group. DDP reduces the rest over dp; the experts' gradients, which already hold every token
-  // of their ep group, are summed over that group after backward. Under ZeRO (stages 1-2) the
-  // rest is sharded over dp and the experts over their expert-data-parallel group (their
-  // optimizer state split among the ranks holding the same experts, as DeepSpeed-MoE does).
-  const bool split_experts = o.experts > 0 && m.dp > 1;
-  auto is_expert = [](const std::string& name) {
-    return name.find(".mlp.experts.") != std::string::npos;
+ private:
+  struct StepResult {
+    double lr = 0, loss = 0, norm = 0, seconds = 0;
   };
-  std::optional<Communicator> ep_group, expert_dp;
-  if (split_experts) {
-    ep_group =
-        dp.split(dp.rank() / m.ep, dp.rank(), "ep group " + std::to_string(dp.rank() / m.ep));
-    expert_dp = dp.split(dp.rank() % m.ep, dp.rank(),
-                         "expert-dp group " + std::to_string(dp.rank() % m.ep));
-    if (m.ep > 1) parallel::expert_parallel(model, *ep_group);
-  }
-  // Deterministic with ep > 1: each expert's sources apart, folded after every backward in the
-  // global batch's order on every replica (expert_parallel.h), so nothing is reduced after.
-  const bool experts_apart = split_experts && m.ep > 1 && dp.deterministic();
-  if (experts_apart) parallel::keep_expert_sources_apart(model);
-  model.to(device);  // before any wrapper binds buffers to the parameters
-  std::unique_ptr<parallel::PipelineEngine> pipe;
-  std::function<bool(const std::string&)> include;
+  void build_model();
+  void build_pipeline();
+  void build_replicas();
+  void print_header();
+  void resume();
+  void save(int64_t next_step);
+  void start_trace();
+  std::vector<double> forward_backward(int64_t step);
+  StepResult train_step(int64_t step);
+  void log_step(int64_t step, const StepResult& r);
+  void write_memory();
+  void finish();
+
+  const Options& o_;
+  const Mesh& m_;
+  Communicator& world_;
+  const bool root_;
+  const tensor::Device device_;
+  const int threads_;
+  parallel::DeviceMesh mesh_;
+  Communicator& dp_;
+  const tensor::ByteCorpus corpus_;
+  const tensor::BatchSampler sampler_;
+  const tensor::nn::GPTConfig cfg_;
+  tensor::nn::GPT model_;
+  const DataType autocast_;
   // Every micro-batch's loss is scaled by 1 / (the step's micro-batches over all replicas) and
   // the replicas' gradients summed: the mean over the global batch, computed as one process
   // accumulating the same micro-batches computes it.
-  const int global_micro = m.dp * m.micro_batches;
-  const double loss_scale = 1.0 / global_micro;
-  if (m.pp > 1) {
-    pipe = std::make_unique<parallel::PipelineEngine>(
-        model, mesh,
-        parallel::PipelineOptions{.schedule = o.schedule,
-                                  .chunks = m.chunks,
-                                  .micro_batches = m.micro_batches,
-                                  .balance = o.balance,
-                                  .loss_scale = loss_scale});
-    include = [&pipe](const std::string& name) { return pipe->owns(name); };
-  }
-  // The experts are reduced apart (a pipeline stage: its own experts).
-  std::function<bool(const std::string&)> own = include;
-  auto experts_only = [own, is_expert](const std::string& name) {
-    return is_expert(name) && (!own || own(name));
-  };
-  if (split_experts)
-    include = [own, is_expert](const std::string& name) {
-      return !is_expert(name) && (!own || own(name));
-    };
-  const tensor::optim::AdamWOptions adamw{.lr = o.lr, .weight_decay = o.weight_decay};
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<tensor::optim::AdamW> opt, expert_opt;
-  std::unique_ptr<parallel::ZeroOptimizer> zero, expert_zero;
-  if (o.zero == 0) {
-    ddp = std::make_unique<parallel::DistributedDataParallel>(
-        model, dp,
-        parallel::DDPOptions{
-            .average = false,
-            .include = include,
-            .may_be_unused =
-                o.experts > 0 ? std::function<bool(const std::string&)>(is_expert) : nullptr});
-    tensor::nn::NamedTensors params = pipe ? pipe->parameters() : model.named_parameters();
-    if (split_experts) {
-      tensor::nn::NamedTensors rest, experts;
-      for (auto& named : params) (is_expert(named.first) ? experts : rest).push_back(named);
-      params = std::move(rest);
-      expert_opt = std::make_unique<tensor::optim::AdamW>(std::move(experts), adamw);
-    }
-    opt = std::make_unique<tensor::optim::AdamW>(std::move(params), adamw);
-    ddp->attach(*opt);
-  } else {
-    zero = std::make_unique<parallel::ZeroOptimizer>(
-        model, dp,
-        parallel::ZeroOptions{
-            .stage = o.zero,
-            .adamw = adamw,
-            .average = false,
-            .include = include,
-            .shard_group = o.zero_group == -1 ? parallel::ZeroOptions::kHostGroup : o.zero_group,
-            .may_be_unused =
-                o.experts > 0 ? std::function<bool(const std::string&)>(is_expert) : nullptr});
-    // The experts in one bucket: it is reduced once every expert's gradient is final (an idle
-    // expert's at the end of backward), so no rank waits inside backward for a reduction that
-    // another rank only starts after its remaining ep exchanges.
-    if (split_experts)
-      expert_zero = std::make_unique<parallel::ZeroOptimizer>(
-          model, *expert_dp,
-          parallel::ZeroOptions{.stage = o.zero,
-                                .adamw = adamw,
-                                .bucket_bytes = std::numeric_limits<size_t>::max(),
-                                .first_bucket_bytes = std::numeric_limits<size_t>::max(),
-                                .average = false,
-                                .include = experts_only,
-                                .may_be_unused = is_expert});
-  }
-  // "DDP", "ZeRO-2", or with hybrid sharding "ZeRO-2 sharded over groups of 2 (2 replicas)".
-  std::string dp_scheme = o.zero == 0 ? "DDP" : "ZeRO-" + std::to_string(o.zero);
-  if (zero && zero->shard_group_size() < m.dp)
-    dp_scheme += " sharded over groups of " + std::to_string(zero->shard_group_size()) + " (" +
-                 std::to_string(m.dp / zero->shard_group_size()) + " replicas)";
-  const DataType autocast = o.dtype == "bf16"  ? DataType::kBF16
-                            : o.dtype == "f16" ? DataType::kF16
-                                               : DataType::kF32;
-  std::optional<tensor::GradScaler> scaler;
-  if (o.dtype == "f16") scaler.emplace();
-  // The LR schedule's length: --lr-steps, else (resuming) the checkpoint's, else --steps.
-  int64_t lr_steps = o.lr_steps > 0 ? o.lr_steps : o.steps;
-  auto make_schedule = [&o](int64_t total) {
-    return tensor::optim::CosineSchedule{
-        .max_lr = o.lr,
-        .min_lr = o.min_lr > 0 ? o.min_lr : o.lr / 10,
-        .warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(100, total / 10),
-        .total = total};
-  };
-  tensor::optim::CosineSchedule schedule = make_schedule(lr_steps);
-  // A replicated tensor-parallel parameter is counted by tp rank 0 only; every slice by its rank.
-  const bool tp_rank0 = mesh.tp().rank() == 0;
-  auto counted = [&](const std::string& name) {
-    return tp_rank0 || parallel::is_tensor_parallel_slice(model, name);
-  };
+  const int global_micro_;
+  const double loss_scale_;
+  const int64_t micro_rows_;
+  // Experts split over dp (see build_model) and, deterministic at ep > 1, their sources apart.
+  bool split_experts_ = false, experts_apart_ = false;
+  std::optional<Communicator> ep_group_, expert_dp_;
+  std::unique_ptr<parallel::PipelineEngine> pipe_;
+  std::optional<tensor::GradScaler> scaler_;
+  std::unique_ptr<parallel::Replicas> replicas_;
+  int64_t lr_steps_ = 0;
+  tensor::optim::CosineSchedule schedule_;
+  parallel::CheckpointState ckpt_;
+  int64_t first_ = 0;
+  std::unique_ptr<parallel::Tracer> tracer_;
+  std::vector<std::pair<std::string, Communicator*>> traced_;
+  std::unique_ptr<std::ofstream> json_;
+  int64_t params_total_ = 0;  // the whole model's, before any split
+  double flops_ = 0, peak_ = 0;
+  Clock::time_point start_;
+};
 
-  world.barrier();
-  double peak = gemm_peak_gflops(device, autocast);
-  world.all_reduce(&peak, &peak, 1, DataType::kF64, ReduceOp::kSum);
-  const double flops = step_flops(cfg, o.batch);
-  const int64_t local = o.batch / m.dp, micro_rows = local / m.micro_batches;
-  if (root) {
+bool is_expert(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+
+int set_threads(const Options& o) {
+  const int threads = compute_threads(o);
+  tensor::set_num_threads(threads);
+  return threads;
+}
+
+tensor::ByteCorpus load_corpus(const Options& o) {
+  tensor::ByteCorpus corpus =
+      o.data.empty() ? tensor::ByteCorpus(builtin_corpus()) : tensor::ByteCorpus::from_file(o.data);
+  CHORUS_ARG_CHECK(corpus.size() > o.context + 1, "chorus-train: the corpus has ", corpus.size(),
+                   " bytes, fewer than --context ", o.context, " + 1");
+  return corpus;
+}
+
+tensor::optim::CosineSchedule make_schedule(const Options& o, int64_t total) {
+  return tensor::optim::CosineSchedule{
+      .max_lr = o.lr,
+      .min_lr = o.min_lr > 0 ? o.min_lr : o.lr / 10,
+      .warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(100, total / 10),
+      .total = total};
+}
+
+Trainer::Trainer(const Options& o, const Mesh& m, Communicator& world)
+    : o_(o),
+      m_(m),
+      world_(world),
+      root_(world.rank() == 0),
+      device_(training_device(o)),
+      threads_(set_threads(o)),
+      mesh_(world, {.dp = m.dp, .tp = m.tp, .pp = m.pp}),
+      dp_(mesh_.dp()),
+      corpus_(load_corpus(o)),
+      sampler_(corpus_, o.batch, o.context, o.seed),
+      cfg_{.vocab = o.vocab,
+           .context = o.context,
+           .layers = o.layers,
+           .heads = o.heads,
+           .width = o.width,
+           .experts = o.experts,
+           .top_k = o.top_k,
+           .moe_every = o.moe_every,
+           .capacity_factor = o.capacity_factor,
+           .aux_loss_coef = o.aux_loss_coef,
+           .z_loss_coef = o.z_loss_coef},
+      model_(cfg_),
+      autocast_(o.dtype == "bf16"  ? DataType::kBF16
+                : o.dtype == "f16" ? DataType::kF16
+                                   : DataType::kF32),
+      global_micro_(m.dp * m.micro_batches),
+      loss_scale_(1.0 / global_micro_),
+      micro_rows_(o.batch / m.dp / m.micro_batches),
+      // The LR schedule's length: --lr-steps, else (resuming) the checkpoint's, else --steps.
+      lr_steps_(o.lr_steps > 0 ? o.lr_steps : o.steps),
+      schedule_(make_schedule(o, lr_steps_)) {}
+
+// The GPT on this rank: tensor-parallel slices, and experts on more than one rank: ep groups of
+// consecutive dp ranks share each MoE layer's experts (E/ep each); the dp/ep ranks holding the
+// same experts form an expert-data-parallel group (Replicas reduces or shards them over it).
+void Trainer::build_model() {
+  model_.init(o_.seed);
+  params_total_ = model_.num_parameters();
+  model_.set_activation_checkpointing(o_.checkpoint_activations);
+  if (m_.tp > 1) parallel::tensor_parallel(model_, mesh_.tp());
+  split_experts_ = o_.experts > 0 && m_.dp > 1;
+  if (split_experts_) {
+    const int r = dp_.rank();
+    ep_group_ = dp_.split(r / m_.ep, r, "ep group " + std::to_string(r / m_.ep));
+    expert_dp_ = dp_.split(r % m_.ep, r, "expert-dp group " + std::to_string(r % m_.ep));
+    if (m_.ep > 1) parallel::expert_parallel(model_, *ep_group_);
+  }
+  // Deterministic with ep > 1: each expert's sources apart, folded after every backward in the
+  // global batch's order on every replica (expert_parallel.h), so nothing is reduced after.
+  experts_apart_ = split_experts_ && m_.ep > 1 && dp_.deterministic();
+  if (experts_apart_) parallel::keep_expert_sources_apart(model_);
+  model_.to(device_);  // before any wrapper binds buffers to the parameters
+}
+
+void Trainer::build_pipeline() {
+  if (m_.pp == 1) return;
+  pipe_ = std::make_unique<parallel::PipelineEngine>(
+      model_, mesh_,
+      parallel::PipelineOptions{.schedule = o_.schedule,
+                                .chunks = m_.chunks,
+                                .micro_batches = m_.micro_batches,
+                                .balance = o_.balance,
+                                .loss_scale = loss_scale_});
+}
+
+// DDP + AdamW or ZeRO over dp, the experts apart when split (parallel/replicas.h).
+void Trainer::build_replicas() {
+  if (o_.dtype == "f16") scaler_.emplace();
+  // A replicated tensor-parallel parameter is counted by tp rank 0 only; every slice by its rank.
+  const bool tp_rank0 = mesh_.tp().rank() == 0;
+  parallel::PipelineEngine* pipe = pipe_.get();
+  replicas_ = std::make_unique<parallel::Replicas>(
+      model_, mesh_, pipe ? pipe->parameters() : model_.named_parameters(),
+      parallel::ReplicasOptions{
+          .zero_stage = o_.zero,
+          .adamw = {.lr = o_.lr, .weight_decay = o_.weight_decay},
+          .shard_group = o_.zero_group == -1 ? parallel::ZeroOptions::kHostGroup : o_.zero_group,
+          .average = false,
+          .include = pipe ? parallel::NameFilter(
+                                [pipe](const std::string& name) { return pipe->owns(name); })
+                          : nullptr,
+          .is_expert = o_.experts > 0 ? parallel::NameFilter(is_expert) : nullptr,
+          .expert_replicas = split_experts_ ? &*expert_dp_ : nullptr,
+          .experts_apart = experts_apart_,
+          .counted =
+              [this, tp_rank0](const std::string& name) {
+                return tp_rank0 || parallel::is_tensor_parallel_slice(model_, name);
+              },
+          .scaler = scaler_ ? &*scaler_ : nullptr});
+}
+
+void Trainer::print_header() {
+  if (!root_) return;
+  std::printf(
+      "chorus-train: GPT %lld parameters (%lld layers, width %lld, %lld heads, context "
+      "%lld), %d ranks, %s\n",
+      static_cast<long long>(params_total_), static_cast<long long>(o_.layers),
+      static_cast<long long>(o_.width), static_cast<long long>(o_.heads),
+      static_cast<long long>(o_.context), world_.size(),
+      device_.is_cpu() ? (std::to_string(threads_) + " compute thread(s) each").c_str()
+                       : ("rank 0 on " + tensor::to_string(device_)).c_str());
+  if (o_.experts > 0) {
+    int64_t moe_blocks = 0;
+    for (int64_t i = 0; i < o_.layers; ++i) moe_blocks += cfg_.moe_block(i) ? 1 : 0;
+    char capacity[64] = "dropless";
+    if (o_.capacity_factor > 0)
+      std::snprintf(capacity, sizeof capacity, "capacity factor %g", o_.capacity_factor);
     std::printf(
-        "chorus-train: GPT %lld parameters (%lld layers, width %lld, %lld heads, context "
-        "%lld), %d ranks, %s\n",
-        static_cast<long long>(params_total), static_cast<long long>(o.layers),
-        static_cast<long long>(o.width), static_cast<long long>(o.heads),
-        static_cast<long long>(o.context), world.size(),
-        device.is_cpu() ? (std::to_string(threads) + " compute thread(s) each").c_str()
-                        : ("rank 0 on " + tensor::to_string(device)).c_str());
-    if (o.experts > 0) {
-      int64_t moe_blocks = 0;
-      for (int64_t i = 0; i < o.layers; ++i) moe_blocks += cfg.moe_block(i) ? 1 : 0;
-      char capacity[64] = "dropless";
-      if (o.capacity_factor > 0)
-        std::snprintf(capacity, sizeof capacity, "capacity factor %g", o.capacity_factor);
-      std::printf(
-          "experts: %lld in each of %lld MoE block(s) of %lld, %lld per rank (ep=%d), top-%lld, "
-          "%s; loss + %g x load balance + %g x router z-loss\n",
-          static_cast<long long>(o.experts), static_cast<long long>(moe_blocks),
-          static_cast<long long>(o.layers), static_cast<long long>(o.experts / m.ep), m.ep,
-          static_cast<long long>(o.top_k), capacity, o.aux_loss_coef, o.z_loss_coef);
-    }
-    if (!m.reason.empty()) std::printf("%s\n", m.reason.c_str());
-    std::printf(
-        "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
-        "replica(s) x %d micro-batch(es) of %lld\n",
-        m.dp, m.tp, m.pp, mesh.layout().c_str(), dp_scheme.c_str(),
-        m.pp > 1 ? (", " + o.schedule + " pipeline").c_str() : "", static_cast<long long>(o.batch),
-        static_cast<long long>(o.context), m.dp, m.micro_batches,
-        static_cast<long long>(micro_rows));
-    std::fflush(stdout);
+        "experts: %lld in each of %lld MoE block(s) of %lld, %lld per rank (ep=%d), top-%lld, "
+        "%s; loss + %g x load balance + %g x router z-loss\n",
+        static_cast<long long>(o_.experts), static_cast<long long>(moe_blocks),
+        static_cast<long long>(o_.layers), static_cast<long long>(o_.experts / m_.ep), m_.ep,
+        static_cast<long long>(o_.top_k), capacity, o_.aux_loss_coef, o_.z_loss_coef);
   }
-  // Resume: the checkpoint fills whatever this mesh holds (it reshards).
-  // Split experts step in an AdamW of their own; their expert-data-parallel group splits them.
-  parallel::CheckpointState ckpt{.model = &model,
-                                 .mesh = &mesh,
-                                 .optimizer = opt.get(),
-                                 .zero = zero.get(),
-                                 .pipeline = pipe.get(),
-                                 .expert_optimizer = expert_opt.get(),
-                                 .expert_replicas = expert_opt ? &*expert_dp : nullptr};
-  int64_t first = 0;
-  if (!o.load.empty()) {
-    const parallel::CheckpointInfo info = parallel::load_checkpoint(o.load, ckpt);
-    for (const auto& [key, mine] :
-         {std::pair<std::string, double>{"seed", double(o.seed)}, {"batch", double(o.batch)}}) {
-      auto it = info.scalars.find(key);
-      CHORUS_ARG_CHECK(it == info.scalars.end() || it->second == mine, "chorus-train: --load ",
-                       o.load, " was trained with --", key, " ", it->second, ", not ", mine,
-                       " (the data would not continue)");
-    }
-    if (auto it = info.scalars.find("loss_scale"); it != info.scalars.end() && scaler)
-      scaler.emplace(tensor::GradScalerOptions{.init_scale = it->second});
-    if (pipe) pipe->sync_tied_weights();
-    first = info.step;
-    // The same curve goes on: the saved schedule's length unless --lr-steps says otherwise.
-    if (auto it = info.scalars.find("lr_steps"); it != info.scalars.end() && o.lr_steps == 0) {
-      lr_steps = static_cast<int64_t>(it->second);
-      schedule = make_schedule(lr_steps);
-    }
-    if (root) {
-      const std::string here = "dp=" + std::to_string(m.dp) + " tp=" + std::to_string(m.tp) +
-                               " pp=" + std::to_string(m.pp) + " zero=" + std::to_string(o.zero) +
-                               (expert_opt && m.ep > 1 ? " ep=" + std::to_string(m.ep) : "");
-      std::printf(
-          "resumed from %s at step %lld (saved at %s%s); the LR schedule spans %lld steps\n",
-          o.load.c_str(), static_cast<long long>(first), info.saved_mesh.c_str(),
-          info.saved_mesh == here ? "" : (", resharded to " + here).c_str(),
-          static_cast<long long>(lr_steps));
-    }
+  if (!m_.reason.empty()) std::printf("%s\n", m_.reason.c_str());
+  std::printf(
+      "mesh dp=%d tp=%d pp=%d (%s), %s%s, global batch %lld x %lld tokens = %d "
+      "replica(s) x %d micro-batch(es) of %lld\n",
+      m_.dp, m_.tp, m_.pp, mesh_.layout().c_str(), replicas_->scheme().c_str(),
+      m_.pp > 1 ? (", " + o_.schedule + " pipeline").c_str() : "", static_cast<long long>(o_.batch),
+      static_cast<long long>(o_.context), m_.dp, m_.micro_batches,
+      static_cast<long long>(micro_rows_));
+  std::fflush(stdout);
+}
+
+// The checkpoint fills whatever this mesh holds (it reshards); split experts step in an
+// optimizer of their own, their expert-data-parallel group splitting them.
+void Trainer::resume() {
+  ckpt_ = {.model = &model_, .mesh = &mesh_, .pipeline = pipe_.get()};
+  replicas_->bind(ckpt_);
+  if (o_.load.empty()) return;
+  const parallel::CheckpointInfo info = parallel::load_checkpoint(o_.load, ckpt_);
+  for (const auto& [key, mine] :
+       {std::pair<std::string, double>{"seed", double(o_.seed)}, {"batch", double(o_.batch)}}) {
+    auto it = info.scalars.find(key);
+    CHORUS_ARG_CHECK(it == info.scalars.end() || it->second == mine, "chorus-train: --load ",
+                     o_.load, " was trained with --", key, " ", it->second, ", not ", mine,
+                     " (the data would not continue)");
   }
-  auto save = [&](int64_t next_step) {
-    ckpt.step = next_step;
-    ckpt.scalars = {
-        {"seed", double(o.seed)}, {"batch", double(o.batch)}, {"lr_steps", double(lr_steps)}};
-    if (scaler) ckpt.scalars["loss_scale"] = scaler->get_scale();
-    parallel::save_checkpoint(o.save, ckpt);
-    if (root)
-      std::printf("saved %s at step %lld\n", o.save.c_str(), static_cast<long long>(next_step));
+  if (auto it = info.scalars.find("loss_scale"); it != info.scalars.end() && scaler_)
+    scaler_.emplace(tensor::GradScalerOptions{.init_scale = it->second});
+  if (pipe_) pipe_->sync_tied_weights();
+  first_ = info.step;
+  // The same curve goes on: the saved schedule's length unless --lr-steps says otherwise.
+  if (auto it = info.scalars.find("lr_steps"); it != info.scalars.end() && o_.lr_steps == 0) {
+    lr_steps_ = static_cast<int64_t>(it->second);
+    schedule_ = make_schedule(o_, lr_steps_);
+  }
+  if (!root_) return;
+  const std::string here =
+      "dp=" + std::to_string(m_.dp) + " tp=" + std::to_string(m_.tp) +
+      " pp=" + std::to_string(m_.pp) + " zero=" + std::to_string(o_.zero) +
+      (ckpt_.expert_optimizer && m_.ep > 1 ? " ep=" + std::to_string(m_.ep) : "");
+  std::printf("resumed from %s at step %lld (saved at %s%s); the LR schedule spans %lld steps\n",
+              o_.load.c_str(), static_cast<long long>(first_), info.saved_mesh.c_str(),
+              info.saved_mesh == here ? "" : (", resharded to " + here).c_str(),
+              static_cast<long long>(lr_steps_));
+}
+
+void Trainer::save(int64_t next_step) {
+  ckpt_.step = next_step;
+  ckpt_.scalars = {
+      {"seed", double(o_.seed)}, {"batch", double(o_.batch)}, {"lr_steps", double(lr_steps_)}};
+  if (scaler_) ckpt_.scalars["loss_scale"] = scaler_->get_scale();
+  parallel::save_checkpoint(o_.save, ckpt_);
+  if (root_)
+    std::printf("saved %s at step %lld\n", o_.save.c_str(), static_cast<long long>(next_step));
+}
+
+// The timeline: blocks, pipeline actions and waits, every communicator's collectives.
+void Trainer::start_trace() {
+  if (o_.trace.empty()) return;
+  tracer_ = std::make_unique<parallel::Tracer>(world_);
+  tracer_->instrument(model_);
+  traced_ = {{"dp", &dp_}};
+  if (m_.tp > 1) traced_.emplace_back("tp", &mesh_.tp());
+  if (m_.pp > 1) {
+    pipe_->set_tracer(tracer_.get());
+    for (const auto& c : pipe_->channels()) traced_.push_back(c);
+  }
+  if (m_.tp * m_.pp > 1) traced_.emplace_back("mp", &mesh_.mp());
+  if (m_.ep > 1) traced_.emplace_back("ep", &*ep_group_);
+}
+
+// The step's micro-batches through the model, forward and backward; returns their scaled
+// losses. The batch is cut in dp x micro_batches micro-batches; replica r's k-th is number
+// k * dp + r, so that every micro-step takes the next dp of them in order (the order the folding
+// reductions of the deterministic mode add gradients in).
+std::vector<double> Trainer::forward_backward(int64_t step) {
+  const auto [x_all, y_all] = sampler_.batch(step);
+  auto micro = [&, &x = x_all, &y = y_all](int k) {
+    const int64_t row = (static_cast<int64_t>(k) * m_.dp + dp_.rank()) * micro_rows_;
+    return std::make_pair(x.narrow(0, row, micro_rows_).contiguous().to(device_),
+                          y.narrow(0, row, micro_rows_).contiguous().to(device_));
   };
-  // The experts' gradients summed over their expert-data-parallel group (an expert no token
-  // reached has no gradient: zeros, as DDP reduces an unused parameter; folded sources apart are
-  // summed already). Deterministic at ep 1 with micro-batches, every micro-step folds
-  // (fold_experts) as DDP does: the first rank keeps the running sum, the others start their next
-  // contribution from zero (`last` false), so the sum adds the micro-batches in the global
-  // batch's order.
-  const bool fold_experts =
-      expert_opt && !experts_apart && dp.deterministic() && m.micro_batches > 1;
-  auto reduce_experts = [&](bool last) {
-    for (const auto& [name, p] : expert_opt->params()) {
-      Tensor t = p;
-      if (!t.grad().defined()) t.set_grad(Tensor::zeros_like(t));
-      if (expert_dp->size() > 1 && !experts_apart)
-        expert_dp->all_reduce(t.grad().data_ptr(), t.grad().data_ptr(),
-                              static_cast<size_t>(t.grad().numel()), t.grad().dtype(),
-                              ReduceOp::kSum);
-      if (!last && expert_dp->rank() != 0) t.mutable_grad().zero_();
-    }
-  };
-  // The timeline: blocks, pipeline actions and waits, every communicator's collectives.
-  std::unique_ptr<parallel::Tracer> tracer;
-  std::vector<std::pair<std::string, Communicator*>> traced;
-  if (!o.trace.empty()) {
-    tracer = std::make_unique<parallel::Tracer>(world);
-    tracer->instrument(model);
-    traced = {{"dp", &dp}};
-    if (m.tp > 1) traced.emplace_back("tp", &mesh.tp());
-    if (m.pp > 1) {
-      pipe->set_tracer(tracer.get());
-      for (const auto& c : pipe->channels()) traced.push_back(c);
-    }
-    if (m.tp * m.pp > 1) traced.emplace_back("mp", &mesh.mp());
-    if (m.ep > 1) traced.emplace_back("ep", &*ep_group);
+  tensor::AutocastGuard guard(autocast_);
+  if (pipe_) {
+    pipe_->forward_backward(micro, static_cast<uint64_t>(step), replicas_->pipeline_backward());
+    return pipe_->losses();
   }
-  std::unique_ptr<std::ofstream> json;
-  if (root && !o.log_json.empty()) {
-    json = std::make_unique<std::ofstream>(o.log_json);
-    CHORUS_ARG_CHECK(json->good(), "chorus-train: cannot write --log-json ", o.log_json);
+  return replicas_->accumulate(m_.micro_batches, [&](int k) {
+    const auto [x, y] = micro(k);
+    Tensor l = model_.loss(x, y, static_cast<uint64_t>(step));
+    if (global_micro_ > 1) l = tensor::scale(l, loss_scale_);
+    const double loss = l.item();
+    (scaler_ ? scaler_->scale(l) : l).backward();
+    return loss;
+  });
+}
+
+Trainer::StepResult Trainer::train_step(int64_t step) {
+  const auto t0 = Clock::now();
+  std::optional<parallel::Tracer::Span> step_span;
+  if (tracer_) step_span.emplace(tracer_->span("step " + std::to_string(step)));
+  StepResult r;
+  r.lr = schedule_.at(step);
+  replicas_->set_lr(r.lr);
+  std::vector<double> micro_losses;
+  {
+    std::optional<parallel::Tracer::Span> fb;
+    if (tracer_) fb.emplace(tracer_->span("forward and backward"));
+    micro_losses = forward_backward(step);
   }
-  const bool bar = root && !o.quiet && ::isatty(STDOUT_FILENO) != 0;
-  const auto start = Clock::now();
+  {
+    std::optional<parallel::Tracer::Span> update;
+    if (tracer_) update.emplace(tracer_->span("gradient norm and optimizer"));
+    // The global gradient norm, clipped; the optimizers step; the gradients are zeroed.
+    r.norm = replicas_->finish_step(o_.clip);
+    if (pipe_) pipe_->sync_tied_weights();
+  }
+  r.loss = global_loss(dp_, micro_losses);
+  step_span.reset();
+  for (const auto& [label, c] : traced_) tracer_->collect(*c, label);
+  r.seconds = seconds(t0);
+  return r;
+}
+
+// Rank 0's line for the step: a progress bar on a terminal, else a line per step; --log-json.
+void Trainer::log_step(int64_t step, const StepResult& r) {
+  const double tokens_s = double(o_.batch * o_.context) / r.seconds;
+  const double mfu = flops_ / r.seconds / (peak_ * 1e9);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "step %lld loss %.4f grad_norm %.3f lr %.2e step_ms %.1f tokens/s %.0f mfu %.1f%%",
+                static_cast<long long>(step), r.loss, r.norm, r.lr, 1e3 * r.seconds, tokens_s,
+                100 * mfu);
+  if (!o_.quiet && ::isatty(STDOUT_FILENO) != 0) {
+    const double done = double(step + 1 - first_) / double(o_.steps - first_);
+    const int width = 24, filled = static_cast<int>(done * width);
+    const double eta = seconds(start_) / done * (1 - done);
+    std::printf("\r[%s%s] %lld/%lld loss %.4f %.0f tok/s ETA %s   ",
+                std::string(static_cast<size_t>(filled), '#').c_str(),
+                std::string(static_cast<size_t>(width - filled), '.').c_str(),
+                static_cast<long long>(step + 1), static_cast<long long>(o_.steps), r.loss,
+                tokens_s, duration_text(eta).c_str());
+    if (step + 1 == o_.steps) std::printf("\n%s\n", line);
+  } else if (!o_.quiet) {
+    std::printf("%s\n", line);
+  }
+  std::fflush(stdout);
+  if (json_)
+    *json_ << "{\"step\": " << step << ", \"loss\": " << exact(r.loss)
+           << ", \"grad_norm\": " << exact(r.norm) << ", \"lr\": " << exact(r.lr)
+           << ", \"step_ms\": " << 1e3 * r.seconds << ", \"tokens_per_s\": " << tokens_s
+           << ", \"mfu\": " << mfu << "}" << std::endl;
+}
+
+// --log-memory: every rank's peak and current bytes (tensor::memory_stats), and what its
+// replicas hold by kind (Replicas::memory), written by rank 0.
+void Trainer::write_memory() {
+  const tensor::MemoryStats mine = tensor::memory_stats(device_);
+  const parallel::Replicas::Memory held = replicas_->memory();
+  constexpr size_t kFields = 5;
+  const int64_t sent[kFields] = {mine.peak_bytes, mine.current_bytes, held.parameter_bytes,
+                                 held.gradient_bytes, held.optimizer_bytes};
+  std::vector<int64_t> all(kFields * static_cast<size_t>(world_.size()));
+  world_.all_gather(sent, all.data(), kFields, DataType::kI64);
+  if (!root_ || o_.log_memory.empty()) return;
+  std::ofstream out(o_.log_memory);
+  CHORUS_ARG_CHECK(out.good(), "chorus-train: cannot write --log-memory ", o_.log_memory);
+  const char* names[kFields] = {"peak_bytes", "current_bytes", "parameter_bytes", "gradient_bytes",
+                                "optimizer_bytes"};
+  for (size_t f = 0; f < kFields; ++f) {
+    out << (f ? "], \"" : "{\"") << names[f] << "\": [";
+    for (int r = 0; r < world_.size(); ++r) out << (r ? ", " : "") << all[kFields * size_t(r) + f];
+  }
+  out << "]}" << std::endl;
+}
+
+void Trainer::finish() {
+  write_memory();
+  if (!o_.save.empty()) save(std::max<int64_t>(o_.steps, first_));
+  if (tracer_) {
+    tracer_->write(o_.trace);
+    if (root_)
+      std::printf("trace written to %s (one track per rank and activity)\n", o_.trace.c_str());
+  }
+  if (root_ && scaler_)
+    std::printf("loss scaling: %lld step(s) skipped, scale now %g\n",
+                static_cast<long long>(scaler_->skipped_steps()), scaler_->get_scale());
+  if (root_)
+    std::printf("done: %lld steps in %s; peak memory %.1f MiB on %s (rank 0's tensors)\n",
+                static_cast<long long>(o_.steps - first_), duration_text(seconds(start_)).c_str(),
+                double(tensor::memory_stats(device_).peak_bytes) / (1 << 20),
+                tensor::to_string(device_).c_str());
+}
+
+int Trainer::run() {
+  build_model();
+  build_pipeline();
+  build_replicas();
+  world_.barrier();
+  peak_ = gemm_peak_gflops(device_, autocast_);
+  world_.all_reduce(&peak_, &peak_, 1, DataType::kF64, ReduceOp::kSum);
+  flops_ = step_flops(cfg_, o_.batch);
+  print_header();
+  resume();
+  start_trace();
+  if (root_ && !o_.log_json.empty()) {
+    json_ = std::make_unique<std::ofstream>(o_.log_json);
+    CHORUS_ARG_CHECK(json_->good(), "chorus-train: cannot write --log-json ", o_.log_json);
+  }
+  start_ = Clock::now();
   // The engine's high-water mark over the steps (the set-up's transient copies left out): what
   // the run needs per rank, which chorus-plan predicts.
   tensor::reset_peak_memory();
-
   // The set-up's collectives (initial broadcasts, loading) are not part of any step.
-  for (const auto& [label, c] : traced) tracer->skip(*c, label);
-  for (int64_t step = first; step < o.steps; ++step) {
-    const auto t0 = Clock::now();
-    std::optional<parallel::Tracer::Span> step_span;
-    if (tracer) step_span.emplace(tracer->span("step " + std::to_string(step)));
-    const double lr = schedule.at(step);
-    if (opt) opt->set_lr(lr);
-    if (expert_opt) expert_opt->set_lr(lr);
-    if (zero) zero->set_lr(lr);
-    if (expert_zero) expert_zero->set_lr(lr);
-    const auto [x_all, y_all] = sampler.batch(step);
-    // The batch in dp x micro_batches micro-batches; replica r's k-th is number k * dp + r, so
-    // that every micro-step takes the next dp of them in order (the order the folding reductions
-    // of the deterministic mode add gradients in).
-    auto micro = [&](int k) {
-      const int64_t row = (static_cast<int64_t>(k) * m.dp + dp.rank()) * micro_rows;
-      return std::make_pair(x_all.narrow(0, row, micro_rows).contiguous().to(device),
-                            y_all.narrow(0, row, micro_rows).contiguous().to(device));
-    };
-    std::vector<double> micro_losses(static_cast<size_t>(m.micro_batches), 0.0);
-    {
-      std::optional<parallel::Tracer::Span> fb;
-      if (tracer) fb.emplace(tracer->span("forward and backward"));
-      // Accumulation without a reduction: whichever wrappers hold the gradients.
-      struct Quiet {
-        std::optional<parallel::NoSync> rest, experts;
-      };
-      auto no_sync = [&] {
-        Quiet q;
-        q.rest.emplace(ddp ? ddp->no_sync() : zero->no_sync());
-        if (expert_zero) q.experts.emplace(expert_zero->no_sync());
-        return q;
-      };
-      tensor::AutocastGuard guard(autocast);
-      if (pipe) {
-        pipe->forward_backward(micro, static_cast<uint64_t>(step),
-                               [&](bool last, const std::function<void()>& backward) {
-                                 if (last) return backward();
-                                 const Quiet quiet = no_sync();
-                                 backward();
-                               });
-        micro_losses = pipe->losses();
-      } else {
-        for (int k = 0; k < m.micro_batches; ++k) {
-          std::optional<Quiet> quiet;
-          if (k + 1 < m.micro_batches) quiet.emplace(no_sync());
-          const auto [x, y] = micro(k);
-          Tensor l = model.loss(x, y, static_cast<uint64_t>(step));
-          if (global_micro > 1) l = tensor::scale(l, loss_scale);
-          micro_losses[static_cast<size_t>(k)] = l.item();
-          (scaler ? scaler->scale(l) : l).backward();
-          if (experts_apart) parallel::fold_expert_gradients(model, *expert_dp);
-          if (fold_experts && k + 1 < m.micro_batches) reduce_experts(false);
-        }
-      }
-    }
-    std::optional<parallel::Tracer::Span> update;
-    if (tracer) update.emplace(tracer->span("gradient norm and optimizer"));
-    // The global gradient norm, clipped (scaled gradients under f16: the threshold scales too).
-    const double scale = scaler ? scaler->get_scale() : 1.0;
-    double norm = 0;
-    if (ddp && expert_opt) {
-      opt->wait_grads();
-      reduce_experts(true);
-      // Every element once: the replicated parameters on dp rank 0, each expert on the first
-      // rank of its expert-data-parallel group.
-      tensor::nn::NamedTensors all = opt->params();
-      for (const auto& named : expert_opt->params()) all.push_back(named);
-      // Summed over the model-parallel ranks too (the world), a replicated tensor-parallel
-      // parameter (an MoE layer's included) on tp rank 0.
-      const bool first_replica = dp.rank() == 0, first_expert_copy = expert_dp->rank() == 0;
-      norm = parallel::clip_grad_norm(
-                 all, o.clip * scale, m.tp * m.pp > 1 ? world : dp,
-                 [&](const std::string& name) {
-                   return (is_expert(name) ? first_expert_copy : first_replica) && counted(name);
-                 }) /
-             scale;
-    } else if (expert_zero) {
-      // The shards: every element on exactly one rank of dp (the rest sharded over dp, each
-      // expert over the ranks holding it), then over the model-parallel ranks as above. Norms that
-      // do not clip (max 0) first finish both wrappers' reductions.
-      zero->clip_grad_norm(0);
-      expert_zero->clip_grad_norm(0);
-      tensor::nn::NamedTensors all = zero->shard_optimizer().params();
-      for (const auto& named : expert_zero->shard_optimizer().params()) all.push_back(named);
-      norm = parallel::clip_grad_norm(all, o.clip, m.tp * m.pp > 1 ? world : dp, counted);
-    } else if (ddp) {
-      opt->wait_grads();
-      norm = parallel::clip_grad_norm(opt->params(), o.clip * scale, mesh.mp(), counted) / scale;
-    } else {
-      norm = zero->clip_grad_norm(o.clip, m.tp * m.pp > 1 ? &mesh.mp() : nullptr, counted);
-    }
-    if (ddp) {
-      if (scaler && expert_opt) {
-        // A skipped step is skipped on every rank: the norm summed every rank's gradients, so
-        // it is not finite everywhere when any rank saw an inf or nan in any expert.
-        scaler->step({opt.get(), expert_opt.get()}, !std::isfinite(norm));
-        scaler->update();
-      } else if (scaler) {
-        scaler->step(*opt);
-        scaler->update();
-      } else {
-        opt->step();
-        if (expert_opt) expert_opt->step();
-      }
-      opt->zero_grad();
-      if (expert_opt) expert_opt->zero_grad();
-    } else {
-      zero->step();
-      zero->zero_grad();
-      if (expert_zero) {
-        expert_zero->step();
-        expert_zero->zero_grad();
-      }
-    }
-    if (pipe) pipe->sync_tied_weights();
-    update.reset();
-    const double loss = global_loss(dp, micro_losses);
-    step_span.reset();
-    for (const auto& [label, c] : traced) tracer->collect(*c, label);
-    const double step_s = seconds(t0);
-    if (!o.save.empty() && o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps)
+  for (const auto& [label, c] : traced_) tracer_->skip(*c, label);
+  for (int64_t step = first_; step < o_.steps; ++step) {
+    const StepResult r = train_step(step);
+    if (!o_.save.empty() && o_.save_every > 0 && (step + 1) % o_.save_every == 0 &&
+        step + 1 < o_.steps)
       save(step + 1);
-    if (!root) continue;
-    const double tokens_s = double(o.batch * o.context) / step_s;
-    const double mfu = flops / step_s / (peak * 1e9);
-    char line[256];
-    std::snprintf(
-        line, sizeof line,
-        "step %lld loss %.4f grad_norm %.3f lr %.2e step_ms %.1f tokens/s %.0f mfu %.1f%%",
-        static_cast<long long>(step), loss, norm, lr, 1e3 * step_s, tokens_s, 100 * mfu);
-    if (bar) {
-      const double done = double(step + 1 - first) / double(o.steps - first);
-      const int width = 24, filled = static_cast<int>(done * width);
-      const double eta = seconds(start) / done * (1 - done);
-      std::printf("\r[%s%s] %lld/%lld loss %.4f %.0f tok/s ETA %s   ",
-                  std::string(static_cast<size_t>(filled), '#').c_str(),
-                  std::string(static_cast<size_t>(width - filled), '.').c_str(),
-                  static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss, tokens_s,
-                  duration_text(eta).c_str());
-      if (step + 1 == o.steps) std::printf("\n%s\n", line);
-    } else if (!o.quiet) {
-      std::printf("%s\n", line);
-    }
-    std::fflush(stdout);
-    if (json)
-      *json << "{\"step\": " << step << ", \"loss\": " << exact(loss)
-            << ", \"grad_norm\": " << exact(norm) << ", \"lr\": " << exact(lr)
-            << ", \"step_ms\": " << 1e3 * step_s << ", \"tokens_per_s\": " << tokens_s
-            << ", \"mfu\": " << mfu << "}" << std::endl;
+    if (root_) log_step(step, r);
   }
-  {
-    // Every rank's peak and current bytes (tensor::memory_stats), written by rank 0.
-    const tensor::MemoryStats mine = tensor::memory_stats(device);
-    const int64_t sent[2] = {mine.peak_bytes, mine.current_bytes};
-    std::vector<int64_t> all(2 * static_cast<size_t>(world.size()));
-    world.all_gather(sent, all.data(), 2, DataType::kI64);
-    if (root && !o.log_memory.empty()) {
-      std::ofstream out(o.log_memory);
-      CHORUS_ARG_CHECK(out.good(), "chorus-train: cannot write --log-memory ", o.log_memory);
-      out << "{\"peak_bytes\": [";
-      for (int r = 0; r < world.size(); ++r) out << (r ? ", " : "") << all[2 * size_t(r)];
-      out << "], \"current_bytes\": [";
-      for (int r = 0; r < world.size(); ++r) out << (r ? ", " : "") << all[2 * size_t(r) + 1];
-      out << "]}" << std::endl;
-    }
-  }
-  if (!o.save.empty()) save(std::max<int64_t>(o.steps, first));
-  if (tracer) {
-    tracer->write(o.trace);
-    if (root)
-      std::printf("trace written to %s (one track per rank and activity)\n", o.trace.c_str());
-  }
-  if (root && scaler)
-    std::printf("loss scaling: %lld step(s) skipped, scale now %g\n",
-                static_cast<long long>(scaler->skipped_steps()), scaler->get_scale());
-  if (root)
-    std::printf("done: %lld steps in %s; peak memory %.1f MiB on %s (rank 0's tensors)\n",
-                static_cast<long long>(o.steps - first), duration_text(seconds(start)).c_str(),
-                double(tensor::memory_stats(device).peak_bytes) / (1 << 20),
-                tensor::to_string(device).c_str());
+  finish();
   return 0;
 }
+
+}  // namespace
+
+int run(const Options& o, const Mesh& m, Communicator& world) { return Trainer(o, m, world).run(); }
 
 }  // namespace chorus::train
