@@ -1,13 +1,12 @@
 #include "algo/cost_model.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "algo/host_cache.h"
 #include "algo/registry.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
@@ -269,16 +268,7 @@ std::optional<double> CostModel::predict_us(Collective coll, Variant v, const Pl
   return us;
 }
 
-std::string default_cost_path() {
-  const char* cache = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  std::string dir = cache != nullptr && *cache != '\0' ? std::string(cache)
-                    : home != nullptr && *home != '\0' ? std::string(home) + "/.cache"
-                                                       : std::string("/tmp");
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return dir + "/chorus/cost-" + host + ".txt";
-}
+std::string default_cost_path() { return host_cache_file("cost"); }
 
 CostModel load_cost_model() {
   std::string path;

@@ -1,13 +1,12 @@
 #include "algo/tuner.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "algo/host_cache.h"
 #include "algo/registry.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
@@ -189,16 +188,7 @@ std::optional<Path> TuneTable::path_for(int world_size, Collective coll, Algorit
   return *single <= *fifo ? Path::kSingleCopy : Path::kFifo;
 }
 
-std::string default_tune_path() {
-  const char* cache = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  std::string dir = cache != nullptr && *cache != '\0' ? std::string(cache)
-                    : home != nullptr && *home != '\0' ? std::string(home) + "/.cache"
-                                                       : std::string("/tmp");
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return dir + "/chorus/tune-" + host + ".txt";
-}
+std::string default_tune_path() { return host_cache_file("tune"); }
 
 bool tuning_enabled() {
   const std::string v = kTune.get();

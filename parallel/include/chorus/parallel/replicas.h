@@ -42,6 +42,7 @@
 #include "chorus/parallel/checkpoint.h"
 #include "chorus/parallel/mesh.h"
 #include "chorus/parallel/no_sync.h"
+#include "chorus/parallel/zero.h"
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/optim.h"
@@ -112,13 +113,9 @@ class Replicas {
   void set_lr(double lr);
 
   // Bytes this rank holds for the replicas now: parameters, gradients (DDP's buckets, ZeRO's
-  // shards and staging), optimizer state (both optimizers with experts), and the engine's peak.
-  struct Memory {
-    int64_t parameter_bytes = 0;
-    int64_t gradient_bytes = 0;
-    int64_t optimizer_bytes = 0;
-    int64_t peak_bytes = 0;
-  };
+  // shards and staging), optimizer state (both optimizers with experts), and the engine's peak;
+  // ZeRO's report's kinds.
+  using Memory = ZeroOptimizer::Memory;
   Memory memory() const;
 
   // Fills the optimizer fields of a checkpoint's state (optimizer or zero, and the experts').
