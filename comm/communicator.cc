@@ -116,7 +116,7 @@ Communicator Communicator::from_env(const CommOptions& options) {
     } else {
       // The store's server belongs to rank 0's process and serves every communicator made here;
       // each communicator has its own client, bounded by its timeout.
-      if (env.rank == 0) comm::bootstrap::serve_for_process(env);
+      if (env.rank == 0) bootstrap::serve_for_process(env);
       s.store = std::make_shared<TcpStore>(env.master_addr, env.master_port,
                                            Impl::resolve_timeout(options));
     }

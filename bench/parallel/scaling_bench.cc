@@ -135,7 +135,7 @@ int run(const Args& a) {
   std::unique_ptr<parallel::ZeroOptimizer> zero;
   if (a.mode == "ddp" || a.mode == "nosync") {
     ddp = std::make_unique<parallel::DistributedDataParallel>(
-        model, world, parallel::DDPOptions{.bucket_bytes = bucket});
+        model, world, parallel::DataParallelOptions{.bucket_bytes = bucket});
     opt = std::make_unique<tensor::optim::AdamW>(model.named_parameters(), adamw);
     ddp->attach(*opt);
   } else {

@@ -9,7 +9,7 @@
 
 #include "chorus/store.h"
 
-namespace chorus::comm::bootstrap {
+namespace chorus::bootstrap {
 namespace {
 
 // The servers this process runs, by endpoint. One of the few process-wide objects in chorus:
@@ -52,4 +52,4 @@ void serve_for_process(const LaunchEnv& env) {
   servers.serve(env);
 }
 
-}  // namespace chorus::comm::bootstrap
+}  // namespace chorus::bootstrap

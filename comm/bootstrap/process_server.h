@@ -13,11 +13,11 @@
 
 #include "chorus/launch_env.h"
 
-namespace chorus::comm::bootstrap {
+namespace chorus::bootstrap {
 
 // Serves the store `env` describes in this process, unless that is done already: on the
 // listening socket inherited through CHORUS_STORE_FD (adopted once; it stays open until exit),
 // else on master_addr:master_port. Throws chorus::Error when the socket cannot be served.
 void serve_for_process(const LaunchEnv& env);
 
-}  // namespace chorus::comm::bootstrap
+}  // namespace chorus::bootstrap

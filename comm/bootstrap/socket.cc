@@ -15,7 +15,7 @@
 #include "chorus/error.h"
 #include "chorus/timeout.h"
 
-namespace chorus::comm::bootstrap {
+namespace chorus::bootstrap {
 namespace {
 
 using std::chrono::milliseconds;
@@ -236,4 +236,4 @@ Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   return chorus::deadline_after(timeout);
 }
 
-}  // namespace chorus::comm::bootstrap
+}  // namespace chorus::bootstrap

@@ -9,7 +9,7 @@
 
 #include "chorus/unique_fd.h"
 
-namespace chorus::comm::bootstrap {
+namespace chorus::bootstrap {
 
 using Clock = std::chrono::steady_clock;
 
@@ -51,4 +51,4 @@ void tune_tcp(int fd);
 // huge timeouts ("forever") do not overflow.
 Clock::time_point deadline_after(std::chrono::milliseconds timeout);
 
-}  // namespace chorus::comm::bootstrap
+}  // namespace chorus::bootstrap

@@ -5,7 +5,7 @@
 
 #include "chorus/error.h"
 
-namespace chorus::comm::bootstrap {
+namespace chorus::bootstrap {
 namespace {
 
 template <class T>
@@ -138,4 +138,4 @@ std::optional<int64_t> parse_int64(std::string_view text) {
   return v;
 }
 
-}  // namespace chorus::comm::bootstrap
+}  // namespace chorus::bootstrap

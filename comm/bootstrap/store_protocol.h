@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::comm::bootstrap {
+namespace chorus::bootstrap {
 
 inline constexpr size_t kMaxKeyBytes = size_t{4} << 10;
 inline constexpr size_t kMaxValueBytes = size_t{64} << 20;
@@ -75,4 +75,4 @@ std::optional<std::vector<std::string>> decode_key_list(std::string_view bytes);
 // Strict decimal int64 ("-12", no spaces, no '+', no overflow); the counters of add().
 std::optional<int64_t> parse_int64(std::string_view text);
 
-}  // namespace chorus::comm::bootstrap
+}  // namespace chorus::bootstrap

@@ -20,11 +20,11 @@
 namespace chorus {
 namespace {
 
-using comm::bootstrap::Clock;
-using comm::bootstrap::Fd;
-using comm::bootstrap::IoStatus;
-using comm::bootstrap::Op;
-using comm::bootstrap::Status;
+using bootstrap::Clock;
+using bootstrap::Fd;
+using bootstrap::IoStatus;
+using bootstrap::Op;
+using bootstrap::Status;
 
 constexpr auto kFirstRetry = std::chrono::milliseconds(1);
 constexpr auto kMaxRetry = std::chrono::milliseconds(100);
@@ -60,8 +60,8 @@ std::string quoted_list(const std::vector<std::string>& keys) {
 }
 
 void check_key(const std::string& key) {
-  CHORUS_ARG_CHECK(key.size() <= comm::bootstrap::kMaxKeyBytes, "store key of ", key.size(),
-                   " bytes is too long (at most ", comm::bootstrap::kMaxKeyBytes, ")");
+  CHORUS_ARG_CHECK(key.size() <= bootstrap::kMaxKeyBytes, "store key of ", key.size(),
+                   " bytes is too long (at most ", bootstrap::kMaxKeyBytes, ")");
 }
 
 int64_t timeout_ms(Millis timeout) { return clamp_timeout(timeout).count(); }
@@ -120,7 +120,7 @@ void TcpStore::Impl::connect() {
   Fd fd;
   for (;;) {
     ++attempts;
-    fd = comm::bootstrap::try_connect_tcp(host_, port_, deadline, &error);
+    fd = bootstrap::try_connect_tcp(host_, port_, deadline, &error);
     if (fd) break;
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -158,7 +158,7 @@ Fd TcpStore::Impl::take_connection() {
   }
   // Every pooled connection is busy: another thread is mid-request (perhaps parked in get()).
   std::string error;
-  Fd fd = comm::bootstrap::try_connect_tcp(
+  Fd fd = bootstrap::try_connect_tcp(
       host_, port_, std::min(deadline_after(timeout()), DeadlineScope::current()), &error);
   if (!fd) fail_lost(detail::concat("cannot open another connection: ", error));
   return fd;
@@ -196,9 +196,9 @@ void TcpStore::Impl::fail_silent(std::string_view what, Clock::duration waited) 
 }
 
 Reply TcpStore::Impl::request(Op op, const std::string& key, std::string_view value, Millis waits) {
-  using comm::bootstrap::read_full;
+  using bootstrap::read_full;
   std::string frame;
-  comm::bootstrap::append_request(frame, op, key, value, timeout_ms(waits));
+  bootstrap::append_request(frame, op, key, value, timeout_ms(waits));
   const auto start = Clock::now();
   // Both clamped, so the sum cannot overflow.
   const auto reply_deadline =
@@ -213,12 +213,12 @@ Reply TcpStore::Impl::request(Op op, const std::string& key, std::string_view va
     // The reply may still come; this connection is out of step and is dropped with fd.
     if (status == IoStatus::kTimedOut) fail_silent(what(), reply_deadline - start);
   };
-  check(comm::bootstrap::write_full(fd.get(), frame.data(), frame.size(), reply_deadline));
+  check(bootstrap::write_full(fd.get(), frame.data(), frame.size(), reply_deadline));
 
-  char header[comm::bootstrap::kReplyHeaderBytes];
+  char header[bootstrap::kReplyHeaderBytes];
   check(read_full(fd.get(), header, sizeof(header), reply_deadline));
   std::string error;
-  auto h = comm::bootstrap::parse_reply_header(header, &error);
+  auto h = bootstrap::parse_reply_header(header, &error);
   if (!h) fail_lost(detail::concat("malformed reply to ", what(), ": ", error));
   Reply reply{h->status, std::string(h->value_bytes, '\0')};
   check(read_full(fd.get(), reply.value.data(), reply.value.size(), reply_deadline));
@@ -237,9 +237,9 @@ TcpStore::~TcpStore() = default;
 
 void TcpStore::set(const std::string& key, const std::string& value) {
   check_key(key);
-  CHORUS_ARG_CHECK(value.size() <= comm::bootstrap::kMaxValueBytes, "value of ", value.size(),
+  CHORUS_ARG_CHECK(value.size() <= bootstrap::kMaxValueBytes, "value of ", value.size(),
                    " bytes for store key ", quoted(key), " is too large (at most ",
-                   comm::bootstrap::kMaxValueBytes, ")");
+                   bootstrap::kMaxValueBytes, ")");
   impl_->request(Op::kSet, key, value, Millis::zero());
 }
 
@@ -270,7 +270,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
         detail::concat("cannot add ", delta, " to store key ", quoted(key), ": ", r.value));
   }
   CHORUS_CHECK(r.status == Status::kOk, "unexpected reply status ", static_cast<int>(r.status));
-  auto value = comm::bootstrap::parse_int64(r.value);
+  auto value = bootstrap::parse_int64(r.value);
   CHORUS_CHECK(value.has_value(), "add reply is not an integer: ", quoted(r.value));
   return *value;
 }
@@ -284,12 +284,12 @@ bool TcpStore::remove(const std::string& key) {
 void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   if (keys.empty()) return;
   for (const auto& key : keys) check_key(key);
-  std::string list = comm::bootstrap::encode_key_list(keys);
-  CHORUS_ARG_CHECK(list.size() <= comm::bootstrap::kMaxValueBytes, "wait on ", keys.size(),
+  std::string list = bootstrap::encode_key_list(keys);
+  CHORUS_ARG_CHECK(list.size() <= bootstrap::kMaxValueBytes, "wait on ", keys.size(),
                    " keys is too large a request");
   Reply r = impl_->request(Op::kWait, {}, list, timeout);
   if (r.status == Status::kTimedOut) {
-    auto missing = comm::bootstrap::decode_key_list(r.value).value_or(keys);
+    auto missing = bootstrap::decode_key_list(r.value).value_or(keys);
     throw Timeout(detail::concat("timed out after ", describe_timeout(timeout), " waiting for ",
                                  missing.size(), " of ", keys.size(),
                                  " keys in the bootstrap store at ", impl_->address(),

@@ -32,11 +32,11 @@
 namespace chorus {
 namespace {
 
-using comm::bootstrap::Clock;
-using comm::bootstrap::Fd;
-using comm::bootstrap::Op;
-using comm::bootstrap::RequestHeader;
-using comm::bootstrap::Status;
+using bootstrap::Clock;
+using bootstrap::Fd;
+using bootstrap::Op;
+using bootstrap::RequestHeader;
+using bootstrap::Status;
 
 constexpr int kBacklog = 4096;  // the kernel caps it at net.core.somaxconn
 constexpr size_t kReadChunk = size_t{256} << 10;
@@ -127,7 +127,7 @@ struct TcpStoreServer::Impl {
 
 TcpStoreServer::Impl::Impl(Fd listen_fd) : listen_fd_(std::move(listen_fd)) {
   wake_fd_ = Fd(CHORUS_SYSCALL(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)));
-  port_ = comm::bootstrap::local_port(listen_fd_.get());
+  port_ = bootstrap::local_port(listen_fd_.get());
   thread_ = std::thread([this] { run(); });
 }
 
@@ -210,7 +210,7 @@ void TcpStoreServer::Impl::accept_clients() {
     c.id = next_id_++;
     c.peer = peer_name(fd);
     try {
-      comm::bootstrap::tune_tcp(fd);
+      bootstrap::tune_tcp(fd);
     } catch (const Error& e) {
       CHORUS_WARN(kLogBoot, "bootstrap store: dropping connection from ", c.peer, ": ", e.what());
       continue;
@@ -262,10 +262,10 @@ void TcpStoreServer::Impl::read_some(Connection& c) {
 // Serves the complete requests buffered on c, one at a time, until one parks, a reply cannot be
 // sent at once, or the buffer holds only part of a frame.
 void TcpStoreServer::Impl::process(Connection& c) {
-  using comm::bootstrap::kRequestHeaderBytes;
+  using bootstrap::kRequestHeaderBytes;
   while (!c.dead && !c.parked && !c.replying() && c.in.size() >= kRequestHeaderBytes) {
     std::string error;
-    auto h = comm::bootstrap::parse_request_header(c.in.data(), &error);
+    auto h = bootstrap::parse_request_header(c.in.data(), &error);
     if (!h) {
       mark_dead(c, error, true);
       return;
@@ -316,14 +316,14 @@ void TcpStoreServer::Impl::handle(Connection& c, const RequestHeader& h, std::st
 
 void TcpStoreServer::Impl::handle_add(Connection& c, const std::string& key,
                                       std::string_view delta_text) {
-  auto delta = comm::bootstrap::parse_int64(delta_text);
+  auto delta = bootstrap::parse_int64(delta_text);
   if (!delta) {
     mark_dead(c, "add with a delta that is not a decimal integer", true);
     return;
   }
   int64_t current = 0;
   if (auto it = data_.find(key); it != data_.end()) {
-    auto parsed = comm::bootstrap::parse_int64(it->second);
+    auto parsed = bootstrap::parse_int64(it->second);
     if (!parsed) {
       reply(c, Status::kError, "its value is not a decimal integer");
       return;
@@ -343,7 +343,7 @@ void TcpStoreServer::Impl::handle_add(Connection& c, const std::string& key,
 
 void TcpStoreServer::Impl::handle_wait(Connection& c, std::string_view key_list,
                                        int64_t timeout_ms) {
-  auto keys = comm::bootstrap::decode_key_list(key_list);
+  auto keys = bootstrap::decode_key_list(key_list);
   if (!keys) {
     mark_dead(c, "wait with a malformed key list", true);
     return;
@@ -355,14 +355,14 @@ void TcpStoreServer::Impl::handle_wait(Connection& c, std::string_view key_list,
     reply(c, Status::kOk, {});
   } else if (timeout_ms == 0) {
     std::vector<std::string> still(missing.begin(), missing.end());
-    reply(c, Status::kTimedOut, comm::bootstrap::encode_key_list(still));
+    reply(c, Status::kTimedOut, bootstrap::encode_key_list(still));
   } else {
     park(c, Op::kWait, std::move(*keys), std::move(missing), timeout_ms);
   }
 }
 
 void TcpStoreServer::Impl::reply(Connection& c, Status status, std::string_view value) {
-  comm::bootstrap::append_reply(c.out, status, value);
+  bootstrap::append_reply(c.out, status, value);
   flush(c);
 }
 
@@ -388,7 +388,7 @@ void TcpStoreServer::Impl::park(Connection& c, Op op, std::vector<std::string> k
                                 std::unordered_set<std::string> missing, int64_t timeout_ms) {
   for (const auto& key : missing) waiters_[key].push_back(c.id);
   c.parked = Parked{op, std::move(keys), std::move(missing),
-                    comm::bootstrap::deadline_after(std::chrono::milliseconds(timeout_ms))};
+                    bootstrap::deadline_after(std::chrono::milliseconds(timeout_ms))};
 }
 
 void TcpStoreServer::Impl::unpark(Connection& c) {
@@ -427,7 +427,7 @@ void TcpStoreServer::Impl::expire_deadlines(Clock::time_point now) {
       std::vector<std::string> still;
       for (const auto& key : c.parked->keys)
         if (c.parked->missing.contains(key)) still.push_back(key);
-      missing = comm::bootstrap::encode_key_list(still);
+      missing = bootstrap::encode_key_list(still);
     }
     unpark(c);
     reply(c, Status::kTimedOut, missing);
@@ -482,7 +482,7 @@ void TcpStoreServer::Impl::sweep_dead() {
 }
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port)
-    : impl_(std::make_unique<Impl>(comm::bootstrap::listen_tcp(host, port, kBacklog))) {
+    : impl_(std::make_unique<Impl>(bootstrap::listen_tcp(host, port, kBacklog))) {
   CHORUS_INFO(kLogBoot, "bootstrap store listening on ", host.empty() ? "*" : host, ":",
               impl_->port_);
 }
@@ -491,11 +491,11 @@ TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::adopt(int listen_fd) {
   CHORUS_ARG_CHECK(listen_fd >= 0, "cannot adopt fd ", listen_fd, ": not a file descriptor");
-  CHORUS_ARG_CHECK(comm::bootstrap::is_listening_socket(listen_fd), "cannot adopt fd ", listen_fd,
+  CHORUS_ARG_CHECK(bootstrap::is_listening_socket(listen_fd), "cannot adopt fd ", listen_fd,
                    ": it is not a listening socket (check CHORUS_STORE_FD)");
   // Inherited sockets arrive blocking and inheritable; the server needs neither.
-  comm::bootstrap::set_nonblocking(listen_fd);
-  comm::bootstrap::set_cloexec(listen_fd);
+  bootstrap::set_nonblocking(listen_fd);
+  bootstrap::set_cloexec(listen_fd);
   auto impl = std::make_unique<Impl>(Fd(listen_fd));
   CHORUS_INFO(kLogBoot, "bootstrap store serving inherited socket ", listen_fd, " on port ",
               impl->port_);

@@ -35,7 +35,7 @@ Replicas::Replicas(tensor::nn::GPT& model, DeviceMesh& mesh, tensor::nn::NamedTe
   if (o_.zero_stage == 0) {
     ddp_ = std::make_unique<DistributedDataParallel>(
         model_, dp,
-        DDPOptions{.average = o_.average, .include = include, .may_be_unused = is_expert});
+        DataParallelOptions{.average = o_.average, .include = include, .may_be_unused = is_expert});
     if (split) {
       tensor::nn::NamedTensors rest, experts;
       for (auto& named : params) (is_expert(named.first) ? experts : rest).push_back(named);

@@ -40,7 +40,7 @@ struct DistributedDataParallel::Impl {
   tensor::nn::Module* module = nullptr;
   Communicator* group = nullptr;
   std::optional<TensorComm> comm;  // the buckets' reductions, beside backward on a GPU
-  DDPOptions options;
+  DataParallelOptions options;
   std::vector<std::string> names;  // parameters that require grad, registration order
   std::vector<Tensor> params;
   FlatLayout layout;
@@ -117,7 +117,7 @@ void DistributedDataParallel::Impl::wait_all() {
 }
 
 DistributedDataParallel::DistributedDataParallel(tensor::nn::Module& module, Communicator& group,
-                                                 DDPOptions options)
+                                                 DataParallelOptions options)
     : impl_(std::make_unique<Impl>()) {
   CHORUS_ARG_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
                    "DistributedDataParallel: bucket sizes must be positive");

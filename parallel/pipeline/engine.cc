@@ -31,12 +31,13 @@ using tensor::Tensor;
 
 namespace {
 
-bool is_send(PipeOp op) {
-  return op == PipeOp::kSendActivation || op == PipeOp::kSendGrad || op == PipeOp::kSendTiedGrad;
+bool is_send(PipelineOp op) {
+  return op == PipelineOp::kSendActivation || op == PipelineOp::kSendGrad ||
+         op == PipelineOp::kSendTiedGrad;
 }
-bool is_comm(PipeOp op) {
-  return is_send(op) || op == PipeOp::kRecvActivation || op == PipeOp::kRecvGrad ||
-         op == PipeOp::kRecvTiedGrad;
+bool is_comm(PipelineOp op) {
+  return is_send(op) || op == PipelineOp::kRecvActivation || op == PipelineOp::kRecvGrad ||
+         op == PipelineOp::kRecvTiedGrad;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -58,7 +59,7 @@ struct PipelineEngine::Impl {
   std::map<const Communicator*, TensorComm> ordered;
   TensorComm& on(Communicator* c) { return ordered.at(c); }
   PipelineOptions options;
-  PipeSchedule schedule;
+  PipelineSchedule schedule;
   std::vector<int64_t> bounds;  // block boundaries of the virtual stages
   int p = 1, s = 0, V = 1;
   bool tied = false;  // first and last virtual stages on different ranks
@@ -92,12 +93,12 @@ struct PipelineEngine::Impl {
   int64_t options_micro_batch = 0;  // rows of a micro-batch, learned from the first batch
 
   // ---- what to send and where to receive -------------------------------------------------
-  Tensor payload(const PipeAction& a) {
+  Tensor payload(const PipelineAction& a) {
     Slot& slot = slots[{a.micro, a.chunk}];
     switch (a.op) {
-      case PipeOp::kSendActivation:
+      case PipelineOp::kSendActivation:
         return slot.output.detach().contiguous();
-      case PipeOp::kSendGrad: {
+      case PipelineOp::kSendGrad: {
         CHORUS_CHECK(slot.input.grad().defined(), "pipeline: no input gradient to send");
         return slot.input.grad().contiguous();
       }
@@ -109,18 +110,18 @@ struct PipelineEngine::Impl {
       }
     }
   }
-  int peer(const PipeAction& a) const {
+  int peer(const PipelineAction& a) const {
     const int k = virtual_stage(a.chunk);
     switch (a.op) {
-      case PipeOp::kSendActivation:
+      case PipelineOp::kSendActivation:
         return stage_of(k + 1);
-      case PipeOp::kRecvActivation:
+      case PipelineOp::kRecvActivation:
         return stage_of(k - 1);
-      case PipeOp::kSendGrad:
+      case PipelineOp::kSendGrad:
         return stage_of(k - 1);
-      case PipeOp::kRecvGrad:
+      case PipelineOp::kRecvGrad:
         return stage_of(k + 1);
-      case PipeOp::kSendTiedGrad:
+      case PipelineOp::kSendTiedGrad:
         return 0;
       default:
         return stage_of(V - 1);  // kRecvTiedGrad
@@ -131,16 +132,16 @@ struct PipelineEngine::Impl {
     if (!t.defined()) t = Tensor::empty_like(model->wte->weight);
     return t;
   }
-  Tensor receive_buffer(const PipeAction& a) {
-    if (a.op == PipeOp::kRecvTiedGrad) return tied_grad(a.micro, a.chunk);
+  Tensor receive_buffer(const PipelineAction& a) {
+    if (a.op == PipelineOp::kRecvTiedGrad) return tied_grad(a.micro, a.chunk);
     return Tensor::empty(activation_shape(), DataType::kF32, device);
   }
-  void received(const PipeAction& a, Tensor buf) {
+  void received(const PipelineAction& a, Tensor buf) {
     Slot& slot = slots[{a.micro, a.chunk}];
-    if (a.op == PipeOp::kRecvActivation) {
+    if (a.op == PipelineOp::kRecvActivation) {
       buf.set_requires_grad(true);
       slot.input = buf;
-    } else if (a.op == PipeOp::kRecvGrad) {
+    } else if (a.op == PipelineOp::kRecvGrad) {
       slot.grad_out = buf;
     }
     // kRecvTiedGrad: received into the slot's tied_grad, which this micro-batch's backward reads.
@@ -150,30 +151,30 @@ struct PipelineEngine::Impl {
   // channel a send and a receive go out as one send_recv, anything else one by one, all
   // asynchronous. A compute step waits for the receives it needs (await_input); sends are waited
   // for at the end of the step. (The validator's rule, so a validated schedule cannot deadlock.)
-  Communicator& channel(PipeOp op) {
-    if (op == PipeOp::kSendActivation || op == PipeOp::kRecvActivation) return *act;
-    if (op == PipeOp::kSendGrad || op == PipeOp::kRecvGrad) return *grad;
+  Communicator& channel(PipelineOp op) {
+    if (op == PipelineOp::kSendActivation || op == PipelineOp::kRecvActivation) return *act;
+    if (op == PipelineOp::kSendGrad || op == PipelineOp::kRecvGrad) return *grad;
     return *tied_comm;
   }
   struct Pending {
-    PipeAction action;
+    PipelineAction action;
     Tensor buffer;
     Work work;
   };
   std::map<std::tuple<int, int, int>, Pending> inbox;  // posted receives by (op, micro, chunk)
 
-  void communicate(const std::vector<PipeAction>& group) {
-    auto expect = [&](const PipeAction& a, Tensor buffer, Work work) {
+  void communicate(const std::vector<PipelineAction>& group) {
+    auto expect = [&](const PipelineAction& a, Tensor buffer, Work work) {
       inbox[{static_cast<int>(a.op), a.micro, a.chunk}] = {a, std::move(buffer), std::move(work)};
     };
     for (Communicator* c : {&*act, &*grad, &*tied_comm}) {
-      std::vector<const PipeAction*> mine;
-      for (const PipeAction& a : group)
+      std::vector<const PipelineAction*> mine;
+      for (const PipelineAction& a : group)
         if (&channel(a.op) == c) mine.push_back(&a);
       const bool fused = mine.size() == 2 && is_send(mine[0]->op) != is_send(mine[1]->op);
       if (fused) {
-        const PipeAction& snd = is_send(mine[0]->op) ? *mine[0] : *mine[1];
-        const PipeAction& rcv = is_send(mine[0]->op) ? *mine[1] : *mine[0];
+        const PipelineAction& snd = is_send(mine[0]->op) ? *mine[0] : *mine[1];
+        const PipelineAction& rcv = is_send(mine[0]->op) ? *mine[1] : *mine[0];
         Tensor out = payload(snd);
         Tensor in = receive_buffer(rcv);
         Work w = on(c).send_recv_async(out.data_ptr(), static_cast<size_t>(out.numel()), peer(snd),
@@ -183,7 +184,7 @@ struct PipelineEngine::Impl {
         expect(rcv, in, w);
         continue;
       }
-      for (const PipeAction* a : mine) {
+      for (const PipelineAction* a : mine) {
         if (is_send(a->op)) {
           Tensor out = payload(*a);
           sends.push_back(on(c).send_async(out.data_ptr(), static_cast<size_t>(out.numel()),
@@ -200,7 +201,7 @@ struct PipelineEngine::Impl {
   }
 
   // Waits for the receive (op, micro, chunk) a compute step needs, and takes it in.
-  void await_input(PipeOp op, int micro, int chunk) {
+  void await_input(PipelineOp op, int micro, int chunk) {
     auto it = inbox.find({static_cast<int>(op), micro, chunk});
     CHORUS_CHECK(it != inbox.end(), "pipeline: ", to_string(op), " of micro-batch ", micro,
                  " was never posted");
@@ -221,9 +222,9 @@ struct PipelineEngine::Impl {
   }
 
   // ---- compute ---------------------------------------------------------------------------
-  void forward(const PipeAction& a) {
+  void forward(const PipelineAction& a) {
     const int k = virtual_stage(a.chunk);
-    if (k > 0) await_input(PipeOp::kRecvActivation, a.micro, a.chunk);
+    if (k > 0) await_input(PipelineOp::kRecvActivation, a.micro, a.chunk);
     Slot& slot = slots[{a.micro, a.chunk}];
     Tensor x;
     if (k == 0) {
@@ -262,10 +263,10 @@ struct PipelineEngine::Impl {
     }
   }
 
-  void backward(const PipeAction& a, bool last_of_step, const AroundBackward& around) {
+  void backward(const PipelineAction& a, bool last_of_step, const AroundBackward& around) {
     const int k = virtual_stage(a.chunk);
-    if (k < V - 1) await_input(PipeOp::kRecvGrad, a.micro, a.chunk);
-    if (k == 0 && tied) await_input(PipeOp::kRecvTiedGrad, a.micro, a.chunk);
+    if (k < V - 1) await_input(PipelineOp::kRecvGrad, a.micro, a.chunk);
+    if (k == 0 && tied) await_input(PipelineOp::kRecvTiedGrad, a.micro, a.chunk);
     Slot& slot = slots[{a.micro, a.chunk}];
     auto run = [&] {
       if (slot.loss.defined()) {
@@ -369,7 +370,7 @@ PipelineEngine::~PipelineEngine() {
   }
 }
 
-const PipeSchedule& PipelineEngine::schedule() const { return impl_->schedule; }
+const PipelineSchedule& PipelineEngine::schedule() const { return impl_->schedule; }
 const std::vector<int64_t>& PipelineEngine::boundaries() const { return impl_->bounds; }
 bool PipelineEngine::owns(const std::string& name) const { return impl_->owned.count(name) > 0; }
 
@@ -390,15 +391,15 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
   e.step = step;
   e.losses.assign(static_cast<size_t>(e.schedule.micro_batches), 0.0);
   e.options_micro_batch = batch(0).first.size(0);
-  const std::vector<PipeAction>& list = e.schedule.actions[static_cast<size_t>(e.s)];
+  const std::vector<PipelineAction>& list = e.schedule.actions[static_cast<size_t>(e.s)];
   size_t last_backward = 0;
   for (size_t i = 0; i < list.size(); ++i)
-    if (list[i].op == PipeOp::kBackward) last_backward = i;
+    if (list[i].op == PipelineOp::kBackward) last_backward = i;
   int live = 0;
   for (size_t i = 0; i < list.size(); ++i) {
-    const PipeAction& a = list[i];
+    const PipelineAction& a = list[i];
     if (is_comm(a.op)) {
-      std::vector<PipeAction> group;
+      std::vector<PipelineAction> group;
       while (i < list.size() && is_comm(list[i].op)) group.push_back(list[i++]);
       --i;
       e.communicate(group);
@@ -410,17 +411,17 @@ double PipelineEngine::forward_backward(const Batch& batch, uint64_t step,
       e.action_start_us = Tracer::now_us();
       e.action_ready_us = 0;
     }
-    if (a.op == PipeOp::kForward) {
+    if (a.op == PipelineOp::kForward) {
       e.forward(a);
       e.stats.peak_activations = std::max(e.stats.peak_activations, ++live);
-    } else if (a.op == PipeOp::kBackward) {
+    } else if (a.op == PipelineOp::kBackward) {
       e.backward(a, i == last_backward, around_backward);
       --live;
     }
     e.stats.compute_seconds += seconds_since(c0) - (e.stats.wait_seconds - waited);
     // The action from when its inputs were there (the wait before it is the bubble's).
-    if (e.tracer && (a.op == PipeOp::kForward || a.op == PipeOp::kBackward))
-      e.tracer->add((a.op == PipeOp::kForward ? "F " : "B ") + std::to_string(a.micro) + "." +
+    if (e.tracer && (a.op == PipelineOp::kForward || a.op == PipelineOp::kBackward))
+      e.tracer->add((a.op == PipelineOp::kForward ? "F " : "B ") + std::to_string(a.micro) + "." +
                         std::to_string(a.chunk),
                     "compute", e.action_ready_us > 0 ? e.action_ready_us : e.action_start_us,
                     Tracer::now_us());

@@ -12,23 +12,23 @@
 
 namespace chorus::parallel {
 
-std::string_view to_string(PipeOp op) {
+std::string_view to_string(PipelineOp op) {
   switch (op) {
-    case PipeOp::kForward:
+    case PipelineOp::kForward:
       return "F";
-    case PipeOp::kBackward:
+    case PipelineOp::kBackward:
       return "B";
-    case PipeOp::kSendActivation:
+    case PipelineOp::kSendActivation:
       return "send_act";
-    case PipeOp::kRecvActivation:
+    case PipelineOp::kRecvActivation:
       return "recv_act";
-    case PipeOp::kSendGrad:
+    case PipelineOp::kSendGrad:
       return "send_grad";
-    case PipeOp::kRecvGrad:
+    case PipelineOp::kRecvGrad:
       return "recv_grad";
-    case PipeOp::kSendTiedGrad:
+    case PipelineOp::kSendTiedGrad:
       return "send_tied_grad";
-    case PipeOp::kRecvTiedGrad:
+    case PipelineOp::kRecvTiedGrad:
       return "recv_tied_grad";
   }
   return "?";
@@ -41,12 +41,12 @@ struct Compute {
   int micro, chunk;
 };
 
-PipeSchedule start(const char* name, int stages, int chunks, int micro_batches, bool tied) {
+PipelineSchedule start(const char* name, int stages, int chunks, int micro_batches, bool tied) {
   CHORUS_ARG_CHECK(stages >= 1, name, ": ", stages, " stages");
   CHORUS_ARG_CHECK(chunks >= 1, name, ": ", chunks, " chunks per stage");
   CHORUS_ARG_CHECK(micro_batches >= stages, name, ": ", micro_batches, " micro-batches for ",
                    stages, " stages (a pipeline needs at least as many micro-batches as stages)");
-  PipeSchedule s;
+  PipelineSchedule s;
   s.name = name;
   s.stages = stages;
   s.chunks = chunks;
@@ -61,7 +61,7 @@ PipeSchedule start(const char* name, int stages, int chunks, int micro_batches, 
 // backward not posted yet (Megatron's send_forward_backward_recv_forward_backward). Posting a
 // receive that early matters: a channel runs its operations in order, so a receive queued only
 // after a send to the same peer can leave both ranks' sends waiting for each other.
-void emit(PipeSchedule& s, int stage, const std::vector<Compute>& order) {
+void emit(PipelineSchedule& s, int stage, const std::vector<Compute>& order) {
   const int V = s.stages * s.chunks;
   // The first and last virtual stages share the weight in place when one rank holds both.
   const bool tied = s.tied_embedding && s.stages > 1;
@@ -73,15 +73,16 @@ void emit(PipeSchedule& s, int stage, const std::vector<Compute>& order) {
     posted[j] = 1;
     const Compute& c = order[j];
     const int k = k_of(c.chunk);
-    if (c.forward && k > 0) out.push_back({PipeOp::kRecvActivation, c.micro, c.chunk});
-    if (!c.forward && k < V - 1) out.push_back({PipeOp::kRecvGrad, c.micro, c.chunk});
-    if (!c.forward && k == 0 && tied) out.push_back({PipeOp::kRecvTiedGrad, c.micro, c.chunk});
+    if (c.forward && k > 0) out.push_back({PipelineOp::kRecvActivation, c.micro, c.chunk});
+    if (!c.forward && k < V - 1) out.push_back({PipelineOp::kRecvGrad, c.micro, c.chunk});
+    if (!c.forward && k == 0 && tied) out.push_back({PipelineOp::kRecvTiedGrad, c.micro, c.chunk});
   };
   auto sends = [&](const Compute& c) {
     const int k = k_of(c.chunk);
-    if (c.forward && k < V - 1) out.push_back({PipeOp::kSendActivation, c.micro, c.chunk});
-    if (!c.forward && k > 0) out.push_back({PipeOp::kSendGrad, c.micro, c.chunk});
-    if (!c.forward && k == V - 1 && tied) out.push_back({PipeOp::kSendTiedGrad, c.micro, c.chunk});
+    if (c.forward && k < V - 1) out.push_back({PipelineOp::kSendActivation, c.micro, c.chunk});
+    if (!c.forward && k > 0) out.push_back({PipelineOp::kSendGrad, c.micro, c.chunk});
+    if (!c.forward && k == V - 1 && tied)
+      out.push_back({PipelineOp::kSendTiedGrad, c.micro, c.chunk});
   };
   // The next forward and the next backward after position i.
   auto next_of_kind = [&](size_t i, bool forward) {
@@ -93,7 +94,7 @@ void emit(PipeSchedule& s, int stage, const std::vector<Compute>& order) {
   if (!order.empty()) receives(next_of_kind(0, !order[0].forward));
   for (size_t i = 0; i < order.size(); ++i) {
     const Compute& c = order[i];
-    out.push_back({c.forward ? PipeOp::kForward : PipeOp::kBackward, c.micro, c.chunk});
+    out.push_back({c.forward ? PipelineOp::kForward : PipelineOp::kBackward, c.micro, c.chunk});
     sends(c);
     const size_t nf = next_of_kind(i, true), nb = next_of_kind(i, false);
     receives(std::min(nf, nb));
@@ -103,8 +104,8 @@ void emit(PipeSchedule& s, int stage, const std::vector<Compute>& order) {
 
 }  // namespace
 
-PipeSchedule gpipe(int stages, int micro_batches, bool tied_embedding) {
-  PipeSchedule s = start("gpipe", stages, 1, micro_batches, tied_embedding);
+PipelineSchedule gpipe(int stages, int micro_batches, bool tied_embedding) {
+  PipelineSchedule s = start("gpipe", stages, 1, micro_batches, tied_embedding);
   for (int st = 0; st < stages; ++st) {
     std::vector<Compute> order;
     for (int m = 0; m < micro_batches; ++m) order.push_back({true, m, 0});
@@ -114,8 +115,8 @@ PipeSchedule gpipe(int stages, int micro_batches, bool tied_embedding) {
   return s;
 }
 
-PipeSchedule one_f_one_b(int stages, int micro_batches, bool tied_embedding) {
-  PipeSchedule s = start("1f1b", stages, 1, micro_batches, tied_embedding);
+PipelineSchedule one_f_one_b(int stages, int micro_batches, bool tied_embedding) {
+  PipelineSchedule s = start("1f1b", stages, 1, micro_batches, tied_embedding);
   for (int st = 0; st < stages; ++st) {
     // Warm-up: enough forwards to fill the pipeline below this stage; then one forward, one
     // backward; then the backwards still owed.
@@ -133,14 +134,14 @@ PipeSchedule one_f_one_b(int stages, int micro_batches, bool tied_embedding) {
   return s;
 }
 
-PipeSchedule interleaved(int stages, int chunks, int micro_batches, bool tied_embedding) {
+PipelineSchedule interleaved(int stages, int chunks, int micro_batches, bool tied_embedding) {
   CHORUS_ARG_CHECK(chunks >= 2, "interleaved: ", chunks,
                    " chunks per stage (use 1f1b for one chunk)");
   CHORUS_ARG_CHECK(stages >= 2, "interleaved: ", stages,
                    " stage (the chunks of one rank would send to itself; use 1f1b)");
   CHORUS_ARG_CHECK(micro_batches % stages == 0, "interleaved: ", micro_batches,
                    " micro-batches are not a multiple of the ", stages, " stages");
-  PipeSchedule s = start("interleaved", stages, chunks, micro_batches, tied_embedding);
+  PipelineSchedule s = start("interleaved", stages, chunks, micro_batches, tied_embedding);
   const int total = micro_batches * chunks;
   // Megatron's order: micro-steps go through p micro-batches of chunk 0, then the same p of
   // chunk 1, ..., then the next p micro-batches; backwards walk the chunks in reverse.
@@ -168,8 +169,8 @@ PipeSchedule interleaved(int stages, int chunks, int micro_batches, bool tied_em
   return s;
 }
 
-PipeSchedule make_schedule(const std::string& name, int stages, int chunks, int micro_batches,
-                           bool tied_embedding) {
+PipelineSchedule make_schedule(const std::string& name, int stages, int chunks, int micro_batches,
+                               bool tied_embedding) {
   if (name == "gpipe" || name == "1f1b") {
     CHORUS_ARG_CHECK(chunks == 1, name, " runs one chunk per stage, not ", chunks,
                      " (use interleaved)");

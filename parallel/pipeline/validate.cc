@@ -21,19 +21,21 @@
 namespace chorus::parallel {
 namespace {
 
-bool is_send(PipeOp op) {
-  return op == PipeOp::kSendActivation || op == PipeOp::kSendGrad || op == PipeOp::kSendTiedGrad;
+bool is_send(PipelineOp op) {
+  return op == PipelineOp::kSendActivation || op == PipelineOp::kSendGrad ||
+         op == PipelineOp::kSendTiedGrad;
 }
-bool is_recv(PipeOp op) {
-  return op == PipeOp::kRecvActivation || op == PipeOp::kRecvGrad || op == PipeOp::kRecvTiedGrad;
+bool is_recv(PipelineOp op) {
+  return op == PipelineOp::kRecvActivation || op == PipelineOp::kRecvGrad ||
+         op == PipelineOp::kRecvTiedGrad;
 }
-bool is_comm(PipeOp op) { return is_send(op) || is_recv(op); }
+bool is_comm(PipelineOp op) { return is_send(op) || is_recv(op); }
 
 // What a transfer carries: (kind, micro, boundary), where the boundary of activations and
 // gradients is the virtual stage on the sending side of the forward direction.
 using Key = std::tuple<int, int, int>;
 
-std::string describe(int stage, const PipeAction& a) {
+std::string describe(int stage, const PipelineAction& a) {
   std::ostringstream os;
   os << "stage " << stage << " " << to_string(a.op) << "(micro " << a.micro;
   os << ", chunk " << a.chunk;
@@ -42,45 +44,46 @@ std::string describe(int stage, const PipeAction& a) {
 }
 
 struct Sim {
-  const PipeSchedule& s;
+  const PipelineSchedule& s;
   double backward_cost;
   int V;
   int virtual_stage(int stage, int chunk) const { return chunk * s.stages + stage; }
   int stage_of(int k) const { return k % s.stages; }
 
   // (kind, micro, boundary) and the peer stage of a communication action.
-  std::pair<Key, int> transfer(int stage, const PipeAction& a) const {
+  std::pair<Key, int> transfer(int stage, const PipelineAction& a) const {
     const int k = virtual_stage(stage, a.chunk);
     switch (a.op) {
-      case PipeOp::kSendActivation:
+      case PipelineOp::kSendActivation:
         return {{0, a.micro, k}, stage_of(k + 1)};
-      case PipeOp::kRecvActivation:
+      case PipelineOp::kRecvActivation:
         return {{0, a.micro, k - 1}, stage_of(k - 1)};
-      case PipeOp::kSendGrad:
+      case PipelineOp::kSendGrad:
         return {{1, a.micro, k - 1}, stage_of(k - 1)};
-      case PipeOp::kRecvGrad:
+      case PipelineOp::kRecvGrad:
         return {{1, a.micro, k}, stage_of(k + 1)};
-      case PipeOp::kSendTiedGrad:
+      case PipelineOp::kSendTiedGrad:
         return {{2, a.micro, 0}, 0};
-      case PipeOp::kRecvTiedGrad:
+      case PipelineOp::kRecvTiedGrad:
         return {{2, a.micro, 0}, stage_of(V - 1)};
       default:
         return {{-1, 0, 0}, -1};
     }
   }
 
-  void check_action(int stage, const PipeAction& a) const {
+  void check_action(int stage, const PipelineAction& a) const {
     const std::string what = describe(stage, a);
     CHORUS_ARG_CHECK(a.micro >= 0 && a.micro < s.micro_batches, "pipeline schedule ", s.name, ": ",
                      what, ": micro-batch outside [0, ", s.micro_batches, ")");
     CHORUS_ARG_CHECK(a.chunk >= 0 && a.chunk < s.chunks, "pipeline schedule ", s.name, ": ", what,
                      ": chunk outside [0, ", s.chunks, ")");
     const int k = virtual_stage(stage, a.chunk);
-    const bool ok = (a.op != PipeOp::kRecvActivation && a.op != PipeOp::kSendGrad) || k > 0;
-    const bool ok2 = (a.op != PipeOp::kSendActivation && a.op != PipeOp::kRecvGrad) || k < V - 1;
+    const bool ok = (a.op != PipelineOp::kRecvActivation && a.op != PipelineOp::kSendGrad) || k > 0;
+    const bool ok2 =
+        (a.op != PipelineOp::kSendActivation && a.op != PipelineOp::kRecvGrad) || k < V - 1;
     const bool tied = s.tied_embedding && s.stages > 1;
-    const bool ok3 = (a.op != PipeOp::kSendTiedGrad || (k == V - 1 && tied)) &&
-                     (a.op != PipeOp::kRecvTiedGrad || (k == 0 && tied));
+    const bool ok3 = (a.op != PipelineOp::kSendTiedGrad || (k == V - 1 && tied)) &&
+                     (a.op != PipelineOp::kRecvTiedGrad || (k == 0 && tied));
     CHORUS_ARG_CHECK(ok && ok2 && ok3, "pipeline schedule ", s.name, ": ", what,
                      " has no peer (virtual stage ", k, " of ", V, ")");
   }
@@ -89,14 +92,14 @@ struct Sim {
 // Static checks: every (micro, chunk) forwarded and backwarded once, in that order, on every
 // stage, and every action in range with a peer.
 void check_lists(const Sim& sim) {
-  const PipeSchedule& s = sim.s;
+  const PipelineSchedule& s = sim.s;
   for (int st = 0; st < s.stages; ++st) {
     const auto& list = s.actions[static_cast<size_t>(st)];
     std::map<std::pair<int, int>, int> fwd, bwd;
-    for (const PipeAction& a : list) {
+    for (const PipelineAction& a : list) {
       sim.check_action(st, a);
-      if (a.op == PipeOp::kForward) ++fwd[std::make_pair(a.micro, a.chunk)];
-      if (a.op == PipeOp::kBackward) {
+      if (a.op == PipelineOp::kForward) ++fwd[std::make_pair(a.micro, a.chunk)];
+      if (a.op == PipelineOp::kBackward) {
         const bool forwarded = fwd.count(std::make_pair(a.micro, a.chunk)) == 1;
         CHORUS_ARG_CHECK(forwarded, "pipeline schedule ", s.name, ": ", describe(st, a),
                          " comes before its forward");
@@ -136,7 +139,7 @@ class Simulation {
     for (const auto& l : s_.actions) total_actions_ += l.size();
   }
 
-  PipeSimulation run() {
+  PipelineSimulation run() {
     while (true) {
       bool moved = match();
       for (int st = 0; st < p_; ++st) moved = advance(st) || moved;
@@ -150,7 +153,7 @@ class Simulation {
 
  private:
   struct Part {
-    PipeAction action;
+    PipelineAction action;
     int stage = 0;
     bool send = false;
     Key key;
@@ -162,10 +165,10 @@ class Simulation {
     std::vector<Part*> parts;
   };
 
-  static int channel(PipeOp op) {
-    return op == PipeOp::kSendActivation || op == PipeOp::kRecvActivation ? 0
-           : op == PipeOp::kSendGrad || op == PipeOp::kRecvGrad           ? 1
-                                                                          : 2;
+  static int channel(PipelineOp op) {
+    return op == PipelineOp::kSendActivation || op == PipelineOp::kRecvActivation ? 0
+           : op == PipelineOp::kSendGrad || op == PipelineOp::kRecvGrad           ? 1
+                                                                                  : 2;
   }
 
   // Posts the communication actions [begin, end) of stage st's list as one group.
@@ -173,7 +176,7 @@ class Simulation {
     const auto& list = s_.actions[static_cast<size_t>(st)];
     std::array<std::vector<Part*>, 3> by_channel;
     for (size_t i = begin; i < end; ++i) {
-      const PipeAction& a = list[i];
+      const PipelineAction& a = list[i];
       const auto [key, peer] = sim_.transfer(st, a);
       parts_.push_back({a, st, is_send(a.op), key, peer, clock_[static_cast<size_t>(st)], -1});
       by_channel[static_cast<size_t>(channel(a.op))].push_back(&parts_.back());
@@ -232,20 +235,20 @@ class Simulation {
   // The received part compute step `a` of stage st still waits for (nullptr: none), and the time
   // its inputs arrived. What a step needs must have been posted before it, else the schedule is
   // wrong.
-  const Part* needs(int st, const PipeAction& a, double* ready) const {
+  const Part* needs(int st, const PipelineAction& a, double* ready) const {
     const int k = sim_.virtual_stage(st, a.chunk);
-    std::vector<PipeOp> needs;
-    if (a.op == PipeOp::kForward && k > 0) needs.push_back(PipeOp::kRecvActivation);
-    if (a.op == PipeOp::kBackward && k < sim_.V - 1) needs.push_back(PipeOp::kRecvGrad);
-    if (a.op == PipeOp::kBackward && k == 0 && s_.tied_embedding && p_ > 1)
-      needs.push_back(PipeOp::kRecvTiedGrad);
+    std::vector<PipelineOp> needs;
+    if (a.op == PipelineOp::kForward && k > 0) needs.push_back(PipelineOp::kRecvActivation);
+    if (a.op == PipelineOp::kBackward && k < sim_.V - 1) needs.push_back(PipelineOp::kRecvGrad);
+    if (a.op == PipelineOp::kBackward && k == 0 && s_.tied_embedding && p_ > 1)
+      needs.push_back(PipelineOp::kRecvTiedGrad);
     const Part* missing = nullptr;
-    for (PipeOp need : needs) {
+    for (PipelineOp need : needs) {
       const auto& box = inbox_[static_cast<size_t>(st)];
       auto it = box.find(std::make_tuple(static_cast<int>(need), a.micro, a.chunk));
       CHORUS_ARG_CHECK(it != box.end(), "pipeline schedule ", s_.name, ": ", describe(st, a),
-                       need == PipeOp::kRecvActivation ? " runs before its input is received"
-                       : need == PipeOp::kRecvGrad
+                       need == PipelineOp::kRecvActivation ? " runs before its input is received"
+                       : need == PipelineOp::kRecvGrad
                            ? " runs before its output's gradient is received"
                            : " runs before the lm_head's embedding gradient of its "
                              "micro-batch is received");
@@ -265,7 +268,7 @@ class Simulation {
     waits_for_[static_cast<size_t>(st)] = nullptr;
     bool moved = false;
     while (i < list.size()) {
-      const PipeAction& a = list[i];
+      const PipelineAction& a = list[i];
       if (is_comm(a.op)) {
         size_t end = i;
         while (end < list.size() && is_comm(list[end].op)) ++end;
@@ -280,13 +283,13 @@ class Simulation {
         waits_for_[static_cast<size_t>(st)] = missing;
         break;
       }
-      const double cost = a.op == PipeOp::kForward ? 1.0 : sim_.backward_cost;
+      const double cost = a.op == PipelineOp::kForward ? 1.0 : sim_.backward_cost;
       clock_[static_cast<size_t>(st)] = ready + cost;
       busy_ += cost;
       out_.timeline[static_cast<size_t>(st)].push_back({a, ready, ready + cost});
       int& l = live_[static_cast<size_t>(st)];
       int& peak = out_.peak_activations[static_cast<size_t>(st)];
-      if (a.op == PipeOp::kForward)
+      if (a.op == PipelineOp::kForward)
         peak = std::max(peak, ++l);
       else
         --l;
@@ -326,9 +329,9 @@ class Simulation {
   }
 
   const Sim& sim_;
-  const PipeSchedule& s_;
+  const PipelineSchedule& s_;
   const int p_;
-  PipeSimulation out_;
+  PipelineSimulation out_;
   std::deque<Part> parts_;  // stable addresses
   std::deque<Entry> entries_;
   std::vector<std::array<std::deque<Entry*>, 3>> queues_;
@@ -344,7 +347,7 @@ class Simulation {
 
 }  // namespace
 
-PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
+PipelineSimulation validate(const PipelineSchedule& s, double backward_cost) {
   CHORUS_ARG_CHECK(s.stages >= 1 && s.chunks >= 1 && s.micro_batches >= 1 &&
                        s.actions.size() == static_cast<size_t>(s.stages),
                    "pipeline schedule ", s.name, ": ", s.actions.size(), " action lists for ",
@@ -354,20 +357,20 @@ PipeSimulation validate(const PipeSchedule& s, double backward_cost) {
   return Simulation(sim).run();
 }
 
-double predicted_bubble(const PipeSchedule& s) {
+double predicted_bubble(const PipelineSchedule& s) {
   const double p = s.stages, m = s.micro_batches, v = s.chunks;
   const double bubble = (p - 1) / v;
   return bubble / (m + bubble);
 }
 
-std::string timeline_text(const PipeSchedule& s, const PipeSimulation& sim) {
+std::string timeline_text(const PipelineSchedule& s, const PipelineSimulation& sim) {
   std::ostringstream os;
   for (int st = 0; st < s.stages; ++st) {
     os << "stage " << st << ":";
     double t = 0;
     for (const auto& span : sim.timeline[static_cast<size_t>(st)]) {
       for (; t + 1e-9 < span.start; t += 1) os << " .";
-      os << " " << (span.action.op == PipeOp::kForward ? "F" : "B") << span.action.micro;
+      os << " " << (span.action.op == PipelineOp::kForward ? "F" : "B") << span.action.micro;
       if (s.chunks > 1) os << "'" << span.action.chunk;
       t = span.end;
     }
@@ -376,7 +379,7 @@ std::string timeline_text(const PipeSchedule& s, const PipeSimulation& sim) {
   return os.str();
 }
 
-std::string timeline_svg(const PipeSchedule& s, const PipeSimulation& sim) {
+std::string timeline_svg(const PipelineSchedule& s, const PipelineSimulation& sim) {
   const double unit = 28, row = 30, left = 70, top = 30;
   const double width = left + sim.makespan * unit + 20, height = top + s.stages * row + 30;
   std::ostringstream os;
@@ -390,7 +393,7 @@ std::string timeline_svg(const PipeSchedule& s, const PipeSimulation& sim) {
     const double y = top + st * row;
     os << "<text x=\"4\" y=\"" << y + 19 << "\">stage " << st << "</text>\n";
     for (const auto& span : sim.timeline[static_cast<size_t>(st)]) {
-      const bool f = span.action.op == PipeOp::kForward;
+      const bool f = span.action.op == PipelineOp::kForward;
       // Forwards blue, backwards green, lighter for later chunks.
       const int shade = 90 + 50 * span.action.chunk;
       os << "<rect x=\"" << left + span.start * unit << "\" y=\"" << y << "\" width=\""

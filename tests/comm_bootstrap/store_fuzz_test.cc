@@ -10,7 +10,7 @@
 #include "chorus/error.h"
 #include "chorus/store.h"
 
-namespace chorus::comm::bootstrap {
+namespace chorus::bootstrap {
 namespace {
 
 using namespace std::chrono_literals;
@@ -218,4 +218,4 @@ TEST(StoreFuzz, ParkedClientThatVanishesIsForgotten) {
 }
 
 }  // namespace
-}  // namespace chorus::comm::bootstrap
+}  // namespace chorus::bootstrap

@@ -12,11 +12,11 @@
 namespace chorus::testing {
 namespace {
 
-using parallel::PipeAction;
-using parallel::PipeOp;
-using parallel::PipeSchedule;
+using parallel::PipelineAction;
+using parallel::PipelineOp;
+using parallel::PipelineSchedule;
 
-std::string error_of(const PipeSchedule& s) {
+std::string error_of(const PipelineSchedule& s) {
   try {
     parallel::validate(s);
   } catch (const InvalidArgument& e) {
@@ -29,8 +29,8 @@ TEST(PipelineSchedule, EveryScheduleValidatesWithTheTextbookBubble) {
   for (int p : {1, 2, 3, 4})
     for (int m : {p, 2 * p, 4 * p}) {
       for (const char* name : {"gpipe", "1f1b"}) {
-        const PipeSchedule s = parallel::make_schedule(name, p, 1, m);
-        const parallel::PipeSimulation sim = parallel::validate(s);
+        const PipelineSchedule s = parallel::make_schedule(name, p, 1, m);
+        const parallel::PipelineSimulation sim = parallel::validate(s);
         // Uniform forwards and backwards: the simulated bubble is the formula's exactly.
         EXPECT_NEAR(sim.bubble, parallel::predicted_bubble(s), 1e-12)
             << name << " p=" << p << " m=" << m;
@@ -44,8 +44,8 @@ TEST(PipelineSchedule, EveryScheduleValidatesWithTheTextbookBubble) {
       }
       for (int v : {2, 3}) {
         if (p == 1) continue;  // interleaving needs two stages
-        const PipeSchedule s = parallel::interleaved(p, v, m);
-        const parallel::PipeSimulation sim = parallel::validate(s);
+        const PipelineSchedule s = parallel::interleaved(p, v, m);
+        const parallel::PipelineSimulation sim = parallel::validate(s);
         // Interleaving divides the bubble by the chunks (to within the warm-up's rounding).
         EXPECT_NEAR(sim.bubble, parallel::predicted_bubble(s), 0.03)
             << "interleaved p=" << p << " v=" << v << " m=" << m;
@@ -56,15 +56,16 @@ TEST(PipelineSchedule, EveryScheduleValidatesWithTheTextbookBubble) {
 
 TEST(PipelineSchedule, TheValidatorRejectsBrokenSchedules) {
   // A missing receive.
-  PipeSchedule s = parallel::one_f_one_b(2, 4);
+  PipelineSchedule s = parallel::one_f_one_b(2, 4);
   auto& stage1 = s.actions[1];
-  stage1.erase(std::find(stage1.begin(), stage1.end(), PipeAction{PipeOp::kRecvActivation, 2, 0}));
+  stage1.erase(
+      std::find(stage1.begin(), stage1.end(), PipelineAction{PipelineOp::kRecvActivation, 2, 0}));
   EXPECT_NE(error_of(s).find("runs before its input is received"), std::string::npos)
       << error_of(s);
   // A micro-batch swapped: stage 0 sends micro-batch 1's activation as micro-batch 0's.
   s = parallel::gpipe(2, 2);
-  for (PipeAction& a : s.actions[0])
-    if (a.op == PipeOp::kSendActivation) a.micro = 1 - a.micro;
+  for (PipelineAction& a : s.actions[0])
+    if (a.op == PipelineOp::kSendActivation) a.micro = 1 - a.micro;
   EXPECT_NE(error_of(s), "");
   // A backward before its forward.
   s = parallel::gpipe(1, 2);
@@ -73,21 +74,21 @@ TEST(PipelineSchedule, TheValidatorRejectsBrokenSchedules) {
   // Stage 0 holds micro-batch 1's forward back until micro-batch 0's backward, which needs stage
   // 1's backward, which stage 1 runs only after micro-batch 1's forward: a deadlock, both named.
   s = parallel::gpipe(2, 2, /*tied_embedding=*/false);
-  s.actions[0] = {{PipeOp::kForward, 0, 0},  {PipeOp::kSendActivation, 0, 0},
-                  {PipeOp::kRecvGrad, 0, 0}, {PipeOp::kBackward, 0, 0},
-                  {PipeOp::kForward, 1, 0},  {PipeOp::kSendActivation, 1, 0},
-                  {PipeOp::kRecvGrad, 1, 0}, {PipeOp::kBackward, 1, 0}};
-  s.actions[1] = {{PipeOp::kRecvActivation, 0, 0}, {PipeOp::kRecvActivation, 1, 0},
-                  {PipeOp::kForward, 0, 0},        {PipeOp::kForward, 1, 0},
-                  {PipeOp::kBackward, 0, 0},       {PipeOp::kSendGrad, 0, 0},
-                  {PipeOp::kBackward, 1, 0},       {PipeOp::kSendGrad, 1, 0}};
+  s.actions[0] = {{PipelineOp::kForward, 0, 0},  {PipelineOp::kSendActivation, 0, 0},
+                  {PipelineOp::kRecvGrad, 0, 0}, {PipelineOp::kBackward, 0, 0},
+                  {PipelineOp::kForward, 1, 0},  {PipelineOp::kSendActivation, 1, 0},
+                  {PipelineOp::kRecvGrad, 1, 0}, {PipelineOp::kBackward, 1, 0}};
+  s.actions[1] = {{PipelineOp::kRecvActivation, 0, 0}, {PipelineOp::kRecvActivation, 1, 0},
+                  {PipelineOp::kForward, 0, 0},        {PipelineOp::kForward, 1, 0},
+                  {PipelineOp::kBackward, 0, 0},       {PipelineOp::kSendGrad, 0, 0},
+                  {PipelineOp::kBackward, 1, 0},       {PipelineOp::kSendGrad, 1, 0}};
   const std::string dead = error_of(s);
   EXPECT_NE(dead.find("deadlocks"), std::string::npos) << dead;
   EXPECT_NE(dead.find("stage 0"), std::string::npos) << dead;
   EXPECT_NE(dead.find("stage 1"), std::string::npos) << dead;
   // A send without its receive.
   s = parallel::one_f_one_b(2, 2);
-  s.actions[0].push_back({PipeOp::kSendActivation, 1, 0});
+  s.actions[0].push_back({PipelineOp::kSendActivation, 1, 0});
   EXPECT_NE(error_of(s), "");
   // Sizes.
   EXPECT_THROW(parallel::one_f_one_b(4, 3), InvalidArgument);     // m < p
@@ -98,8 +99,8 @@ TEST(PipelineSchedule, TheValidatorRejectsBrokenSchedules) {
 }
 
 TEST(PipelineSchedule, PicturesShowEveryStage) {
-  const PipeSchedule s = parallel::one_f_one_b(3, 6);
-  const parallel::PipeSimulation sim = parallel::validate(s);
+  const PipelineSchedule s = parallel::one_f_one_b(3, 6);
+  const parallel::PipelineSimulation sim = parallel::validate(s);
   const std::string text = parallel::timeline_text(s, sim);
   EXPECT_NE(text.find("stage 0: F0 F1 F2"), std::string::npos) << text;
   EXPECT_NE(text.find("stage 2: . . F0 B0"), std::string::npos) << text;
@@ -214,7 +215,7 @@ TEST(Pipeline, TheEngineKeepsTheActivationsTheValidatorPredicts) {
       model.init(1);
       parallel::PipelineEngine engine(
           model, mesh, {.schedule = schedule, .micro_batches = 6, .balance = "uniform"});
-      const parallel::PipeSimulation sim = parallel::validate(engine.schedule());
+      const parallel::PipelineSimulation sim = parallel::validate(engine.schedule());
       const TrainSpec spec{.model = model.config(), .micro_batch = 1};
       const double loss =
           engine.forward_backward([&](int m) { return micro_batch(spec, 0, 0, m); });

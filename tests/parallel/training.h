@@ -36,9 +36,9 @@ struct TrainSpec {
   bool checkpointing = false;
   DataType param_dtype = DataType::kF32;  // the model converted with Module::to
   double clip = 0;  // > 0: gradients clipped to this global norm before each step
-  // Parallel runs: the reductions average over the replicas (DDPOptions / ZeroOptions::average)
-  // and each replica scales its losses by 1 / accumulation; equal to the one-process run when
-  // dp is a power of two (the division by dp is then exact).
+  // Parallel runs: the reductions average over the replicas (DataParallelOptions /
+  // ZeroOptions::average) and each replica scales its losses by 1 / accumulation; equal to the
+  // one-process run when dp is a power of two (the division by dp is then exact).
   bool average = false;
   // Checkpoints: saved after step `save_after` (>= 0) into save_dir; a run with load_dir starts
   // from that checkpoint (its losses then begin at the saved step).

@@ -10,9 +10,9 @@
 namespace chorus::train {
 
 int show_schedule(const Options& o, const Mesh& mesh) {
-  const parallel::PipeSchedule s =
+  const parallel::PipelineSchedule s =
       parallel::make_schedule(o.schedule, mesh.pp, mesh.chunks, mesh.micro_batches);
-  const parallel::PipeSimulation sim = parallel::validate(s);
+  const parallel::PipelineSimulation sim = parallel::validate(s);
   std::printf("%s schedule: %d stages%s, %d micro-batches (a backward costs two forwards)\n",
               o.schedule.c_str(), mesh.pp,
               mesh.chunks > 1 ? (" x " + std::to_string(mesh.chunks) + " chunks").c_str() : "",

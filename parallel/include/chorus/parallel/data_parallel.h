@@ -62,7 +62,7 @@
 
 namespace chorus::parallel {
 
-struct DDPOptions {
+struct DataParallelOptions {
   size_t bucket_bytes = size_t{25} << 20;
   size_t first_bucket_bytes = size_t{1} << 20;
   bool average = true;               // the mean over ranks; false: the sum
@@ -78,7 +78,8 @@ struct DDPOptions {
 class DistributedDataParallel {
  public:
   // Collective over `group` (usually mesh.dp()), which must outlive the wrapper, as must module.
-  DistributedDataParallel(tensor::nn::Module& module, Communicator& group, DDPOptions options = {});
+  DistributedDataParallel(tensor::nn::Module& module, Communicator& group,
+                          DataParallelOptions options = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;

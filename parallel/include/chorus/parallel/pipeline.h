@@ -43,7 +43,7 @@ namespace chorus::parallel {
 
 class Tracer;
 
-enum class PipeOp : uint8_t {
+enum class PipelineOp : uint8_t {
   kForward,         // forward of (micro, chunk)
   kBackward,        // backward of (micro, chunk)
   kSendActivation,  // (micro, chunk)'s output to the next virtual stage
@@ -55,42 +55,42 @@ enum class PipeOp : uint8_t {
 };
 // (The data-parallel reduction is no action of its own: it runs during each stage's last
 // backward, from its gradients' hooks, whichever backward that is.)
-std::string_view to_string(PipeOp op);
+std::string_view to_string(PipelineOp op);
 
-struct PipeAction {
-  PipeOp op = PipeOp::kForward;
+struct PipelineAction {
+  PipelineOp op = PipelineOp::kForward;
   int micro = 0;
   int chunk = 0;
-  friend bool operator==(const PipeAction&, const PipeAction&) = default;
+  friend bool operator==(const PipelineAction&, const PipelineAction&) = default;
 };
 
-struct PipeSchedule {
+struct PipelineSchedule {
   std::string name;
   int stages = 1;
   int chunks = 1;
   int micro_batches = 1;
   bool tied_embedding = true;  // the lm_head uses the first stage's token embedding
-  std::vector<std::vector<PipeAction>> actions;  // per stage, in order
+  std::vector<std::vector<PipelineAction>> actions;  // per stage, in order
 };
 
 // The schedules. Errors (InvalidArgument) name the constraint: stages >= 1, micro_batches >=
 // stages, and for interleaved chunks >= 2 with micro_batches a multiple of stages.
-PipeSchedule gpipe(int stages, int micro_batches, bool tied_embedding = true);
-PipeSchedule one_f_one_b(int stages, int micro_batches, bool tied_embedding = true);
-PipeSchedule interleaved(int stages, int chunks, int micro_batches, bool tied_embedding = true);
+PipelineSchedule gpipe(int stages, int micro_batches, bool tied_embedding = true);
+PipelineSchedule one_f_one_b(int stages, int micro_batches, bool tied_embedding = true);
+PipelineSchedule interleaved(int stages, int chunks, int micro_batches, bool tied_embedding = true);
 // By name: "gpipe", "1f1b" (chunks must be 1), "interleaved".
-PipeSchedule make_schedule(const std::string& name, int stages, int chunks, int micro_batches,
-                           bool tied_embedding = true);
+PipelineSchedule make_schedule(const std::string& name, int stages, int chunks, int micro_batches,
+                               bool tied_embedding = true);
 
 // What validate() found. Costs are in units of one forward of one virtual stage (a backward
 // costs `backward_cost`, communication nothing), so the bubble is the schedule's own.
-struct PipeSimulation {
+struct PipelineSimulation {
   double makespan = 0;
   double bubble = 0;                  // 1 - (busy time of all stages) / (stages * makespan)
   std::vector<int> peak_activations;  // per stage: most forwards whose backward is pending
   // Per stage, the compute actions with their simulated [start, end): for pictures.
   struct Span {
-    PipeAction action;
+    PipelineAction action;
     double start = 0, end = 0;
   };
   std::vector<std::vector<Span>> timeline;
@@ -100,15 +100,15 @@ struct PipeSimulation {
 // exactly once, backward after forward; inputs are received before use; every send has its
 // receive and nothing waits forever (a deadlock names every stage's blocked action). Throws
 // InvalidArgument with the first violation; returns the simulation.
-PipeSimulation validate(const PipeSchedule& s, double backward_cost = 2.0);
+PipelineSimulation validate(const PipelineSchedule& s, double backward_cost = 2.0);
 
 // The textbook bubble: (p-1) / (m+p-1) for gpipe and 1f1b, ((p-1)/v) / (m + (p-1)/v) interleaved.
-double predicted_bubble(const PipeSchedule& s);
+double predicted_bubble(const PipelineSchedule& s);
 
 // A picture of a simulation: one row per stage, F/B boxes labelled with the micro-batch (and
 // chunk), in SVG; and a one-line-per-stage text form ("F0 F1 . B0 ...").
-std::string timeline_svg(const PipeSchedule& s, const PipeSimulation& sim);
-std::string timeline_text(const PipeSchedule& s, const PipeSimulation& sim);
+std::string timeline_svg(const PipelineSchedule& s, const PipelineSimulation& sim);
+std::string timeline_text(const PipelineSchedule& s, const PipelineSimulation& sim);
 
 // Layer boundaries: cuts `costs` (the cost of the embedding, of every block, and of the head,
 // in order: layers + 2 entries) into `parts` contiguous virtual stages of blocks, minimising the
@@ -149,7 +149,7 @@ class PipelineEngine {
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;
 
-  const PipeSchedule& schedule() const;
+  const PipelineSchedule& schedule() const;
   const std::vector<int64_t>& boundaries() const;
   // This rank's parameters (what its optimizer and data-parallel wrapper hold), by name; and
   // whether a parameter name belongs to this rank.

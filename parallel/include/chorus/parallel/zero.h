@@ -86,7 +86,7 @@ namespace chorus::parallel {
 struct ZeroOptions {
   int stage = 1;  // 1, 2 or 3
   tensor::optim::AdamWOptions adamw = {};
-  // Stages 1-2: the buckets gradients are reduce-scattered in (as in DDPOptions).
+  // Stages 1-2: the buckets gradients are reduce-scattered in (as in DataParallelOptions).
   size_t bucket_bytes = size_t{25} << 20;
   size_t first_bucket_bytes = size_t{1} << 20;
   // Stage 3: the module paths gathered as one unit each, in forward order ("h.0", "h.1", ...).
@@ -104,7 +104,7 @@ struct ZeroOptions {
   int shard_group = 0;
   static constexpr int kHostGroup = -1;
   // Parameters it accepts may go without a gradient in a backward (a mixture of experts' idle
-  // experts): reduced as zeros without a warning (as in DDPOptions).
+  // experts): reduced as zeros without a warning (as in DataParallelOptions).
   std::function<bool(const std::string& name)> may_be_unused = nullptr;
 };
 
