@@ -1,6 +1,7 @@
 // chorus-plan's memory prediction against what chorus-train's ranks hold: a tiny model trained
 // for two steps on 1 and 2 ranks (dp, tp, pp, ZeRO-1 to 3, activation checkpointing), every rank's
-// engine peak and end-of-run bytes (--log-memory) next to the prediction for its stage.
+// engine peak and end-of-run bytes (--log-memory) next to the prediction for its stage; and a
+// mixture of experts on one and two ranks (ep 1 and 2, DDP and ZeRO-1).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -89,6 +90,9 @@ TEST(PlanMemory, PredictsEveryRanksPeakAndModelStates) {
       {.dp = 2, .zero = 2},
       {.dp = 2, .zero = 3},
       {.dp = 1, .experts = 4},
+      {.dp = 2, .experts = 4},
+      {.dp = 2, .experts = 4, .ep = 2},
+      {.dp = 2, .zero = 1, .experts = 4, .ep = 2},
   };
   const std::string file =
       (fs::temp_directory_path() / ("chorus-plan-memory-" + std::to_string(::getpid()) + ".json"))
@@ -117,7 +121,9 @@ TEST(PlanMemory, PredictsEveryRanksPeakAndModelStates) {
                   peak[r], e.peak, 100 * (e.peak / peak[r] - 1));
       // One known gap (docs/PLANNING.md): a pipeline's last stage at small micro-batches, where
       // the tied table's gradients in flight outweigh the activations (-7%), held within 10%.
-      const bool known_gap = c.pp > 1 && stage == c.pp - 1 && c.micro_batches > c.pp;
+      // And expert parallelism, where the estimate assumes balanced routing and the router sends
+      // one rank more rows than the other (-4.8% and +2.2% at ep 2 here).
+      const bool known_gap = (c.pp > 1 && stage == c.pp - 1 && c.micro_batches > c.pp) || c.ep > 1;
       EXPECT_NEAR(e.peak, peak[r], (known_gap ? 0.10 : 0.05) * peak[r]) << name(c) << " rank " << r;
     }
   }

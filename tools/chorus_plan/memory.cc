@@ -72,7 +72,11 @@ MemoryEstimate estimate_stage_memory(const Setup& s, const MeshChoice& m, int st
   MemoryEstimate e;
   e.stage = stage;
   e.parameters = (P + X) * pb + double(rp.head_copy) * pb;
-  e.gradients = (P + X) * pb;
+  // With DDP on more than one rank a mixture's experts step with an AdamW of their own, whose
+  // gradients live from backward to the step only (zeroed to none after it): neither the states
+  // held between steps nor the peak at backward's start count them.
+  const bool transient_expert_grads = s.zero == 0 && m.dp > 1;
+  e.gradients = (P + (transient_expert_grads ? 0 : X)) * pb;
   e.optimizer = 2 * 4 * (P + X);  // AdamW's two f32 moments
   e.master = pb < 4 ? 4 * (P + X) : 0;
   if (s.zero >= 1) {
