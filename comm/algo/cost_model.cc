@@ -8,6 +8,7 @@
 
 #include "algo/host_cache.h"
 #include "algo/registry.h"
+#include "algo/text_records.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
 
@@ -152,15 +153,9 @@ std::optional<LinkCost> default_link_cost(Link l) {
 CostModel CostModel::parse(std::string_view text, std::string_view origin) {
   CostModel m;
   m.origin = std::string(origin);
-  std::istringstream in{std::string(text)};
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    std::istringstream fields(line);
+  for_each_record(text, [&](int number, std::istringstream& fields) {
     std::string link_text;
-    if (!(fields >> link_text)) continue;  // blank
+    fields >> link_text;
     const auto bad = [&](const std::string& why) {
       return InvalidArgument(detail::concat(
           "cost model ", origin, " line ", number, ": ", why,
@@ -190,7 +185,7 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
         !std::isfinite(c.beta_us_per_mib))
       throw bad("constants must be finite and not negative");
     m.set(*link, np, *coll, *v, static_cast<int>(band - std::begin(kBands)), c);
-  }
+  });
   return m;
 }
 

@@ -8,6 +8,7 @@
 
 #include "algo/host_cache.h"
 #include "algo/registry.h"
+#include "algo/text_records.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
 #include "chorus/log.h"
@@ -39,15 +40,9 @@ bool parse_number(std::string_view text, T& out) {
 TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
   TuneTable t;
   t.origin = std::string(origin);
-  std::istringstream in{std::string(text)};
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    std::istringstream fields(line);
+  for_each_record(text, [&](int number, std::istringstream& fields) {
     std::string np_text, coll_text, algo_text;
-    if (!(fields >> np_text)) continue;  // blank
+    fields >> np_text;
     const auto bad = [&](const std::string& why) {
       return InvalidArgument(detail::concat("tune table ", origin, " line ", number, ": ", why,
                                             " (expected '<world size> <collective>[/in-place] "
@@ -80,7 +75,7 @@ TuneTable TuneTable::parse(std::string_view text, std::string_view origin) {
     }
     if (curve.empty()) throw bad("no points");
     t.set(np, *coll, *algo, std::move(curve), in_place);
-  }
+  });
   return t;
 }
 
