@@ -1,8 +1,8 @@
 // The cost model (algo/cost_model.h) and its fit (algo/cost_fit.h), and the selector choosing by
 // it: the forms' step counts, the text format, least squares recovering known constants, and on
-// the fitted constants of a 64-core host (fixtures/cost-64-core-host.txt) the selector's choice
-// at every size is the model's argmin, flipping exactly at the crossover sizes computed here by
-// hand from the fixture's constants. No process, no communicator.
+// the fitted constants of a 64-core host (tests/data/comm/cost-64-core-host.txt) the selector's
+// choice at every size is the model's argmin, flipping exactly at the crossover sizes computed here
+// by hand from the fixture's constants. No process, no communicator.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -22,8 +22,7 @@ namespace {
 constexpr double kMiB = 1 << 20;
 
 CostModel fixture() {
-  const std::string path =
-      std::string(CHORUS_SOURCE_DIR) + "/tests/comm/fixtures/cost-64-core-host.txt";
+  const std::string path = CHORUS_COMM_FIXTURES "/cost-64-core-host.txt";
   std::ifstream f(path);
   std::stringstream text;
   text << f.rdbuf();
