@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "chorus/parallel/expert_parallel.h"
@@ -23,6 +24,18 @@ Tensor random(tensor::Shape shape, uint64_t stream) {
   Tensor t = Tensor::empty(std::move(shape), DataType::kF64);
   tensor::fill_normal_(t, {91, stream}, 0.0, 1.0);
   return t;
+}
+
+// Rank r's batch for the GPT tests: 2 sequences of 4 tokens of a vocabulary of 16, its own per
+// rank, and their targets.
+std::pair<Tensor, Tensor> rank_batch(int rank) {
+  std::vector<int64_t> ids, tgt;
+  for (int i = 0; i < 8; ++i) {
+    ids.push_back((i * 3 + rank * 5) % 16);
+    tgt.push_back((i * 7 + 1) % 16);
+  }
+  return {Tensor::from_vector(std::span<const int64_t>(ids), {2, 4}),
+          Tensor::from_vector(std::span<const int64_t>(tgt), {2, 4})};
 }
 
 // Rank r sends (r + 2 p) % 3 rows to rank p (none for some pairs, itself included), each row
@@ -157,13 +170,7 @@ TEST(ExpertParallel, GptLossIsTheWholeModelsOnEveryRank) {
     for (const auto& [name, p] : sliced.named_parameters())
       held += name.find("h.1.mlp.experts.") == 0 ? 1 : 0;
     EXPECT_EQ(held, 2 * 4);  // two experts of four tensors
-    std::vector<int64_t> ids, tgt;
-    for (int i = 0; i < 8; ++i) {
-      ids.push_back((i * 3 + comm.rank() * 5) % 16);
-      tgt.push_back((i * 7 + 1) % 16);
-    }
-    const Tensor x = Tensor::from_vector(std::span<const int64_t>(ids), {2, 4});
-    const Tensor y = Tensor::from_vector(std::span<const int64_t>(tgt), {2, 4});
+    const auto [x, y] = rank_batch(comm.rank());
     EXPECT_EQ(sliced.loss(x, y).item(), full.loss(x, y).item());
   });
 }
@@ -182,13 +189,7 @@ TEST(ExpertParallel, SourcesApartFoldTheOneProcessGradients) {
     parallel::keep_expert_sources_apart(sliced);
     full.to(DataType::kF64);
     sliced.to(DataType::kF64);
-    std::vector<int64_t> ids, tgt;
-    for (int i = 0; i < 8; ++i) {
-      ids.push_back((i * 3 + comm.rank() * 5) % 16);
-      tgt.push_back((i * 7 + 1) % 16);
-    }
-    const Tensor x = Tensor::from_vector(std::span<const int64_t>(ids), {2, 4});
-    const Tensor y = Tensor::from_vector(std::span<const int64_t>(tgt), {2, 4});
+    const auto [x, y] = rank_batch(comm.rank());
     full.loss(x, y).backward();
     sliced.loss(x, y).backward();
     std::optional<Communicator> alone = comm.split(comm.rank(), 0, "alone");  // one replica
