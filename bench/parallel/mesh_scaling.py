@@ -83,20 +83,38 @@ def clip(intervals, a, b):
     return [(max(s, a), min(e, b)) for s, e in intervals if e > a and s < b]
 
 
-def split_trace(path, warmup):
-    """Per rank and measured step: step, forward-backward, bubble, exposed and tp volume."""
+def spans_by_rank(path):
+    """A chorus-train trace's complete events, by rank (pid) and track name."""
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    tracks = {}
-    for e in events:
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            tracks[(e["pid"], e["tid"])] = e["args"]["name"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e.get("name") == "thread_name"}
     per_rank = collections.defaultdict(lambda: collections.defaultdict(list))
     for e in events:
-        if e.get("ph") != "X":
-            continue
-        track = tracks.get((e["pid"], e["tid"]), "")
-        per_rank[e["pid"]][track].append(e)
+        if e.get("ph") == "X":
+            per_rank[e["pid"]][tracks.get((e["pid"], e["tid"]), "")].append(e)
+    return per_rank
+
+
+def launch(cmd, timeout):
+    """Runs one chorus-run command; False (its output on stderr) when it failed."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        sys.stderr.write("FAILED (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout[-2000:],
+                                                     p.stderr[-2000:]))
+    return p.returncode == 0
+
+
+def measured_steps(log, warmup):
+    """The --log-json lines of the steps from `warmup` on."""
+    with open(log) as f:
+        steps = [json.loads(line) for line in f if line.strip()]
+    return [s for s in steps if s["step"] >= warmup]
+
+
+def split_trace(path, warmup):
+    """Per rank and measured step: step, forward-backward, bubble, exposed and tp volume."""
+    per_rank = spans_by_rank(path)
     rows = []
     for rank, by_track in sorted(per_rank.items()):
         compute = by_track.get("compute", [])
@@ -175,14 +193,9 @@ def run_chorus(args, mesh, rnd):
     if args.schedule == "interleaved":
         cmd += ["--chunks", str(args.chunks)]
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if p.returncode != 0:
-        sys.stderr.write("FAILED (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout[-2000:],
-                                                     p.stderr[-2000:]))
+    if not launch(cmd, args.timeout):
         return None
-    with open(log) as f:
-        steps = [json.loads(line) for line in f if line.strip()]
-    steps = [s for s in steps if s["step"] >= args.warmup]
+    steps = measured_steps(log, args.warmup)
     rows = split_trace(trace, args.warmup)
     if not args.keep_traces:
         os.remove(trace)

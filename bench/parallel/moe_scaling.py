@@ -43,11 +43,10 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from mesh_scaling import union_length, clip  # beside this script
+from mesh_scaling import clip, launch, measured_steps, spans_by_rank, union_length  # beside it
 from scaling import cpu_name
 
 
@@ -89,14 +88,7 @@ def formula_bytes(args, ep):
 def split_trace(path, warmup, ep):
     """Per rank and measured step: step and exchange time (us), the exchange's part after its
     last peer arrived (the transfer) and before (waiting), and the bytes sent on the ep track."""
-    with open(path) as f:
-        events = json.load(f)["traceEvents"]
-    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-              if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    per_rank = collections.defaultdict(lambda: collections.defaultdict(list))
-    for e in events:
-        if e.get("ph") == "X":
-            per_rank[e["pid"]][tracks.get((e["pid"], e["tid"]), "")].append(e)
+    per_rank = spans_by_rank(path)
     steps = {}  # (rank, step) -> (start, end, [ops in order])
     for rank, by_track in per_rank.items():
         ops = sorted(by_track.get("comm ep", []), key=lambda e: e["ts"])
@@ -146,14 +138,9 @@ def run(args, name, n, ep, rnd):
                 "--moe-every", str(args.moe_every), "--capacity-factor", str(args.capacity_factor),
                 "--ep", str(ep)]
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if p.returncode != 0:
-        sys.stderr.write("FAILED (%d): %s\n%s%s" % (p.returncode, " ".join(cmd), p.stdout[-2000:],
-                                                     p.stderr[-2000:]))
+    if not launch(cmd, args.timeout):
         return None
-    with open(base + ".jsonl") as f:
-        steps = [json.loads(line) for line in f if line.strip()]
-    steps = [s for s in steps if s["step"] >= args.warmup]
+    steps = measured_steps(base + ".jsonl", args.warmup)
     with open(base + ".memory.json") as f:
         peak = json.load(f)["peak_bytes"]
     rows = split_trace(base + ".trace.json", args.warmup, max(ep, 1))
