@@ -33,8 +33,8 @@ std::string usage() {
   return R"(Usage: chorus-plan [--model PRESET | shape flags] [set-up flags] [--cluster PRESET]
 
 Predicts, before any job starts, the memory per device and the step time of training a GPT at
-every mesh dp x tp x pp that divides the cluster's devices, and recommends one
-(docs/PLANNING.md has the formulas and their sources).
+every mesh dp x tp x pp that divides the cluster's devices (and, for a mixture of experts, every
+ep), and recommends one (docs/PLANNING.md has the formulas and their sources).
 
 Model (default: chorus-train's shape; a preset sets all five, later flags override):
   --model NAME             gpt2-124m, gpt2-350m, gpt2-760m, gpt2-1.5b, gpt-7b, gpt-70b,

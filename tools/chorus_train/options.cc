@@ -95,7 +95,8 @@ Training:
   --data FILE              train on FILE's bytes (default: the built-in corpus)
 Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
-  --load DIR               resume from a checkpoint (any mesh and --ep: it reshards)
+  --load DIR               resume from a checkpoint (any mesh and --ep: it reshards; not yet
+                           experts under ZeRO on several ranks)
   --log-json FILE          one JSON line per step (rank 0)
   --log-memory FILE        every rank's engine peak over the steps and bytes held at the end
                            (what chorus-plan predicts), and the parameter, gradient and
