@@ -7,35 +7,35 @@
 //
 // The defaults are the PyTorch anchor's small config (shared/anchors/torch_gpt/gpt_step.py:
 // vocab 256, context 128, 4 layers, width 256, 4 heads, batch 8 per rank, AdamW lr 3e-4,
-// weight decay 0.1). A step is what the anchor's ddp modes time: zero_grad, forward + loss,
-// backward, optimizer step. Modes:
-//   ddp     DistributedDataParallel + AdamW attached (updates start as buckets arrive)
+// weight decay 0.1). A step is what the anchor's ddp modes time: forward + loss, backward,
+// optimizer step, zero_grad; it goes through parallel::Replicas as chorus-train's does (its
+// finish_step also takes the global gradient norm, unclipped here). Modes:
+//   ddp     DistributedDataParallel + AdamW attached
 //   nosync  the same with every backward inside no_sync(): no communication at all, the
 //           compute-only ceiling of these ranks (parameters drift apart: timing only)
 //   zero1-3 ZeroOptimizer of that stage
 // Per step the slowest rank's time counts (every rank's step times are max-reduced after the
 // run). Reported on rank 0 as one line "RESULT {json}": median step time and global tokens/s
 // over the timed steps, and for ddp the reductions' exposure: `exposed_ms` is the time per step
-// spent waiting for reductions after backward's compute (DDP::stats()), `comm_alone_ms` the
-// time the same bucket all-reduces take back to back with nothing else running (measured after
+// spent waiting for reductions after backward's compute (Replicas::reductions()), `comm_alone_ms`
+// the time the same bucket all-reduces take back to back with nothing else running (measured after
 // the training steps), and `hidden` = 1 - exposed / alone, the share hidden behind backward.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "chorus/communicator.h"
-#include "chorus/parallel/data_parallel.h"
-#include "chorus/parallel/zero.h"
+#include "chorus/parallel/mesh.h"
+#include "chorus/parallel/replicas.h"
 #include "chorus/tensor/data.h"
 #include "chorus/tensor/gemm.h"
 #include "chorus/tensor/nn.h"
-#include "chorus/tensor/optim.h"
 
 namespace {
 
@@ -128,42 +128,32 @@ int run(const Args& a) {
   const tensor::BatchSampler sampler(data, a.batch, a.cfg.context, 1000 + world.rank());
   tensor::nn::GPT model(a.cfg);
   model.init(0);
-  const tensor::optim::AdamWOptions adamw{.lr = 3e-4, .weight_decay = 0.1};
-  const auto bucket = static_cast<size_t>(a.bucket_mb * 1048576.0);
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<tensor::optim::AdamW> opt;
-  std::unique_ptr<parallel::ZeroOptimizer> zero;
-  if (a.mode == "ddp" || a.mode == "nosync") {
-    ddp = std::make_unique<parallel::DistributedDataParallel>(
-        model, world, parallel::DataParallelOptions{.bucket_bytes = bucket});
-    opt = std::make_unique<tensor::optim::AdamW>(model.named_parameters(), adamw);
-    ddp->attach(*opt);
-  } else {
-    zero = std::make_unique<parallel::ZeroOptimizer>(
-        model, world,
-        parallel::ZeroOptions{.stage = a.mode[4] - '0', .adamw = adamw, .bucket_bytes = bucket});
-  }
+  // The trainer's data-parallel side (parallel/replicas.h): the step below is chorus-train's.
+  parallel::DeviceMesh mesh(world, {.dp = world.size()},
+                            {.placement = parallel::MeshOptions::Placement::kRankOrder});
+  parallel::Replicas replicas(
+      model, mesh, model.named_parameters(),
+      parallel::ReplicasOptions{.zero_stage = a.mode.rfind("zero", 0) == 0 ? a.mode[4] - '0' : 0,
+                                .adamw = {.lr = 3e-4, .weight_decay = 0.1},
+                                .bucket_bytes = static_cast<size_t>(a.bucket_mb * 1048576.0),
+                                .average = true});
+  const bool ddp = a.mode == "ddp";
 
   std::vector<double> step_s;
   double exposed_start = 0;
   for (int s = 0; s < a.warmup + a.steps; ++s) {
-    if (s == a.warmup && ddp) exposed_start = ddp->stats().exposed_seconds;
+    if (s == a.warmup) exposed_start = replicas.reductions().exposed_seconds;
     const auto [x, y] = sampler.batch(s);
     const auto t0 = std::chrono::steady_clock::now();
-    if (zero) {
-      zero->zero_grad();
-      model.loss(x, y, static_cast<uint64_t>(s)).backward();
-      zero->step();
-    } else {
-      opt->zero_grad();
-      if (a.mode == "nosync") {
-        auto quiet = ddp->no_sync();
-        model.loss(x, y, static_cast<uint64_t>(s)).backward();
-      } else {
-        model.loss(x, y, static_cast<uint64_t>(s)).backward();
-      }
-      opt->step();
-    }
+    std::optional<parallel::Replicas::Quiet> quiet;
+    if (a.mode == "nosync") quiet.emplace(replicas.no_sync());
+    replicas.accumulate(1, [&](int) {
+      Tensor loss = model.loss(x, y, static_cast<uint64_t>(s));
+      loss.backward();
+      return loss.item();
+    });
+    quiet.reset();
+    replicas.finish_step(0);  // no clipping: the anchor's step
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= a.warmup) step_s.push_back(dt);
   }
@@ -175,10 +165,11 @@ int run(const Args& a) {
 
   // The reductions alone: every bucket's all-reduce back to back, as a step issues them.
   double exposed_ms = 0, alone_ms = 0;
-  if (ddp && a.mode == "ddp") {
-    exposed_ms = 1e3 * (ddp->stats().exposed_seconds - exposed_start) / a.steps;
+  const parallel::Replicas::Reductions reductions = replicas.reductions();
+  if (ddp) {
+    exposed_ms = 1e3 * (reductions.exposed_seconds - exposed_start) / a.steps;
     std::vector<Tensor> bufs;
-    for (const auto& b : ddp->buckets()) bufs.push_back(Tensor::zeros({b.numel}, b.dtype));
+    for (const auto& b : reductions.buckets) bufs.push_back(Tensor::zeros({b.numel}, b.dtype));
     std::vector<double> alone;
     for (int r = 0; r < 5 + a.steps; ++r) {
       world.barrier();
@@ -205,19 +196,19 @@ int run(const Args& a) {
        << ", \"batch_per_rank\": " << a.batch << ", \"params\": " << model.num_parameters()
        << ", \"gemm\": \"" << tensor::gemm_backend() << "\", \"step_ms\": " << 1e3 * med
        << ", \"tokens_per_s\": " << tokens / med << ", \"steps\": " << a.steps;
-    if (a.mode == "ddp") {
+    if (ddp) {
       const double hidden = alone_ms > 0 ? std::clamp(1.0 - exposed_ms / alone_ms, 0.0, 1.0) : 0;
-      js << ", \"buckets\": " << ddp->buckets().size() << ", \"exposed_ms\": " << exposed_ms
+      js << ", \"buckets\": " << reductions.buckets.size() << ", \"exposed_ms\": " << exposed_ms
          << ", \"comm_alone_ms\": " << alone_ms << ", \"hidden\": " << hidden;
     }
     js << "}";
     std::printf("RESULT %s\n", js.str().c_str());
     std::fprintf(stderr, "chorus %s dp=%d: step %.1f ms, %.0f tokens/s%s\n", a.mode.c_str(),
                  world.size(), 1e3 * med, tokens / med,
-                 a.mode == "ddp" ? (", reductions exposed " + std::to_string(exposed_ms) +
-                                    " ms of " + std::to_string(alone_ms) + " ms alone")
-                                       .c_str()
-                                 : "");
+                 ddp ? (", reductions exposed " + std::to_string(exposed_ms) + " ms of " +
+                        std::to_string(alone_ms) + " ms alone")
+                           .c_str()
+                     : "");
     if (!a.json.empty()) std::ofstream(a.json) << js.str() << "\n";
   }
   return 0;

@@ -33,9 +33,10 @@ Replicas::Replicas(tensor::nn::GPT& model, DeviceMesh& mesh, tensor::nn::NamedTe
       return !is_expert(name) && (!own || own(name));
     };
   if (o_.zero_stage == 0) {
-    ddp_ = std::make_unique<DistributedDataParallel>(
-        model_, dp,
-        DataParallelOptions{.average = o_.average, .include = include, .may_be_unused = is_expert});
+    DataParallelOptions ddp_options{
+        .average = o_.average, .include = include, .may_be_unused = is_expert};
+    if (o_.bucket_bytes > 0) ddp_options.bucket_bytes = o_.bucket_bytes;
+    ddp_ = std::make_unique<DistributedDataParallel>(model_, dp, std::move(ddp_options));
     if (split) {
       tensor::nn::NamedTensors rest, experts;
       for (auto& named : params) (is_expert(named.first) ? experts : rest).push_back(named);
@@ -46,13 +47,14 @@ Replicas::Replicas(tensor::nn::GPT& model, DeviceMesh& mesh, tensor::nn::NamedTe
     ddp_->attach(*opt_);
     return;
   }
-  zero_ = std::make_unique<ZeroOptimizer>(model_, dp,
-                                          ZeroOptions{.stage = o_.zero_stage,
-                                                      .adamw = o_.adamw,
-                                                      .average = o_.average,
-                                                      .include = include,
-                                                      .shard_group = o_.shard_group,
-                                                      .may_be_unused = is_expert});
+  ZeroOptions zero_options{.stage = o_.zero_stage,
+                           .adamw = o_.adamw,
+                           .average = o_.average,
+                           .include = include,
+                           .shard_group = o_.shard_group,
+                           .may_be_unused = is_expert};
+  if (o_.bucket_bytes > 0) zero_options.bucket_bytes = o_.bucket_bytes;
+  zero_ = std::make_unique<ZeroOptimizer>(model_, dp, std::move(zero_options));
   if (split)
     expert_zero_ = std::make_unique<ZeroOptimizer>(
         model_, *o_.expert_replicas,
@@ -224,6 +226,19 @@ Replicas::Memory Replicas::memory() const {
   }
   m.peak_bytes = tensor::memory_stats().peak_bytes;
   return m;
+}
+
+Replicas::Reductions Replicas::reductions() const {
+  Reductions r;
+  if (ddp_) {
+    for (const auto& b : ddp_->buckets()) r.buckets.push_back({.numel = b.numel, .dtype = b.dtype});
+    const DistributedDataParallel::Stats stats = ddp_->stats();
+    r.started = stats.reductions;
+    r.exposed_seconds = stats.exposed_seconds;
+  } else {
+    for (const auto& g : zero_->groups()) r.buckets.push_back({.numel = g.numel, .dtype = g.dtype});
+  }
+  return r;
 }
 
 void Replicas::bind(CheckpointState& state) {

@@ -55,6 +55,9 @@ struct ReplicasOptions {
   int zero_stage = 0;  // 0: DDP + AdamW; 1-3: ZeroOptimizer of that stage
   tensor::optim::AdamWOptions adamw = {};
   int shard_group = 0;  // ZeRO's hybrid sharding (ZeroOptions::shard_group)
+  // The gradient buckets' size (DataParallelOptions / ZeroOptions::bucket_bytes, the first
+  // bucket's untouched); 0: the wrapper's default.
+  size_t bucket_bytes = 0;
   // The gradients summed over the replicas (the loss already scaled by 1 / global batch) or
   // averaged.
   bool average = false;
@@ -117,6 +120,21 @@ class Replicas {
   // ZeRO's report's kinds.
   using Memory = ZeroOptimizer::Memory;
   Memory memory() const;
+
+  // The gradient reductions of the parameters outside the experts, as a bench reports them: the
+  // buckets (DDP's all-reduced, ZeRO's reduce-scattered groups: stage 3's units) in launch order,
+  // how many reductions have started and the time spent waiting for them after backward's
+  // compute since construction (DDP only: 0 under ZeRO).
+  struct Reductions {
+    struct Bucket {
+      int64_t numel = 0;
+      DataType dtype = DataType::kF32;
+    };
+    std::vector<Bucket> buckets;
+    int64_t started = 0;
+    double exposed_seconds = 0;
+  };
+  Reductions reductions() const;
 
   // Fills the optimizer fields of a checkpoint's state (optimizer or zero, and the experts').
   void bind(CheckpointState& state);
