@@ -44,20 +44,20 @@ std::vector<std::pair<std::string, tensor::nn::Module*>> resolve_units(
   return out;
 }
 
-}  // namespace
+// The constructor's steps, in the order it takes them (collectives included: every rank runs
+// them alike).
 
-ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOptions options)
-    : impl_(std::make_unique<Impl>()) {
+using Impl = ZeroOptimizer::Impl;
+
+void check_options(const ZeroOptions& options) {
   CHORUS_ARG_CHECK(options.stage >= 1 && options.stage <= 3, "ZeroOptimizer: stage ", options.stage,
                    " (expected 1, 2 or 3)");
   CHORUS_ARG_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0,
                    "ZeroOptimizer: bucket sizes must be positive");
-  Impl& z = *impl_;
-  z.model = &model;
-  z.dp = &dp;
-  z.options = options;
-  z.dp_ranks = dp.size();
-  z.fold = dp.deterministic();
+}
+
+// ZeroOptions::shard_group resolved to a size that divides dp.
+int resolve_shard_group(Communicator& dp, const ZeroOptions& options) {
   const int group = options.shard_group == ZeroOptions::kHostGroup ? host_shard_group(dp)
                     : options.shard_group == 0                     ? dp.size()
                                                                    : options.shard_group;
@@ -68,11 +68,23 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
                    " dp ranks (the shard groups are runs of consecutive dp ranks)");
   CHORUS_ARG_CHECK(!options.include || options.stage < 3,
                    "ZeroOptimizer: stage 3 gathers whole units and takes no parameter filter");
+  return group;
+}
+
+// The parameters `include` accepts, the same on every rank of dp (checked).
+tensor::nn::NamedTensors included_parameters(tensor::nn::Module& model, Communicator& dp,
+                                             const ZeroOptions& options) {
   tensor::nn::NamedTensors all;
   for (auto& [name, p] : model.named_parameters())
     if (!options.include || options.include(name)) all.emplace_back(name, p);
   check_same_parameters(dp, all, "ZeroOptimizer");
-  z.device = common_device(all, "ZeroOptimizer");
+  return all;
+}
+
+// The shard group this rank cuts its shards over (all of dp, or with hybrid sharding its run of
+// `group` consecutive dp ranks, the replicas of its shard joined by a group across), and the
+// streams the reductions and gathers run on.
+void connect_shard_groups(Impl& z, Communicator& dp, int group) {
   z.replicas = dp.size() / group;
   z.replica = dp.rank() / group;
   z.shard = &dp;
@@ -91,8 +103,10 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   z.rank = z.shard->rank();
   z.beside.emplace(*z.shard, z.device, CommOrder::kOverlap);
   z.inline_.emplace(*z.shard, z.device, CommOrder::kInline);
-  if (options.broadcast_parameters) broadcast_parameters(dp, all);
-  agree_on_kernels(dp);
+}
+
+// The parameters that train (requires_grad), each contiguous.
+void take_trained_parameters(Impl& z, const tensor::nn::NamedTensors& all) {
   for (const auto& [name, p] : all)
     if (p.requires_grad()) {
       CHORUS_ARG_CHECK(p.is_contiguous(), "ZeroOptimizer: parameter '", name,
@@ -100,11 +114,14 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
       z.names.push_back(name);
       z.params.push_back(p);
     }
+}
+
+// The groups: buckets in reverse registration order (stages 1-2), or units in the order their
+// backward finishes, the root last (stage 3); and where each parameter lies in them.
+void lay_out_groups(Impl& z, tensor::nn::Module& model) {
+  const ZeroOptions& options = z.options;
   std::vector<ParamShape> shapes;
   for (const Tensor& p : z.params) shapes.push_back({p.dtype(), p.numel()});
-
-  // The groups: buckets in reverse registration order (stages 1-2), or units in the order their
-  // backward finishes, the root last (stage 3).
   auto add_groups = [&](const FlatLayout& layout, const std::string& name, tensor::nn::Module* m) {
     for (const FlatBucket& b : layout.buckets) {
       ZeroGroup g;
@@ -162,8 +179,13 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
   for (size_t g = 0; g < z.groups.size(); ++g)
     for (size_t s = 0; s < z.groups[g].slots.size(); ++s)
       z.where[z.groups[g].slots[s].param] = {g, s};
+}
 
-  // Parameters become views into their group's flat buffer; gradients follow the stage.
+// Parameters become views into their group's flat buffer; gradients follow the stage (stage 1:
+// views into a full flat gradient, a gradient already there kept; 2-3: a shard of it; stage 3
+// keeps only its shard of the parameters).
+void move_into_flat_buffers(Impl& z) {
+  const int stage = z.options.stage;
   tensor::NoGradGuard no_grad;
   for (ZeroGroup& g : z.groups) {
     g.flat_param = Tensor::zeros({g.numel}, g.dtype, z.device);
@@ -174,15 +196,15 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
       const Tensor old_grad = p.grad();
       p.set_data(view);
       p.set_grad({});
-      if (options.stage == 1) {
+      if (stage == 1) {
         if (!g.flat_grad.defined()) g.flat_grad = Tensor::zeros({g.numel}, g.dtype, z.device);
         Tensor gv = g.flat_grad.narrow(0, s.offset, s.numel).view(p.shape());
         if (old_grad.defined()) gv.copy_(old_grad);
         p.bind_grad(gv);
       }
     }
-    if (options.stage >= 2) g.shard_grad = Tensor::zeros({g.hi - g.lo}, g.dtype, z.device);
-    if (options.stage == 3) {
+    if (stage >= 2) g.shard_grad = Tensor::zeros({g.hi - g.lo}, g.dtype, z.device);
+    if (stage == 3) {
       g.shard_param = g.flat_param.narrow(0, g.lo, g.hi - g.lo).clone();
       g.flat_param.storage()->release();
       g.params = ZeroGroup::Params::kReleased;
@@ -190,9 +212,12 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
       g.params = ZeroGroup::Params::kGathered;
     }
   }
+}
 
-  // The shard optimizer: an AdamW over this rank's pieces, which decays what the unsharded one
-  // would (by the name and shape of the whole parameter).
+// The shard optimizer: an AdamW over this rank's pieces, which decays what the unsharded one
+// would (by the name and shape of the whole parameter).
+void make_shard_optimizer(Impl& z) {
+  const ZeroOptions& options = z.options;
   const int shift = injected_fault() == Fault::kShardShift ? 1 : 0;  // tests only
   tensor::nn::NamedTensors pieces;
   std::map<std::string, size_t> index_of;
@@ -222,7 +247,12 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
     return user_decays ? user_decays(name, whole) : !matrices_only || whole.dim() >= 2;
   };
   z.optimizer = std::make_unique<tensor::optim::AdamW>(std::move(pieces), adamw);
+}
 
+// The bucket-ready protocol over the groups, and the hooks that drive it (stage 3: also the
+// units' gathers around their forward and backward).
+void install_hooks(Impl& z) {
+  Impl* self = &z;
   std::vector<size_t> group_of;
   for (const auto& [g, slot] : z.where) group_of.push_back(g);
   z.readiness.emplace(
@@ -232,11 +262,35 @@ ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOp
                              .final = [self](size_t g) { self->group_final(g); },
                              .launch = [self](size_t g) { self->launch(g); },
                              .finished = [self] { self->finish_backward(); }},
-      options.may_be_unused);
+      z.options.may_be_unused);
   z.install_gradient_hooks();
-  if (options.stage == 3) z.install_unit_hooks();
-  CHORUS_INFO(kLogPar, "ZeroOptimizer stage ", options.stage, ": ", z.params.size(),
-              " parameters in ", z.groups.size(), options.stage == 3 ? " units" : " buckets",
+  if (z.options.stage == 3) z.install_unit_hooks();
+}
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(tensor::nn::Module& model, Communicator& dp, ZeroOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  check_options(options);
+  Impl& z = *impl_;
+  z.model = &model;
+  z.dp = &dp;
+  z.options = std::move(options);
+  z.dp_ranks = dp.size();
+  z.fold = dp.deterministic();
+  const int group = resolve_shard_group(dp, z.options);
+  const tensor::nn::NamedTensors all = included_parameters(model, dp, z.options);
+  z.device = common_device(all, "ZeroOptimizer");
+  connect_shard_groups(z, dp, group);
+  if (z.options.broadcast_parameters) broadcast_parameters(dp, all);
+  agree_on_kernels(dp);
+  take_trained_parameters(z, all);
+  lay_out_groups(z, model);
+  move_into_flat_buffers(z);
+  make_shard_optimizer(z);
+  install_hooks(z);
+  CHORUS_INFO(kLogPar, "ZeroOptimizer stage ", z.options.stage, ": ", z.params.size(),
+              " parameters in ", z.groups.size(), z.options.stage == 3 ? " units" : " buckets",
               " over ", z.ranks, " ranks",
               z.replicas > 1 ? ", " + std::to_string(z.replicas) + " replicas of the shards" : "");
 }
