@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "gemm/selection.h"  // first_within_margin, the rule of every measured choice here
+
 namespace chorus::tensor::gemm_impl {
 
 // One library that can run a row-major sgemm.
@@ -24,19 +26,6 @@ class SgemmBackend {
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                      int64_t ldc) = 0;
 };
-
-// The selection rule of every measured choice here (f32 backend, bf16 method per class): given
-// each candidate's time in preference order (a negative time: not a candidate), the first one
-// within `margin` (relative) of the fastest. Two candidates within noise of each other then
-// give the same choice in every run instead of whichever a noisy round favoured.
-inline size_t first_within_margin(const std::vector<double>& seconds, double margin = 0.03) {
-  double fastest = -1;
-  for (double s : seconds)
-    if (s >= 0 && (fastest < 0 || s < fastest)) fastest = s;
-  for (size_t i = 0; i < seconds.size(); ++i)
-    if (seconds[i] >= 0 && seconds[i] <= fastest * (1 + margin)) return i;
-  return seconds.size();  // no candidate
-}
 
 std::unique_ptr<SgemmBackend> make_builtin_backend();
 std::unique_ptr<SgemmBackend> make_dnnl_backend();      // dlopen libdnnl

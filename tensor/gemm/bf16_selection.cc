@@ -17,15 +17,14 @@
 // class f32 on f32-stored operands" (no widening) is timed too, and taken when its total is
 // lower, so autocast never runs slower than the f32 GEMM it could always fall back on.
 //
+// The timing rounds, the rule and the cache are the f32 backend's too (gemm/selection.h).
 // The decision is one string ("native", or "nn.small=native,nt.large=dnnl,..."):
 // CHORUS_DEBUG=INFO logs it with the measured rates, bf16_gemm_mode() returns it, the parallel
 // layer broadcasts rank 0's to every rank (parallel/common/kernel_agreement.cc), and
 // CHORUS_TENSOR_BF16_GEMM or set_bf16_gemm_mode() forces one.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,6 +36,7 @@
 #include "chorus/tensor/gemm.h"
 #include "cpu/elementwise.h"
 #include "gemm/backend.h"
+#include "gemm/selection.h"
 #include "runtime/thread_pool.h"
 
 namespace chorus::tensor {
@@ -64,11 +64,6 @@ struct Plan {
   std::array<Bf16Method, kBf16Classes> method{};
   bool bf16_operands = false;
 };
-
-std::mutex g_mutex;
-std::atomic<bool> g_chosen{false};
-Plan g_plan;
-bool g_set = false;  // the plan came from set_bf16_gemm_mode (pinning keeps it)
 
 std::string class_name(int c) {
   return std::string(kPatternNames[c / 2]) + (c % 2 ? ".large" : ".small");
@@ -161,8 +156,10 @@ void class_shape(int c, int64_t* m, int64_t* n, int64_t* k) {
 }
 
 // Seconds per call of each method (and of the f32 GEMM on f32-stored operands, index 3) for
-// class c: 9 alternating rounds, the best round each. A round repeats the call for ~2 ms.
+// class c: 9 alternating rounds after a warm-up (gemm/selection.h), the best round each (-1: not
+// a candidate). A round repeats the call for ~2 ms.
 std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
+  // candidates[2] (f32) is always true: the fallback.
   const bool ta = (c / 2) >= 2, tb = (c / 2) % 2 == 1;
   int64_t m, n, k;
   class_shape(c, &m, &n, &k);
@@ -197,26 +194,24 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
     }
   };
   using Clock = std::chrono::steady_clock;
-  std::array<double, 4> best;
-  best.fill(1e30);
-  std::array<int, 4> iters;
-  for (int w = 0; w < 4; ++w) {  // warm-up (JIT, page faults) and the repeat count of a round
-    iters[w] = 0;
-    if (w < 3 && !candidates[w]) continue;
-    const auto t0 = Clock::now();
-    call(w);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    iters[w] = std::clamp(static_cast<int>(2e-3 / std::max(s, 1e-7)), 1, 128);
-  }
-  for (int round = 0; round < 9; ++round)
-    for (int w = 0; w < 4; ++w) {
-      if (iters[w] == 0) continue;
-      const auto t0 = Clock::now();
-      for (int i = 0; i < iters[w]; ++i) call(w);
-      best[w] =
-          std::min(best[w], std::chrono::duration<double>(Clock::now() - t0).count() / iters[w]);
-    }
-  return best;
+  std::array<int, 4> iters{};  // the repeat count of a round, set by the warm-up round
+  const std::vector<Candidate> timed{{"native", candidates[0]},
+                                     {"dnnl", candidates[1]},
+                                     {"f32", candidates[2]},
+                                     {"f32 on f32 operands", true}};
+  const std::vector<double> t =
+      time_candidates("bf16 gemm " + class_name(c), timed, 9, [&](size_t w) {
+        const auto t0 = Clock::now();
+        if (iters[w] == 0) {  // warm-up (JIT, page faults): one call, which sizes a round
+          call(static_cast<int>(w));
+          const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+          iters[w] = std::clamp(static_cast<int>(2e-3 / std::max(s, 1e-7)), 1, 128);
+          return s;
+        }
+        for (int i = 0; i < iters[w]; ++i) call(static_cast<int>(w));
+        return std::chrono::duration<double>(Clock::now() - t0).count() / iters[w];
+      });
+  return {t[0], t[1], t[2], t[3]};
 }
 
 std::string plan_string(const Plan& p) {
@@ -247,8 +242,7 @@ Plan measure(const std::array<int, kBf16Classes>& forced) {
     }
     any_open = true;
     const std::array<double, 4> t = time_class(c, candidates);
-    const int win = static_cast<int>(
-        first_within_margin({candidates[0] ? t[0] : -1, candidates[1] ? t[1] : -1, t[2]}, kMargin));
+    const int win = static_cast<int>(first_within_margin({t[0], t[1], t[2]}, kMargin));
     mixed.method[c] = static_cast<Bf16Method>(win);
     t_mixed += t[win];
     t_all_f32 += t[3];
@@ -275,22 +269,49 @@ Plan measure(const std::array<int, kBf16Classes>& forced) {
   return mixed;
 }
 
-void store(const Plan& p, const char* how) {
-  g_plan = p;
-  g_set = std::string(how) == "set";
-  g_chosen.store(true, std::memory_order_release);
-  CHORUS_INFO(kLogTune, "tensor bf16 gemm: using ", plan_string(p), " (", how, ")");
+// The plan as the cache holds it: one method per class.
+ChoiceCache::Decision decision_of(const Plan& p, ChoiceOrigin origin) {
+  ChoiceCache::Decision d{{}, origin};
+  for (Bf16Method m : p.method) d.choice.push_back(static_cast<int>(m));
+  return d;
 }
 
-const Plan& plan() {
-  if (g_chosen.load(std::memory_order_acquire)) return g_plan;
-  std::lock_guard lock(g_mutex);
-  if (!g_chosen.load()) {
-    const std::string mode = kBf16Knob.get();
-    const auto forced = parse_mode(mode, kBf16Knob.name());
-    store(measure(forced), mode == "auto" ? "measured" : "CHORUS_TENSOR_BF16_GEMM");
+const char* origin_name(ChoiceOrigin o) {
+  switch (o) {
+    case ChoiceOrigin::kMeasured:
+      return "measured";
+    case ChoiceOrigin::kForced:
+      return "CHORUS_TENSOR_BF16_GEMM";
+    case ChoiceOrigin::kSet:
+      return "set";
+    case ChoiceOrigin::kPinned:
+      return "pinned";
+    case ChoiceOrigin::kNone:
+      break;
   }
-  return g_plan;
+  return "none";
+}
+
+ChoiceCache::Decision logged(const Plan& p, ChoiceOrigin origin) {
+  CHORUS_INFO(kLogTune, "tensor bf16 gemm: using ", plan_string(p), " (", origin_name(origin), ")");
+  return decision_of(p, origin);
+}
+
+// On first use: the knob's classes as it says, the rest measured.
+ChoiceCache& cache() {
+  static ChoiceCache c(kBf16Classes, [] {
+    const std::string mode = kBf16Knob.get();
+    return logged(measure(parse_mode(mode, kBf16Knob.name())),
+                  mode == "auto" ? ChoiceOrigin::kMeasured : ChoiceOrigin::kForced);
+  });
+  return c;
+}
+
+Plan plan() {
+  const ChoiceCache::Decision d = cache().decision();
+  Plan p;
+  for (int c = 0; c < kBf16Classes; ++c) p.method[c] = static_cast<Bf16Method>(d.choice[c]);
+  return finish(p);
 }
 
 }  // namespace
@@ -302,21 +323,30 @@ int bf16_shape_class(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   return pattern * 2 + (large ? 1 : 0);
 }
 
-Bf16Method bf16_method(int shape_class) { return plan().method[shape_class]; }
+Bf16Method bf16_method(int shape_class) {
+  return static_cast<Bf16Method>(cache().choice(shape_class));
+}
 
-bool bf16_operands_as_bf16() { return plan().bf16_operands; }
+bool bf16_operands_as_bf16() {
+  for (int c = 0; c < kBf16Classes; ++c)
+    if (static_cast<Bf16Method>(cache().choice(c)) != Bf16Method::kF32) return true;
+  return false;
+}
 
 void pin_bf16_gemm_choice() {
-  // A plan the program set stays; a measured one (or none yet) gives way to the rule.
-  if (g_chosen.load(std::memory_order_acquire) && g_set) return;
-  // The knob's forced classes; every other class native (f32 where the kernel is missing).
-  auto forced = parse_mode(kBf16Knob.get(), kBf16Knob.name());
-  const Bf16Method fallback = blocked_bf16_available() ? Bf16Method::kNative : Bf16Method::kF32;
-  Plan p;
-  for (int c = 0; c < kBf16Classes; ++c)
-    p.method[c] = forced[c] >= 0 ? static_cast<Bf16Method>(forced[c]) : fallback;
-  std::lock_guard lock(g_mutex);
-  store(finish(p), "pinned");
+  // A plan the program set stays; a measured one (or none yet) gives way to the rule: the knob's
+  // forced classes, every other class native (f32 where the kernel is missing).
+  cache().replace_unless(
+      [](const ChoiceCache::Decision& d) { return d.origin == ChoiceOrigin::kSet; },
+      [] {
+        auto forced = parse_mode(kBf16Knob.get(), kBf16Knob.name());
+        const Bf16Method fallback =
+            blocked_bf16_available() ? Bf16Method::kNative : Bf16Method::kF32;
+        Plan p;
+        for (int c = 0; c < kBf16Classes; ++c)
+          p.method[c] = forced[c] >= 0 ? static_cast<Bf16Method>(forced[c]) : fallback;
+        return logged(finish(p), ChoiceOrigin::kPinned);
+      });
 }
 
 }  // namespace gemm_impl
@@ -326,8 +356,10 @@ std::string bf16_gemm_mode() { return gemm_impl::plan_string(gemm_impl::plan());
 void set_bf16_gemm_mode(const std::string& mode) {
   using namespace gemm_impl;
   const auto forced = parse_mode(mode, "set_bf16_gemm_mode");
-  std::lock_guard lock(g_mutex);
-  store(measure(forced), "set");  // times only the classes the string leaves out
+  // Times only the classes the string leaves out; "auto" is a measured choice (pinning replaces
+  // it), anything else a set one.
+  cache().store(
+      logged(measure(forced), mode == "auto" ? ChoiceOrigin::kMeasured : ChoiceOrigin::kSet));
 }
 
 }  // namespace chorus::tensor

@@ -2,10 +2,8 @@
 #include "chorus/tensor/gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "chorus/config.h"
@@ -13,6 +11,7 @@
 #include "chorus/log.h"
 #include "cpu/simd.h"
 #include "gemm/backend.h"
+#include "gemm/selection.h"
 #include "runtime/thread_pool.h"
 
 namespace chorus::tensor {
@@ -23,13 +22,6 @@ const StringKnob kGemmKnob{"CHORUS_TENSOR_GEMM", "auto",
 
 // The selection shape: one GPT-2-small-ish linear layer on a (B*T = 512) batch slice.
 constexpr int64_t kSelM = 512, kSelN = 768, kSelK = 256;
-
-struct Registry {
-  std::vector<std::unique_ptr<gemm_impl::SgemmBackend>> backends;
-  std::vector<double> gflops;  // 0 until measured
-  std::atomic<gemm_impl::SgemmBackend*> chosen{nullptr};
-  bool measured = false;  // `chosen` came from timing (pin_gemm_choices replaces such a choice)
-};
 
 // Runs an sgemm on `be` over the team: the backend's own split, or one call per row block.
 void run_sgemm(gemm_impl::SgemmBackend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -61,85 +53,78 @@ double time_round(gemm_impl::SgemmBackend& be, std::vector<float>& a, std::vecto
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// GFLOP/s of every available backend. Rounds alternate between the backends and each keeps its
-// best round, so a burst of load from other processes hits all of them alike instead of
-// deciding the choice (the machine this runs on is often shared).
-std::vector<double> measure_backends(std::vector<gemm_impl::SgemmBackend*> backends) {
-  std::vector<float> a(kSelM * kSelK), b(kSelK * kSelN), c(kSelM * kSelN);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
-  std::vector<double> best(backends.size(), 1e30);
-  for (int rep = 0; rep < 6; ++rep)
-    for (size_t i = 0; i < backends.size(); ++i) {
-      const double s = time_round(*backends[i], a, b, c);
-      if (rep > 0) best[i] = std::min(best[i], s);  // round 0 warms up (JIT, page faults)
-    }
-  std::vector<double> gflops;
-  for (double s : best) gflops.push_back(3.0 * 2.0 * kSelM * kSelN * kSelK / s * 1e-9);
-  return gflops;
-}
+using gemm_impl::ChoiceCache;
+using gemm_impl::ChoiceOrigin;
 
-// Measures every available backend and picks the fastest.
-void select_by_measurement(Registry& r) {
-  std::vector<gemm_impl::SgemmBackend*> available;
-  std::vector<size_t> index;
-  for (size_t i = 0; i < r.backends.size(); ++i)
-    if (r.backends[i]->available()) {
-      available.push_back(r.backends[i].get());
-      index.push_back(i);
-    }
-  const std::vector<double> rates = measure_backends(available);
-  std::vector<double> seconds;
-  for (size_t j = 0; j < available.size(); ++j) {
-    r.gflops[index[j]] = rates[j];
-    seconds.push_back(1.0 / rates[j]);
-    CHORUS_INFO(kLogTune, "tensor gemm: ", available[j]->name(), " (", available[j]->note(), ") ",
-                rates[j], " GFLOP/s on ", pool_threads(), " threads");
+// The f32 backends, in preference order (the selection keeps the first within 3% of the
+// fastest), and the choice: one shape class, every f32 GEMM (gemm/selection.h).
+struct Registry {
+  std::vector<std::unique_ptr<gemm_impl::SgemmBackend>> backends;
+  std::vector<double> gflops;  // 0 until measured
+  ChoiceCache choice{1, [this] { return decide(); }};
+
+  Registry() {
+    backends.push_back(gemm_impl::make_builtin_backend());
+    backends.push_back(gemm_impl::make_dnnl_backend());
+    backends.push_back(gemm_impl::make_openblas_backend());
+    gflops.assign(backends.size(), 0.0);
   }
-  gemm_impl::SgemmBackend* winner = available[gemm_impl::first_within_margin(seconds)];
-  r.chosen.store(winner, std::memory_order_release);
-  r.measured = true;
-  CHORUS_INFO(kLogTune, "tensor gemm: using ", winner->name(), " (measured)");
-}
+  int index_of(const std::string& name) const {
+    for (size_t i = 0; i < backends.size(); ++i)
+      if (name == backends[i]->name()) return static_cast<int>(i);
+    return -1;
+  }
+  // CHORUS_TENSOR_GEMM's backend, or -1 for auto.
+  int forced() const {
+    const std::string name = kGemmKnob.get();
+    if (name == "auto") return -1;
+    const int i = index_of(name);
+    CHORUS_ARG_CHECK(i >= 0, kGemmKnob.name(), "=", name,
+                     ": expected auto, dnnl, openblas or builtin");
+    CHORUS_ARG_CHECK(backends[static_cast<size_t>(i)]->available(), kGemmKnob.name(), "=", name,
+                     " is unavailable: ", backends[static_cast<size_t>(i)]->note());
+    return i;
+  }
+  // On first use: the knob's backend, else the fastest measured.
+  ChoiceCache::Decision decide() {
+    const int f = forced();
+    if (f < 0) return measure();
+    CHORUS_INFO(kLogTune, "tensor gemm: using ", backends[static_cast<size_t>(f)]->name(), " (",
+                kGemmKnob.name(), ")");
+    return {{f}, ChoiceOrigin::kForced};
+  }
+  // Every available backend multiplies the same matrices (gemm/selection.h's rounds); GFLOP/s
+  // of each kept for gemm_backends().
+  ChoiceCache::Decision measure() {
+    std::vector<gemm_impl::Candidate> candidates;
+    for (const auto& be : backends) candidates.push_back({be->name(), be->available()});
+    std::vector<float> a(kSelM * kSelK), b(kSelK * kSelN), c(kSelM * kSelN);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+    std::vector<double> seconds;
+    const size_t winner = gemm_impl::select_by_measurement(
+        "f32 gemm", candidates, 5, [&](size_t i) { return time_round(*backends[i], a, b, c); },
+        0.03, &seconds);
+    for (size_t i = 0; i < backends.size(); ++i) {
+      if (seconds[i] < 0) continue;
+      gflops[i] = 3.0 * 2.0 * kSelM * kSelN * kSelK / seconds[i] * 1e-9;
+      CHORUS_INFO(kLogTune, "tensor gemm: ", backends[i]->name(), " (", backends[i]->note(), ") ",
+                  gflops[i], " GFLOP/s on ", pool_threads(), " threads");
+    }
+    CHORUS_INFO(kLogTune, "tensor gemm: using ", backends[winner]->name(), " (measured)");
+    return {{static_cast<int>(winner)}, ChoiceOrigin::kMeasured};
+  }
+};
 
 Registry& registry() {
   static Registry r;
-  static const bool filled = [] {
-    // In preference order: the selection keeps the first within 3% of the fastest.
-    r.backends.push_back(gemm_impl::make_builtin_backend());
-    r.backends.push_back(gemm_impl::make_dnnl_backend());
-    r.backends.push_back(gemm_impl::make_openblas_backend());
-    r.gflops.assign(r.backends.size(), 0.0);
-    const std::string forced = kGemmKnob.get();
-    if (forced != "auto") {
-      for (auto& be : r.backends)
-        if (be->name() == forced) {
-          CHORUS_ARG_CHECK(be->available(), kGemmKnob.name(), "=", forced,
-                           " is unavailable: ", be->note());
-          r.chosen.store(be.get());
-          CHORUS_INFO(kLogTune, "tensor gemm: using ", forced, " (", kGemmKnob.name(), ")");
-        }
-      CHORUS_ARG_CHECK(r.chosen.load() != nullptr, kGemmKnob.name(), "=", forced,
-                       ": expected auto, dnnl, openblas or builtin");
-    }
-    return true;
-  }();
-  (void)filled;
   return r;
-}
-
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
 }
 
 // The backend in use: measured on first use unless forced or set.
 gemm_impl::SgemmBackend& chosen() {
   Registry& r = registry();
-  if (gemm_impl::SgemmBackend* c = r.chosen.load(std::memory_order_acquire)) return *c;
-  std::lock_guard lock(registry_mutex());
-  if (r.chosen.load() == nullptr) select_by_measurement(r);
-  return *r.chosen.load();
+  return *r.backends[static_cast<size_t>(r.choice.choice(0))];
 }
 
 // A product over an empty inner dimension is a sum of nothing: c = beta c (0 when beta is 0,
@@ -211,32 +196,32 @@ std::vector<GemmBackendInfo> gemm_backends() {
 }
 
 void set_gemm_backend(const std::string& name) {
-  std::lock_guard lock(registry_mutex());
   Registry& r = registry();
-  for (auto& be : r.backends)
-    if (be->name() == name) {
-      CHORUS_ARG_CHECK(be->available(), "gemm backend ", name, " unavailable: ", be->note());
-      r.chosen.store(be.get(), std::memory_order_release);
-      r.measured = false;
-      return;
-    }
-  throw InvalidArgument("unknown gemm backend '" + name + "'");
+  if (name == "auto") {
+    r.choice.store(r.measure());
+    return;
+  }
+  const int i = r.index_of(name);
+  if (i < 0) throw InvalidArgument("unknown gemm backend '" + name + "'");
+  gemm_impl::SgemmBackend& be = *r.backends[static_cast<size_t>(i)];
+  CHORUS_ARG_CHECK(be.available(), "gemm backend ", name, " unavailable: ", be.note());
+  r.choice.store({{i}, ChoiceOrigin::kSet});
 }
 
 void pin_gemm_choices() {
-  {
-    std::lock_guard lock(registry_mutex());
-    Registry& r = registry();  // applies a forced CHORUS_TENSOR_GEMM
-    if (r.chosen.load() == nullptr || r.measured) {
-      if (r.measured)
-        CHORUS_INFO(kLogTune, "tensor gemm: the measured ", r.chosen.load()->name(),
-                    " gives way to the pinned builtin");
-      for (auto& be : r.backends)
-        if (std::string(be->name()) == "builtin")
-          r.chosen.store(be.get(), std::memory_order_release);
-      r.measured = false;
-    }
-  }
+  Registry& r = registry();
+  // A forced or set backend stays; a measured one (or none yet) gives way to the rule.
+  r.choice.replace_unless(
+      [](const ChoiceCache::Decision& d) {
+        return d.origin == ChoiceOrigin::kForced || d.origin == ChoiceOrigin::kSet ||
+               d.origin == ChoiceOrigin::kPinned;
+      },
+      [&r] {
+        const int f = r.forced();
+        if (f >= 0) return ChoiceCache::Decision{{f}, ChoiceOrigin::kForced};
+        CHORUS_INFO(kLogTune, "tensor gemm: builtin (pinned)");
+        return ChoiceCache::Decision{{r.index_of("builtin")}, ChoiceOrigin::kPinned};
+      });
   gemm_impl::pin_bf16_gemm_choice();
 }
 

@@ -54,12 +54,14 @@ std::string gemm_backend();
 // Every backend with its availability and the rate measured during selection.
 std::vector<GemmBackendInfo> gemm_backends();
 // Forces a backend by name for this process (tests, benchmarks, ranks that must agree); throws
-// if unavailable. Setting it before the first GEMM skips the measurement.
+// if unavailable. Setting it before the first GEMM skips the measurement. "auto" measures again
+// (a measured choice, as on first use).
 void set_gemm_backend(const std::string& name);
 // The autocast bf16 GEMM plan in use: one method name ("native", "dnnl" or "f32") when every
 // shape class runs it, else "nn.small=native,nn.large=dnnl,..." naming each of the eight classes
 // (nn|nt|tn|tt . small|large); chosen on first call like the f32 backend. set_bf16_gemm_mode
-// takes the same strings (classes left out of a list are measured): "native" falls back to
+// takes the same strings (classes left out of a list are measured; "auto" measures every class
+// again, a measured choice as on first use): "native" falls back to
 // "f32" where the kernel is missing; an unavailable "dnnl" or a malformed string throws
 // InvalidArgument saying why.
 std::string bf16_gemm_mode();

@@ -1,0 +1,161 @@
+// The one mechanism that chooses GEMM kernels by measurement (tensor/gemm/selection.h): the f32
+// backend and the autocast bf16 method per shape class both go through its timing rounds, rule
+// and cache (shown with fake timings, which only that mechanism reads), and the pinned choice of
+// the deterministic mode ignores every timing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "chorus/error.h"
+#include "chorus/tensor/gemm.h"
+#include "gemm/backend.h"
+#include "gemm/selection.h"
+
+namespace chorus::tensor {
+namespace {
+
+using gemm_impl::set_fake_timings;
+
+bool available(const std::string& backend) {
+  for (const auto& b : gemm_backends())
+    if (b.name == backend) return b.available;
+  return false;
+}
+
+// The knobs force choices past any timing: these tests need them at auto.
+bool knobs_at_auto() {
+  for (const char* knob : {"CHORUS_TENSOR_GEMM", "CHORUS_TENSOR_BF16_GEMM"}) {
+    const char* v = std::getenv(knob);
+    if (v != nullptr && std::string(v) != "auto" && std::string(v) != "") return false;
+  }
+  return true;
+}
+
+// Fake timings by candidate name (1.0 for the others), recording what each selection timed.
+class Faked {
+ public:
+  explicit Faked(std::map<std::string, double> seconds) : seconds_(std::move(seconds)) {
+    previous_ = set_fake_timings([this](const std::string& selection, const std::string& name) {
+      std::lock_guard lock(mutex_);
+      timed_.insert(selection);
+      const auto it = seconds_.find(name);
+      return it == seconds_.end() ? 1.0 : it->second;
+    });
+  }
+  ~Faked() { set_fake_timings(previous_); }
+  std::set<std::string> timed() {
+    std::lock_guard lock(mutex_);
+    return timed_;
+  }
+
+ private:
+  std::map<std::string, double> seconds_;
+  std::mutex mutex_;
+  std::set<std::string> timed_;
+  gemm_impl::FakeTimings previous_;
+};
+
+// Restores both choices as they were.
+struct KeepChoices {
+  std::string f32 = gemm_backend(), bf16 = bf16_gemm_mode();
+  ~KeepChoices() {
+    set_gemm_backend(f32);
+    set_bf16_gemm_mode(bf16);
+  }
+};
+
+TEST(GemmSelection, BothDtypesChooseThroughTheOneMechanism) {
+  if (!knobs_at_auto()) GTEST_SKIP() << "a CHORUS_TENSOR_*GEMM knob forces the choice";
+  const KeepChoices keep;
+  const std::string library = available("openblas") ? "openblas" : available("dnnl") ? "dnnl" : "";
+  {
+    // f32: a library twice as fast as builtin wins; within the 3% margin builtin (first) stays.
+    Faked fake({{"builtin", 2.0}, {"dnnl", 1.0}, {"openblas", 1.0}});
+    set_gemm_backend("auto");
+    EXPECT_EQ(gemm_backend(), library.empty() ? "builtin" : (available("dnnl") ? "dnnl" : library));
+    EXPECT_EQ(fake.timed(), std::set<std::string>{"f32 gemm"});
+  }
+  {
+    Faked fake({{"builtin", 1.02}, {"dnnl", 1.0}, {"openblas", 1.0}});
+    set_gemm_backend("auto");
+    EXPECT_EQ(gemm_backend(), "builtin");
+  }
+  {
+    // bf16: every class timed by the same mechanism; f32 on widened operands fastest, the
+    // all-f32 plan slower, so every class runs f32.
+    Faked fake({{"native", 5.0}, {"dnnl", 5.0}, {"f32", 1.0}, {"f32 on f32 operands", 10.0}});
+    set_bf16_gemm_mode("auto");
+    EXPECT_EQ(bf16_gemm_mode(), "f32");
+    const std::set<std::string> timed = fake.timed();
+    EXPECT_EQ(timed.size(), 8u);
+    for (const char* c : {"nn.small", "nn.large", "nt.small", "nt.large", "tn.small", "tn.large",
+                          "tt.small", "tt.large"})
+      EXPECT_EQ(timed.count(std::string("bf16 gemm ") + c), 1u) << c;
+  }
+  {
+    // A class left to measurement is timed, a forced one is not.
+    Faked fake({{"f32", 1.0}, {"f32 on f32 operands", 10.0}});
+    set_bf16_gemm_mode(
+        "nn.small=f32,nn.large=f32,nt.small=f32,nt.large=f32,tn.small=f32,"
+        "tn.large=f32,tt.small=f32");
+    EXPECT_EQ(fake.timed(), std::set<std::string>{"bf16 gemm tt.large"});
+  }
+  if (gemm_impl::dnnl_bf16_available()) {
+    // A faster method wins its classes.
+    Faked fake({{"native", 5.0}, {"dnnl", 1.0}, {"f32", 2.0}, {"f32 on f32 operands", 10.0}});
+    set_bf16_gemm_mode("auto");
+    EXPECT_EQ(bf16_gemm_mode(), "dnnl");
+  }
+}
+
+TEST(GemmSelection, PinnedChoiceIsTheRuleWhateverTheTimings) {
+  if (!knobs_at_auto()) GTEST_SKIP() << "a CHORUS_TENSOR_*GEMM knob forces the choice";
+  const KeepChoices keep;
+  const std::string rule_bf16 = gemm_impl::blocked_bf16_available() ? "native" : "f32";
+  for (int run = 0; run < 2; ++run) {
+    // Timings that favour another choice each run: a measured choice gives way to the rule, and
+    // pinning times nothing.
+    Faked fake(run == 0
+                   ? std::map<std::string, double>{{"builtin", 9.0}, {"native", 9.0}}
+                   : std::map<std::string, double>{{"dnnl", 9.0}, {"openblas", 9.0}, {"f32", 9.0}});
+    set_gemm_backend("auto");
+    set_bf16_gemm_mode("auto");
+    const std::set<std::string> measured = fake.timed();
+    pin_gemm_choices();
+    EXPECT_EQ(gemm_backend(), "builtin") << "run " << run;
+    EXPECT_EQ(bf16_gemm_mode(), rule_bf16) << "run " << run;
+    EXPECT_EQ(fake.timed(), measured) << "pinning timed something";
+  }
+  // A choice the program set stays pinned as it is (the ranks' agreement sets rank 0's).
+  set_gemm_backend("builtin");
+  set_bf16_gemm_mode("f32");
+  pin_gemm_choices();
+  EXPECT_EQ(gemm_backend(), "builtin");
+  EXPECT_EQ(bf16_gemm_mode(), "f32");
+}
+
+TEST(GemmSelection, NoAvailableCandidateIsAClearError) {
+  const std::vector<gemm_impl::Candidate> none{{"a", false}, {"b", false}};
+  auto select_none = [&] {
+    return gemm_impl::select_by_measurement(
+        "test", none, 1, [](size_t) { return 1.0; }, 0.03);
+  };
+  EXPECT_THROW(select_none(), InvalidArgument);
+  // Without fakes the rounds alternate, round 0 warming up: the best later round counts.
+  std::vector<double> seconds;
+  int calls = 0;
+  const size_t winner = gemm_impl::select_by_measurement(
+      "test", {{"slow", true}, {"off", false}, {"fast", true}}, 3,
+      [&](size_t i) { return (++calls <= 2 ? 100.0 : 1.0) * (i == 0 ? 2.0 : 1.0); }, 0.03,
+      &seconds);
+  EXPECT_EQ(winner, 2u);
+  EXPECT_EQ(calls, 8);  // (1 warm-up + 3 rounds) x 2 available
+  EXPECT_EQ(seconds, (std::vector<double>{2.0, -1.0, 1.0}));
+}
+
+}  // namespace
+}  // namespace chorus::tensor
