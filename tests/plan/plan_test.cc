@@ -352,11 +352,26 @@ TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
   EXPECT_EQ(local_micro_batch_sizes(s, 2), (std::set<int64_t>{2, 4}));
   s.micro_batches = 0;
   Cluster c = cluster_preset("local", 1);
+  c.per_node = 2;  // the sizes above, and a tp 2 slice, whatever this host's core count
   EXPECT_TRUE(c.model_flops_per_s.empty());
   calibrate_local(c, s);
   EXPECT_EQ(c.model_flops_per_s.size(), local_micro_batch_sizes(s, c.world()).size());
-  EXPECT_NE(c.source.find("forward and backward, measured by micro-batch size"), std::string::npos)
+  EXPECT_NE(c.source.find("forward and backward, whole and as a tp rank's slice, measured by "
+                          "micro-batch size"),
+            std::string::npos)
       << c.source;
+  // A tp 2 rank's slice is measured at the sizes of tp 2's meshes (dp 1) and prices a tp mesh's
+  // compute: the rank's FLOPs (the blocks' over tp) at that rate, not the whole block's.
+  ASSERT_EQ(c.tp_flops_per_s.size(), 1u);
+  ASSERT_EQ(c.tp_flops_per_s.count(2), 1u);
+  EXPECT_EQ(c.tp_flops_per_s.at(2).size(), local_micro_batch_sizes(s, 1).size());
+  {
+    const MeshChoice m{.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1, .micro_batch_size = 8};
+    const StepTime t = estimate_step(s, m, c);
+    const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
+    EXPECT_NEAR(t.compute, flops / 2 / c.tp_flops_per_s.at(2).at(8), 1e-9 * t.compute);
+    EXPECT_NE(c.compute_flops("f32", 8, 2), c.compute_flops("f32", 8, 1));
+  }
   for (const int64_t b : {int64_t(8), int64_t(2)}) {
     ASSERT_GT(c.model_flops_per_s.count(b), 0u) << b;
     const MeshChoice m{

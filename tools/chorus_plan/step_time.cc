@@ -32,7 +32,7 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   const double recompute = s.checkpoint_activations ? 4.0 / 3 : 1.0;
   // The experts are not split over tp: each rank runs its tokens' share of them.
   const double rank_flops = (stage.rest / m.tp + stage.experts) * recompute / double(m.dp);
-  t.compute = rank_flops / c.compute_flops(s.dtype, m.micro_batch_size);
+  t.compute = rank_flops / c.compute_flops(s.dtype, m.micro_batch_size, m.tp);
 
   // Tensor parallelism: two all-reduces of b s h forward and two backward per block (two more
   // for a recomputed forward), one each for the embedding and the head's input.
