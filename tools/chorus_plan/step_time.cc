@@ -33,6 +33,20 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   // The experts are not split over tp: each rank runs its tokens' share of them.
   const double rank_flops = (stage.rest / m.tp + stage.experts) * recompute / double(m.dp);
   t.compute = rank_flops / c.compute_flops(s.dtype, m.micro_batch_size, m.tp);
+  // Unfused attention (not `local`, whose measured blocks include its own): per micro-batch and
+  // block the scores, heads/tp x s x s per sequence in the activations' dtype, pass through
+  // memory 6 times forward (the first product's output, the masked softmax's read and write,
+  // dropout's read and write, the second product's read) and 9 backward (the gradient's write,
+  // dropout's and the softmax's reads and writes, the probabilities' read for the values'
+  // gradient and the scores' gradient's two reads for the queries' and keys'), 6 more when the
+  // forward is recomputed (Dao et al. 2022, section 2.2: these steps are memory-bound).
+  if (s.unfused_attention && c.model_flops_per_s.empty()) {
+    const double passes = 15 + (s.checkpoint_activations ? 6 : 0);
+    const double scores = double(model.heads) / m.tp * double(model.context) *
+                          double(model.context) * double(m.micro_batch_size);
+    const double bytes = s.dtype == "f32" ? 4 : 2;
+    t.compute += M * double(blocks) * passes * scores * bytes / c.hbm_bytes_per_s;
+  }
 
   // Tensor parallelism: two all-reduces of b s h forward and two backward per block (two more
   // for a recomputed forward), one each for the embedding and the head's input.
