@@ -124,6 +124,11 @@ TEST(PlanFormulas, TheBubbleIsTheTextbookFraction) {
   const StepTime t = estimate_step(s, m, c);
   // (p-1)/(M+p-1) of compute and bubble together.
   EXPECT_NEAR(t.bubble / (t.compute + t.bubble), 3.0 / 11, 1e-12);
+  // Point-to-point: per micro-batch an activation forward and its gradient backward (b s h, f32),
+  // and the tied table's gradient (V x h, f32) from the last stage to the first.
+  const GroupCollectives g(c, 2, 1);
+  EXPECT_NEAR(t.p2p, 8 * (2 * g.p2p_s(4.0 * 1024 * 1024 * 4) + g.p2p_s(50257.0 * 1024 * 4)),
+              1e-12);
 }
 
 TEST(PlanErrors, BadInputIsNamed) {

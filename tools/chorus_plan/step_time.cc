@@ -68,11 +68,15 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
     t.ep = M * double(moe_blocks) * per_block;
   }
   // The pipeline: (p-1)/v micro-batch slots of fill and drain; each stage's input and output
-  // gradient cross the boundary once per micro-batch (counted exposed).
+  // gradient cross the boundary once per micro-batch, and the last stage's gradient of the tied
+  // table (V/tp x h, the parameters' dtype) goes to the first stage once per micro-batch, whose
+  // backward of that micro-batch waits for it (parallel/pipeline/engine.cc); counted exposed.
   if (m.pp > 1) {
     t.bubble = double(m.pp - 1) / m.chunks / M * (t.compute + t.tp + t.ep);
     const GroupCollectives g(c, 2, m.dp * m.tp);
-    t.p2p = 2 * M * m.chunks * g.p2p_s(bsh * act_bytes);
+    const double table = double((model.vocab + m.tp - 1) / m.tp) * h;
+    const double grad_bytes = s.param_dtype == "bf16" ? 2 : 4;
+    t.p2p = 2 * M * m.chunks * g.p2p_s(bsh * act_bytes) + M * g.p2p_s(table * grad_bytes);
   }
   // Data parallelism over the stage's trained parameters; a mixture's experts over the dp / ep
   // ranks holding the same ones.
