@@ -127,8 +127,7 @@ TEST(PlanFormulas, TheBubbleIsTheTextbookFraction) {
   // Point-to-point: per micro-batch an activation forward and its gradient backward (b s h, f32),
   // and the tied table's gradient (V x h, f32) from the last stage to the first.
   const GroupCollectives g(c, 2, 1);
-  EXPECT_NEAR(t.p2p, 8 * (2 * g.p2p_s(4.0 * 1024 * 1024 * 4) + g.p2p_s(50257.0 * 1024 * 4)),
-              1e-12);
+  EXPECT_NEAR(t.p2p, 8 * (2 * g.p2p_s(4.0 * 1024 * 1024 * 4) + g.p2p_s(50257.0 * 1024 * 4)), 1e-12);
 }
 
 TEST(PlanErrors, BadInputIsNamed) {
@@ -281,10 +280,10 @@ TEST(PlanOutsideCheck, MegatronTableOneWithinTwentyPercent) {
     int heads, width, layers, tp, pp, gpus, batch;
     double tflops;
   };
-  const Row rows[] = {
-      {24, 2304, 24, 1, 1, 32, 512, 137},     {32, 3072, 30, 2, 1, 64, 512, 138},     {32, 4096, 36, 4, 1, 128, 512, 142},
-      {48, 6144, 40, 8, 1, 256, 1024, 135},   {64, 8192, 48, 8, 2, 512, 1536, 138},
-      {80, 10240, 60, 8, 4, 1024, 1792, 140}, {96, 12288, 80, 8, 8, 1536, 2304, 148}};
+  const Row rows[] = {{24, 2304, 24, 1, 1, 32, 512, 137},    {32, 3072, 30, 2, 1, 64, 512, 138},
+                      {32, 4096, 36, 4, 1, 128, 512, 142},   {48, 6144, 40, 8, 1, 256, 1024, 135},
+                      {64, 8192, 48, 8, 2, 512, 1536, 138},  {80, 10240, 60, 8, 4, 1024, 1792, 140},
+                      {96, 12288, 80, 8, 8, 1536, 2304, 148}};
   for (const Row& r : rows) {
     const std::vector<std::string> args = {"--heads",
                                            std::to_string(r.heads),

@@ -210,12 +210,14 @@ void calibrate_local(Cluster& c, const Setup& s) {
       at += (at.empty() ? "" : ", ") + std::to_string(b) + ": " +
             std::to_string(static_cast<int64_t>(flops / seconds / 1e9));
     }
-    rates += (rates.empty() ? "" : "; ") + std::string(tp > 1 ? "tp " + std::to_string(tp) + " " : "") + at;
+    rates += (rates.empty() ? "" : "; ") +
+             std::string(tp > 1 ? "tp " + std::to_string(tp) + " " : "") + at;
   }
   c.source += std::string("; compute: the model's blocks") +
               (moe_blocks > 0 ? " (dense and MoE)" : "") +
               " forward and backward, whole and as a tp rank's slice, measured by micro-batch "
-              "size in sequences (GFLOP/s " + rates + ")";
+              "size in sequences (GFLOP/s " +
+              rates + ")";
 }
 
 }  // namespace chorus::plan
