@@ -130,6 +130,22 @@ TEST(PlanFormulas, TheBubbleIsTheTextbookFraction) {
   EXPECT_NEAR(t.p2p, 8 * (2 * g.p2p_s(4.0 * 1024 * 1024 * 4) + g.p2p_s(50257.0 * 1024 * 4)), 1e-12);
 }
 
+// Tensor parallelism per micro-batch: 4 all-reduces of b s h per block, the embedding's and the
+// head's input's, and the vocabulary-parallel cross-entropy's two (b s maxima, 2 b s sums).
+TEST(PlanFormulas, TensorParallelCountsEveryAllReduce) {
+  chorus::plan::Setup s;
+  s.model = model_preset("gpt2-350m");
+  s.batch = 32;
+  const Cluster c = cluster_preset("8xh100", 1);
+  const MeshChoice m{.dp = 1, .tp = 2, .pp = 1, .micro_batches = 8, .micro_batch_size = 4};
+  const GroupCollectives g(c, 2, 1);
+  const double bs = 4.0 * 1024;
+  EXPECT_NEAR(estimate_step(s, m, c).tp,
+              8 * ((4 * 24 + 2) * g.all_reduce_s(bs * 1024 * 4) + g.all_reduce_s(4 * bs) +
+                   g.all_reduce_s(8 * bs)),
+              1e-12);
+}
+
 TEST(PlanErrors, BadInputIsNamed) {
   auto error_of = [](const std::string& flags) {
     const auto r = chorus::test::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);

@@ -49,13 +49,17 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   }
 
   // Tensor parallelism: two all-reduces of b s h forward and two backward per block (two more
-  // for a recomputed forward), one each for the embedding and the head's input.
+  // for a recomputed forward), one each for the embedding and the head's input, and the
+  // vocabulary-parallel cross-entropy's two: its rows' maxima and their sums of exponentials with
+  // the target's logit (b s and 2 b s f32 values; tensor/ops/cross_entropy.cc).
   const double act_bytes = s.dtype == "f32" ? 4 : 2;
-  const double bsh = double(m.micro_batch_size) * double(model.context) * h;
+  const double bs = double(m.micro_batch_size) * double(model.context);
+  const double bsh = bs * h;
   if (m.tp > 1) {
     const GroupCollectives g(c, m.tp, 1);
     const double per_block = s.checkpoint_activations ? 6 : 4;
-    t.tp = M * (per_block * double(blocks) + 2) * g.all_reduce_s(bsh * act_bytes);
+    t.tp = M * ((per_block * double(blocks) + 2) * g.all_reduce_s(bsh * act_bytes) +
+                g.all_reduce_s(4 * bs) + g.all_reduce_s(8 * bs));
   }
   // Expert parallelism: per MoE block and micro-batch, the counts' all-to-all, then dispatch and
   // combine forward and their gradients backward: four exchanges of the rank's routed rows
