@@ -398,6 +398,7 @@ TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
     const MeshChoice m{.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1, .micro_batch_size = 8};
     const StepTime t = estimate_step(s, m, c);
     const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
+    // (A tp rank's head stays priced by its FLOPs: the ends are measured whole.)
     EXPECT_NEAR(t.compute, flops / 2 / c.tp_flops_per_s.at(2).at(8), 1e-9 * t.compute);
     EXPECT_NE(c.compute_flops("f32", 8, 2), c.compute_flops("f32", 8, 1));
   }
@@ -406,8 +407,15 @@ TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
     const MeshChoice m{
         .dp = 1, .tp = 1, .pp = 1, .micro_batches = int(8 / b), .micro_batch_size = b};
     const StepTime t = estimate_step(s, m, c);
-    const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
-    EXPECT_NEAR(t.compute, flops / c.model_flops_per_s.at(b), 1e-9 * t.compute) << b;
+    const double tokens = double(s.batch) * double(s.model.context);
+    const double flops = model_flops(s.model, tokens);
+    // The blocks at their rate, the ends (embeddings, head, loss) at their measured time.
+    ASSERT_GT(c.ends_seconds.count(b), 0u) << b;
+    const double head = tokens * 6 * 32 * double(s.model.vocab);
+    EXPECT_NEAR(t.compute,
+                (flops - head) / c.model_flops_per_s.at(b) + double(8 / b) * c.ends_seconds.at(b),
+                1e-9 * t.compute)
+        << b;
     EXPECT_NEAR(t.mfu, flops / t.total / (double(c.world()) * c.f32_flops), 1e-12);
   }
   // A size not measured takes the nearest one's rate.

@@ -21,6 +21,10 @@ double nearest(const std::map<int64_t, double>& rates, int64_t micro_batch_size)
 
 }  // namespace
 
+double Cluster::ends_s(int64_t micro_batch_size) const {
+  return ends_seconds.empty() ? 0 : nearest(ends_seconds, micro_batch_size);
+}
+
 double Cluster::compute_flops(const std::string& dtype, int64_t micro_batch_size, int tp) const {
   const auto split = tp_flops_per_s.find(tp);
   if (tp > 1 && split != tp_flops_per_s.end() && !split->second.empty())

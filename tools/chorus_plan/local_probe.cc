@@ -156,6 +156,41 @@ double time_block(const Setup& s, int64_t b, bool moe, int tp) {
   return t[t.size() / 2];
 }
 
+// Seconds of the model's ends on b sequences, forward and backward (the median of three after a
+// warm-up): the embeddings, the final LayerNorm, the tied logits and the cross-entropy, which
+// the blocks' FLOP rate does not price well (a lookup and its scatter into the table, a softmax
+// over the vocabulary).
+double time_ends(const Setup& s, int64_t b) {
+  const ModelShape& m = s.model;
+  tensor::nn::GPTConfig cfg;
+  cfg.vocab = m.vocab;
+  cfg.context = m.context;
+  cfg.layers = 1;
+  cfg.heads = m.heads;
+  cfg.width = m.width;
+  tensor::nn::GPT gpt(cfg);
+  gpt.init(1);
+  std::vector<int64_t> ids(static_cast<size_t>(b * m.context));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
+  const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {b, m.context});
+  const tensor::Tensor targets = tensor::Tensor::from_vector(ids, {b * m.context});
+  const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
+                        : s.dtype == "f16" ? DataType::kF16
+                                           : DataType::kF32;
+  std::vector<double> t;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    {
+      tensor::AutocastGuard autocast(lowp);
+      const tensor::Tensor logits = gpt.head(gpt.embed(idx));
+      gpt.wte->tied_loss(logits.view({b * m.context, logits.size(-1)}), targets).backward();
+    }
+    if (rep > 0) t.push_back(since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 }  // namespace
 
 std::set<int64_t> local_micro_batch_sizes(const Setup& s, int world) {
@@ -188,9 +223,10 @@ void calibrate_local(Cluster& c, const Setup& s) {
   dense.vocab = moe.vocab = 0;
   dense.experts = 0;
   moe.moe_every = 1;
-  std::string rates;
+  std::string rates, ends;
   c.model_flops_per_s.clear();
   c.tp_flops_per_s.clear();
+  c.ends_seconds.clear();
   for (int tp = 1; tp <= c.world(); ++tp) {
     if (c.world() % tp != 0 || m.heads % tp != 0 || m.width % tp != 0) continue;
     std::string at;
@@ -207,6 +243,11 @@ void calibrate_local(Cluster& c, const Setup& s) {
         seconds += double(moe_blocks) * time_block(s, b, true, tp);
       }
       (tp == 1 ? c.model_flops_per_s : c.tp_flops_per_s[tp])[b] = flops / seconds;
+      if (tp == 1) {
+        c.ends_seconds[b] = time_ends(s, b);
+        ends += (ends.empty() ? "" : ", ") + std::to_string(b) + ": " +
+                std::to_string(c.ends_seconds[b] * 1e3).substr(0, 5);
+      }
       at += (at.empty() ? "" : ", ") + std::to_string(b) + ": " +
             std::to_string(static_cast<int64_t>(flops / seconds / 1e9));
     }
@@ -217,7 +258,7 @@ void calibrate_local(Cluster& c, const Setup& s) {
               (moe_blocks > 0 ? " (dense and MoE)" : "") +
               " forward and backward, whole and as a tp rank's slice, measured by micro-batch "
               "size in sequences (GFLOP/s " +
-              rates + ")";
+              rates + "), and its ends (embeddings, head, loss) by time (ms " + ends + ")";
 }
 
 }  // namespace chorus::plan

@@ -12,8 +12,7 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   const double tokens = double(s.batch) * double(model.context);
   const double M = m.micro_batches;
   const int64_t blocks = blocks_per_stage(model, m.pp);
-  // The heaviest stage's share: the stage whose blocks cost most, and the head's 6 h V per token
-  // counted on it.
+  // The heaviest stage's share: the stage whose blocks cost most, and the head counted on it.
   const double h = double(model.width);
   BlockFlops stage;
   int64_t moe_blocks = 0;
@@ -26,13 +25,16 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
       for (int64_t i = first; i < first + n; ++i) moe_blocks += model.moe_block(i) ? 1 : 0;
     }
   }
-  stage.rest += tokens * 6 * h * double(model.vocab);
+  // `local` without tp: the head and embeddings at their measured time per micro-batch (on the
+  // heaviest stage), else the head's FLOPs at the blocks' rate.
+  const double ends = m.tp == 1 ? c.ends_s(m.micro_batch_size) : 0;
+  if (ends == 0) stage.rest += tokens * 6 * h * double(model.vocab);
   const double flops = model_flops(model, tokens);
   // Recomputation adds a forward of the blocks: 4/3 of their work.
   const double recompute = s.checkpoint_activations ? 4.0 / 3 : 1.0;
   // The experts are not split over tp: each rank runs its tokens' share of them.
   const double rank_flops = (stage.rest / m.tp + stage.experts) * recompute / double(m.dp);
-  t.compute = rank_flops / c.compute_flops(s.dtype, m.micro_batch_size, m.tp);
+  t.compute = rank_flops / c.compute_flops(s.dtype, m.micro_batch_size, m.tp) + M * ends;
   // Unfused attention (not `local`, whose measured blocks include its own): per micro-batch and
   // block the scores, heads/tp x s x s per sequence in the activations' dtype, pass through
   // memory 6 times forward (the first product's output, the masked softmax's read and write,
