@@ -5,11 +5,12 @@ For each mesh that gives every rank a core on a 2-core host (one process, dp 2, 
 micro-batches, tp 2, pp 2 with 4 micro-batches, and a mixture of experts on one process, at dp 2
 and at dp 2 x ep 2), in one run:
   measured   build/bin/chorus-run -n R build/bin/chorus-train MODEL MESH --steps S --log-json F
-             (one thread per rank): the median step_ms of steps 2 to S-1, then the median over
+             (one thread per rank): the median step_ms of steps 2 to S-2, then the median over
              --rounds launches, the launches of the meshes taking turns;
   predicted  build/bin/chorus-plan MODEL --cluster local MESH --json (--per-node 1 for one
-             process), the collectives priced by the constants `chorus-tune --probe` fits on
-             this host first (CHORUS_COST_FILE), compute by the engine's blocks measured there.
+             process) right after each launch, the collectives priced by the constants
+             `chorus-tune --probe` fits on this host first (CHORUS_COST_FILE), compute by the
+             engine's blocks measured there; the median over the rounds.
 It prints the table (mesh, measured ms, predicted ms, difference, the prediction's parts) with
 the CPU and the load average before and after: timings under load are not the quiet numbers.
 
@@ -108,11 +109,18 @@ def main():
             check([os.path.join(args.build, "bin", "chorus-run"), "-n", "2",
                    os.path.join(args.build, "bin", "chorus-tune"), "--probe", "--cost-out", cost])
         env = dict(os.environ, CHORUS_COST_FILE=cost)
+        # Each launch is followed by its prediction (whose probe then sees the host as the run
+        # did); the medians over the rounds of both.
         measured = {n: [] for n in names}
+        predictions = {n: [] for n in names}
         for _ in range(args.rounds):
             for n in names:
                 measured[n].append(measure(args, n, tmp))
-        predicted = {n: predict(args, n, env) for n in names}
+                predictions[n].append(predict(args, n, env))
+        predicted = {}
+        for n in names:
+            steps = [t["step"] for t in predictions[n]]
+            predicted[n] = predictions[n][steps.index(statistics.median_low(steps))]
     print("%s, load average %s before, %s after; %d round(s) of %d steps" % (
         cpu_name(), load_before, load(), args.rounds, args.steps))
     print("| mesh | measured ms | predicted ms | prediction | compute | tp | bubble | p2p | ep | dp |")
