@@ -7,15 +7,32 @@
 
 namespace chorus::plan {
 
-double Cluster::compute_flops(const std::string& dtype, int64_t micro_batch_size) const {
-  if (model_flops_per_s.empty()) return flops(dtype) * compute_efficiency;
-  auto at = model_flops_per_s.lower_bound(micro_batch_size);
-  if (at == model_flops_per_s.end()) return std::prev(at)->second;
-  if (at->first == micro_batch_size || at == model_flops_per_s.begin()) return at->second;
+namespace {
+
+// The rate measured at the size nearest `micro_batch_size` (the smaller one on a tie).
+double nearest(const std::map<int64_t, double>& rates, int64_t micro_batch_size) {
+  auto at = rates.lower_bound(micro_batch_size);
+  if (at == rates.end()) return std::prev(at)->second;
+  if (at->first == micro_batch_size || at == rates.begin()) return at->second;
   const auto below = std::prev(at);
   return micro_batch_size - below->first <= at->first - micro_batch_size ? below->second
                                                                          : at->second;
 }
+
+}  // namespace
+
+double Cluster::ends_s(int64_t micro_batch_size) const {
+  return ends_seconds.empty() ? 0 : nearest(ends_seconds, micro_batch_size);
+}
+
+double Cluster::compute_flops(const std::string& dtype, int64_t micro_batch_size, int tp) const {
+  const auto split = tp_flops_per_s.find(tp);
+  if (tp > 1 && split != tp_flops_per_s.end() && !split->second.empty())
+    return nearest(split->second, micro_batch_size);
+  if (model_flops_per_s.empty()) return flops(dtype) * compute_efficiency;
+  return nearest(model_flops_per_s, micro_batch_size);
+}
+
 namespace {
 
 constexpr double kT = 1e12, kG = 1e9;

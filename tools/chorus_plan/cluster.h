@@ -40,6 +40,15 @@ struct Cluster {
   // model's blocks, forward and backward, by micro-batch size in sequences, which the compute
   // time uses instead of the peak x efficiency; MFU stays against the peak. Empty: not measured.
   std::map<int64_t, double> model_flops_per_s;
+  // The same for a tensor-parallel rank, by tp: one block's slice at the sharded shapes (its
+  // heads and MLP columns over tp, the LayerNorms and an MoE layer whole), whose rate is the
+  // rank's FLOPs (the block's over tp, an MoE layer's experts whole) over its measured time: the
+  // smaller products and the replicated work a split block runs reach less than the whole one.
+  std::map<int, std::map<int64_t, double>> tp_flops_per_s;
+  // And the model's ends, by micro-batch size: seconds of the embeddings, the final LayerNorm,
+  // the tied logits and the loss, forward and backward, on one micro-batch; a mesh without tp
+  // prices its head by this time instead of its FLOPs (ends_s).
+  std::map<int64_t, double> ends_seconds;
   // `local`: the cost model the collective selector uses on this host (per algorithm, the
   // constants chorus-tune fitted, else the model's defaults), which prices collectives within the
   // host (GroupCollectives, collectives.h). Null for the presets: their links' forms.
@@ -47,9 +56,12 @@ struct Cluster {
 
   int world() const { return per_node * nodes; }
   double flops(const std::string& dtype) const { return dtype == "f32" ? f32_flops : bf16_flops; }
-  // The rate the compute time is priced at, for micro-batches of `micro_batch_size` sequences:
-  // the rate measured at that size, else at the nearest size measured, else the peak x efficiency.
-  double compute_flops(const std::string& dtype, int64_t micro_batch_size = 0) const;
+  // The rate the compute time is priced at, for micro-batches of `micro_batch_size` sequences on
+  // a rank of a tp split: the rate measured at that tp (else the whole block's) and size, else at
+  // the nearest size measured, else the peak x efficiency.
+  double compute_flops(const std::string& dtype, int64_t micro_batch_size = 0, int tp = 1) const;
+  // ends_seconds at the size nearest `micro_batch_size`; 0 when not measured.
+  double ends_s(int64_t micro_batch_size) const;
 };
 
 // 8xh100, 8xh200, 8xmi300x, 8xa100 (and `local`, which local_cluster() measures).

@@ -109,8 +109,11 @@ Cluster local_cluster() {
 
 namespace {
 
-// Seconds of one block's forward and backward on b sequences (the median of three after a warm-up).
-double time_block(const Setup& s, int64_t b, bool moe) {
+// Seconds of one block's forward and backward on b sequences (the median of three after a
+// warm-up); with tp > 1 the slice one rank of a tp split runs (parallel/tensor_parallel.h): the
+// attention's heads and the MLP's hidden columns over tp, the LayerNorms and an MoE layer whole.
+// The slice's all-reduces are not in it (the collectives price them).
+double time_block(const Setup& s, int64_t b, bool moe, int tp) {
   const ModelShape& m = s.model;
   tensor::nn::GPTConfig cfg;
   cfg.vocab = m.vocab;
@@ -122,6 +125,17 @@ double time_block(const Setup& s, int64_t b, bool moe) {
   cfg.top_k = m.top_k;
   cfg.capacity_factor = m.capacity_factor;
   tensor::nn::Block block(cfg, moe);
+  if (tp > 1) {
+    using tensor::nn::Linear;
+    const int64_t c = m.width;
+    block.replace_module("attn.c_attn", std::make_shared<Linear>(c, 3 * c / tp));
+    block.replace_module("attn.c_proj", std::make_shared<Linear>(c / tp, c));
+    block.attn->heads = m.heads / tp;
+    if (!moe) {
+      block.replace_module("mlp.c_fc", std::make_shared<Linear>(c, 4 * c / tp));
+      block.replace_module("mlp.c_proj", std::make_shared<Linear>(4 * c / tp, c));
+    }
+  }
   block.init(1);
   tensor::Tensor x = tensor::Tensor::empty({b, m.context, m.width});
   tensor::fill_normal_(x, {1, 2}, 0.0, 1.0);
@@ -135,6 +149,41 @@ double time_block(const Setup& s, int64_t b, bool moe) {
     {
       tensor::AutocastGuard autocast(lowp);
       tensor::sum(block.forward(x, {})).backward();
+    }
+    if (rep > 0) t.push_back(since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Seconds of the model's ends on b sequences, forward and backward (the median of three after a
+// warm-up): the embeddings, the final LayerNorm, the tied logits and the cross-entropy, which
+// the blocks' FLOP rate does not price well (a lookup and its scatter into the table, a softmax
+// over the vocabulary).
+double time_ends(const Setup& s, int64_t b) {
+  const ModelShape& m = s.model;
+  tensor::nn::GPTConfig cfg;
+  cfg.vocab = m.vocab;
+  cfg.context = m.context;
+  cfg.layers = 1;
+  cfg.heads = m.heads;
+  cfg.width = m.width;
+  tensor::nn::GPT gpt(cfg);
+  gpt.init(1);
+  std::vector<int64_t> ids(static_cast<size_t>(b * m.context));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
+  const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {b, m.context});
+  const tensor::Tensor targets = tensor::Tensor::from_vector(ids, {b * m.context});
+  const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
+                        : s.dtype == "f16" ? DataType::kF16
+                                           : DataType::kF32;
+  std::vector<double> t;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    {
+      tensor::AutocastGuard autocast(lowp);
+      const tensor::Tensor logits = gpt.head(gpt.embed(idx));
+      gpt.wte->tied_loss(logits.view({b * m.context, logits.size(-1)}), targets).backward();
     }
     if (rep > 0) t.push_back(since(t0));
   }
@@ -164,7 +213,8 @@ void calibrate_local(Cluster& c, const Setup& s) {
   const ModelShape& m = s.model;
   tensor::set_num_threads(1);
   // The blocks' FLOPs (model_flops' per-layer terms) over b sequences, dense and MoE blocks in the
-  // model's proportion: the rate is the model's blocks' FLOPs over their time.
+  // model's proportion: the rate is the model's blocks' FLOPs over their time. A tp rank's FLOPs
+  // are the blocks' over tp, an MoE layer's experts whole (what estimate_step divides by it).
   int64_t moe_blocks = 0;
   for (int64_t i = 0; i < m.layers; ++i) moe_blocks += m.moe_block(i) ? 1 : 0;
   const int64_t dense_blocks = m.layers - moe_blocks;
@@ -173,26 +223,42 @@ void calibrate_local(Cluster& c, const Setup& s) {
   dense.vocab = moe.vocab = 0;
   dense.experts = 0;
   moe.moe_every = 1;
-  std::string rates;
+  std::string rates, ends;
   c.model_flops_per_s.clear();
-  for (const int64_t b : local_micro_batch_sizes(s, c.world())) {
-    const double tokens = double(b) * double(m.context);
-    double flops = 0, seconds = 0;
-    if (dense_blocks > 0) {
-      flops += double(dense_blocks) * model_flops(dense, tokens);
-      seconds += double(dense_blocks) * time_block(s, b, false);
+  c.tp_flops_per_s.clear();
+  c.ends_seconds.clear();
+  for (int tp = 1; tp <= c.world(); ++tp) {
+    if (c.world() % tp != 0 || m.heads % tp != 0 || m.width % tp != 0) continue;
+    std::string at;
+    for (const int64_t b : local_micro_batch_sizes(s, c.world() / tp)) {
+      const double tokens = double(b) * double(m.context);
+      double flops = 0, seconds = 0;
+      if (dense_blocks > 0) {
+        flops += double(dense_blocks) * model_flops(dense, tokens) / tp;
+        seconds += double(dense_blocks) * time_block(s, b, false, tp);
+      }
+      if (moe_blocks > 0) {
+        const BlockFlops f = block_flops(moe, tokens, 0, 1);
+        flops += double(moe_blocks) * (f.rest / tp + f.experts);
+        seconds += double(moe_blocks) * time_block(s, b, true, tp);
+      }
+      (tp == 1 ? c.model_flops_per_s : c.tp_flops_per_s[tp])[b] = flops / seconds;
+      if (tp == 1) {
+        c.ends_seconds[b] = time_ends(s, b);
+        ends += (ends.empty() ? "" : ", ") + std::to_string(b) + ": " +
+                std::to_string(c.ends_seconds[b] * 1e3).substr(0, 5);
+      }
+      at += (at.empty() ? "" : ", ") + std::to_string(b) + ": " +
+            std::to_string(static_cast<int64_t>(flops / seconds / 1e9));
     }
-    if (moe_blocks > 0) {
-      flops += double(moe_blocks) * model_flops(moe, tokens);
-      seconds += double(moe_blocks) * time_block(s, b, true);
-    }
-    c.model_flops_per_s[b] = flops / seconds;
-    rates += (rates.empty() ? "" : ", ") + std::to_string(b) + ": " +
-             std::to_string(static_cast<int64_t>(flops / seconds / 1e9));
+    rates += (rates.empty() ? "" : "; ") +
+             std::string(tp > 1 ? "tp " + std::to_string(tp) + " " : "") + at;
   }
-  c.source +=
-      std::string("; compute: the model's blocks") + (moe_blocks > 0 ? " (dense and MoE)" : "") +
-      " forward and backward, measured by micro-batch size in sequences (GFLOP/s " + rates + ")";
+  c.source += std::string("; compute: the model's blocks") +
+              (moe_blocks > 0 ? " (dense and MoE)" : "") +
+              " forward and backward, whole and as a tp rank's slice, measured by micro-batch "
+              "size in sequences (GFLOP/s " +
+              rates + "), and its ends (embeddings, head, loss) by time (ms " + ends + ")";
 }
 
 }  // namespace chorus::plan

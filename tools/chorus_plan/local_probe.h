@@ -22,7 +22,11 @@ Cluster local_cluster();
 // at every micro-batch size a mesh of the cluster could use (local_micro_batch_sizes), and prices
 // compute at the rate of each mesh's own size (Cluster::model_flops_per_s): the GEMM peak
 // overstates what a small model's products, norms, softmaxes and attention reach, and a smaller
-// micro-batch reaches less.
+// micro-batch reaches less. For each tp that divides the cores and the heads, the same on the
+// slice of a block one tp rank runs (Cluster::tp_flops_per_s): a split block's smaller products
+// and its replicated LayerNorms reach less again. And the model's ends (embeddings, final
+// LayerNorm, tied logits, loss) by their time per micro-batch (Cluster::ends_seconds), which a
+// mesh without tp prices its head by.
 std::set<int64_t> local_micro_batch_sizes(const Setup& s, int world);
 void calibrate_local(Cluster& c, const Setup& s);
 

@@ -55,6 +55,8 @@ Training (as chorus-train takes them):
   --checkpoint-activations recompute blocks in backward
   --no-dp-overlap          the data-parallel reduction after backward instead of beside it (as a
                            trainer without overlapped buckets runs it)
+  --unfused-attention      attention's scores through memory (separate softmax and dropout
+                           kernels, not a fused attention): priced at the memory bandwidth
   --schedule S             gpipe, 1f1b (default), interleaved
   --chunks V               interleaved: chunks per stage (default 2)
 Cluster:
@@ -84,6 +86,7 @@ Options parse_options(const std::vector<std::string>& args) {
   std::map<std::string, bool*> booleans = {{"--checkpoint-activations", &s.checkpoint_activations},
                                            {"--json", &o.json},
                                            {"--no-dp-overlap", &no_dp_overlap},
+                                           {"--unfused-attention", &s.unfused_attention},
                                            {"--help", &o.help}};
   std::vector<std::pair<std::string, std::string>> shape;  // applied after the preset
   std::vector<std::pair<std::string, std::string>> moe;    // --capacity-factor, after too

@@ -24,6 +24,10 @@ struct Setup {
   // The data-parallel reduction overlaps backward (chorus's DDP and ZeRO), or runs after it (a
   // trainer that reduces once backward is done: --no-dp-overlap).
   bool overlap_dp = true;
+  // Attention as separate kernels (--unfused-attention): the scores (heads/tp x s x s per
+  // sequence) go through memory between the products, the masked softmax and dropout, instead of
+  // staying on chip as a fused (flash) attention keeps them. `local` measures its own attention.
+  bool unfused_attention = false;
 };
 
 struct MeshChoice {

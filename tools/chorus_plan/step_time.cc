@@ -12,8 +12,7 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   const double tokens = double(s.batch) * double(model.context);
   const double M = m.micro_batches;
   const int64_t blocks = blocks_per_stage(model, m.pp);
-  // The heaviest stage's share: the stage whose blocks cost most, and the head's 6 h V per token
-  // counted on it.
+  // The heaviest stage's share: the stage whose blocks cost most, and the head counted on it.
   const double h = double(model.width);
   BlockFlops stage;
   int64_t moe_blocks = 0;
@@ -26,22 +25,43 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
       for (int64_t i = first; i < first + n; ++i) moe_blocks += model.moe_block(i) ? 1 : 0;
     }
   }
-  stage.rest += tokens * 6 * h * double(model.vocab);
+  // `local` without tp: the head and embeddings at their measured time per micro-batch (on the
+  // heaviest stage), else the head's FLOPs at the blocks' rate.
+  const double ends = m.tp == 1 ? c.ends_s(m.micro_batch_size) : 0;
+  if (ends == 0) stage.rest += tokens * 6 * h * double(model.vocab);
   const double flops = model_flops(model, tokens);
   // Recomputation adds a forward of the blocks: 4/3 of their work.
   const double recompute = s.checkpoint_activations ? 4.0 / 3 : 1.0;
   // The experts are not split over tp: each rank runs its tokens' share of them.
   const double rank_flops = (stage.rest / m.tp + stage.experts) * recompute / double(m.dp);
-  t.compute = rank_flops / c.compute_flops(s.dtype, m.micro_batch_size);
+  t.compute = rank_flops / c.compute_flops(s.dtype, m.micro_batch_size, m.tp) + M * ends;
+  // Unfused attention (not `local`, whose measured blocks include its own): per micro-batch and
+  // block the scores, heads/tp x s x s per sequence in the activations' dtype, pass through
+  // memory 6 times forward (the first product's output, the masked softmax's read and write,
+  // dropout's read and write, the second product's read) and 9 backward (the gradient's write,
+  // dropout's and the softmax's reads and writes, the probabilities' read for the values'
+  // gradient and the scores' gradient's two reads for the queries' and keys'), 6 more when the
+  // forward is recomputed (Dao et al. 2022, section 2.2: these steps are memory-bound).
+  if (s.unfused_attention && c.model_flops_per_s.empty()) {
+    const double passes = 15 + (s.checkpoint_activations ? 6 : 0);
+    const double scores = double(model.heads) / m.tp * double(model.context) *
+                          double(model.context) * double(m.micro_batch_size);
+    const double bytes = s.dtype == "f32" ? 4 : 2;
+    t.compute += M * double(blocks) * passes * scores * bytes / c.hbm_bytes_per_s;
+  }
 
   // Tensor parallelism: two all-reduces of b s h forward and two backward per block (two more
-  // for a recomputed forward), one each for the embedding and the head's input.
+  // for a recomputed forward), one each for the embedding and the head's input, and the
+  // vocabulary-parallel cross-entropy's two: its rows' maxima and their sums of exponentials with
+  // the target's logit (b s and 2 b s f32 values; tensor/ops/cross_entropy.cc).
   const double act_bytes = s.dtype == "f32" ? 4 : 2;
-  const double bsh = double(m.micro_batch_size) * double(model.context) * h;
+  const double bs = double(m.micro_batch_size) * double(model.context);
+  const double bsh = bs * h;
   if (m.tp > 1) {
     const GroupCollectives g(c, m.tp, 1);
     const double per_block = s.checkpoint_activations ? 6 : 4;
-    t.tp = M * (per_block * double(blocks) + 2) * g.all_reduce_s(bsh * act_bytes);
+    t.tp = M * ((per_block * double(blocks) + 2) * g.all_reduce_s(bsh * act_bytes) +
+                g.all_reduce_s(4 * bs) + g.all_reduce_s(8 * bs));
   }
   // Expert parallelism: per MoE block and micro-batch, the counts' all-to-all, then dispatch and
   // combine forward and their gradients backward: four exchanges of the rank's routed rows
@@ -54,11 +74,15 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
     t.ep = M * double(moe_blocks) * per_block;
   }
   // The pipeline: (p-1)/v micro-batch slots of fill and drain; each stage's input and output
-  // gradient cross the boundary once per micro-batch (counted exposed).
+  // gradient cross the boundary once per micro-batch, and the last stage's gradient of the tied
+  // table (V/tp x h, the parameters' dtype) goes to the first stage once per micro-batch, whose
+  // backward of that micro-batch waits for it (parallel/pipeline/engine.cc); counted exposed.
   if (m.pp > 1) {
     t.bubble = double(m.pp - 1) / m.chunks / M * (t.compute + t.tp + t.ep);
     const GroupCollectives g(c, 2, m.dp * m.tp);
-    t.p2p = 2 * M * m.chunks * g.p2p_s(bsh * act_bytes);
+    const double table = double((model.vocab + m.tp - 1) / m.tp) * h;
+    const double grad_bytes = s.param_dtype == "bf16" ? 2 : 4;
+    t.p2p = 2 * M * m.chunks * g.p2p_s(bsh * act_bytes) + M * g.p2p_s(table * grad_bytes);
   }
   // Data parallelism over the stage's trained parameters; a mixture's experts over the dp / ep
   // ranks holding the same ones.
