@@ -310,9 +310,9 @@ void replace_directory(const std::string& tmp, const std::string& dir) {
 
 void save_checkpoint(const std::string& dir, const CheckpointState& s) {
   CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "save_checkpoint: no model or mesh");
-  CHORUS_ARG_CHECK((s.expert_optimizer == nullptr && s.expert_zero == nullptr) ==
-                       (s.expert_replicas == nullptr),
-                   "save_checkpoint: the experts' optimizer and their replicas go together");
+  CHORUS_ARG_CHECK(
+      (s.expert_optimizer == nullptr && s.expert_zero == nullptr) == (s.expert_replicas == nullptr),
+      "save_checkpoint: the experts' optimizer and their replicas go together");
   Communicator& world = s.mesh->world();
   const std::string tmp = dir + ".tmp";
   std::string error;
@@ -459,9 +459,9 @@ Manifest load_here(const std::string& dir, CheckpointState& s) {
 
 CheckpointInfo load_checkpoint(const std::string& dir, CheckpointState& s) {
   CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "load_checkpoint: no model or mesh");
-  CHORUS_ARG_CHECK((s.expert_optimizer == nullptr && s.expert_zero == nullptr) ==
-                       (s.expert_replicas == nullptr),
-                   "load_checkpoint: the experts' optimizer and their replicas go together");
+  CHORUS_ARG_CHECK(
+      (s.expert_optimizer == nullptr && s.expert_zero == nullptr) == (s.expert_replicas == nullptr),
+      "load_checkpoint: the experts' optimizer and their replicas go together");
   Manifest m;
   std::string error;
   try {

@@ -67,23 +67,24 @@ Replicas::Replicas(tensor::nn::GPT& model, DeviceMesh& mesh, tensor::nn::NamedTe
     expert_group = expert_shard_group({members.begin(), members.end()}, group);
     std::string ranks;
     for (const int32_t r : members) ranks += (ranks.empty() ? "" : " ") + std::to_string(r);
-    CHORUS_ARG_CHECK(expert_group > 0, "Replicas: the ranks holding the same experts (dp ranks ",
-                     ranks, ") fall unevenly into the shard groups of ", group,
-                     " consecutive dp ranks; take a shard group that ep divides or that divides ep");
+    CHORUS_ARG_CHECK(
+        expert_group > 0, "Replicas: the ranks holding the same experts (dp ranks ", ranks,
+        ") fall unevenly into the shard groups of ", group,
+        " consecutive dp ranks; take a shard group that ep divides or that divides ep");
   }
   expert_zero_ = std::make_unique<ZeroOptimizer>(
-        model_, *o_.expert_replicas,
-        ZeroOptions{.stage = o_.zero_stage,
-                    .adamw = o_.adamw,
-                    .bucket_bytes = std::numeric_limits<size_t>::max(),
-                    .first_bucket_bytes = std::numeric_limits<size_t>::max(),
-                    .average = o_.average,
-                    .include =
-                        [own, is_expert](const std::string& name) {
-                          return is_expert(name) && (!own || own(name));
-                        },
-                    .shard_group = expert_group,
-                    .may_be_unused = is_expert});
+      model_, *o_.expert_replicas,
+      ZeroOptions{.stage = o_.zero_stage,
+                  .adamw = o_.adamw,
+                  .bucket_bytes = std::numeric_limits<size_t>::max(),
+                  .first_bucket_bytes = std::numeric_limits<size_t>::max(),
+                  .average = o_.average,
+                  .include =
+                      [own, is_expert](const std::string& name) {
+                        return is_expert(name) && (!own || own(name));
+                      },
+                  .shard_group = expert_group,
+                  .may_be_unused = is_expert});
 }
 
 int expert_shard_group(const std::vector<int>& members, int group) {

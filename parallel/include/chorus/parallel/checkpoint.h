@@ -56,8 +56,8 @@ struct CheckpointState {
   ZeroOptimizer* zero = nullptr;
   PipelineEngine* pipeline = nullptr;
   tensor::optim::AdamW* expert_optimizer = nullptr;
-  ZeroOptimizer* expert_zero = nullptr;     // or this (over expert_replicas), not both
-  Communicator* expert_replicas = nullptr;  // with either; dp / expert_replicas = ep
+  ZeroOptimizer* expert_zero = nullptr;        // or this (over expert_replicas), not both
+  Communicator* expert_replicas = nullptr;     // with either; dp / expert_replicas = ep
   int64_t step = 0;                            // the next step to run
   std::map<std::string, double> scalars = {};  // anything else to restore (seed, loss scale, ...)
 };
