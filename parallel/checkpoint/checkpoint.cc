@@ -102,30 +102,35 @@ void replica_items(const CheckpointState& s, tensor::optim::AdamW& opt, Communic
   }
 }
 
-std::vector<Item> items_to_save(const CheckpointState& s) {
+// The shard of `zero` this rank holds: the pieces' values and their AdamW state. With hybrid
+// sharding the first replica of the shards saves them.
+void zero_items(const CheckpointState& s, ZeroOptimizer& zero, std::vector<Item>& items) {
+  if (zero.replica() != 0) return;
   tensor::nn::GPT& model = *s.model;
+  const tensor::nn::NamedTensors state = zero.shard_optimizer().state_dict();
+  const tensor::nn::NamedTensors named = model.named_parameters();
+  for (const auto& info : zero.shard_layout()) {
+    if (info.owned_begin == info.owned_end || !writes(model, info.name, s)) continue;
+    tensor::Shape full;
+    const Region whole = param_region(model, info.name, *find(named, info.name), &full);
+    const Region r = sub_region(whole, info.owned_begin, info.owned_end);
+    const Tensor* piece = find(zero.shard_optimizer().params(), info.name);
+    CHORUS_CHECK(piece != nullptr, "checkpoint: no ZeRO piece of ", info.name);
+    items.push_back({info.name, "param", piece->detach().contiguous(), r, full});
+    for (const char* kind : kKinds)
+      if (const Tensor* t = find(state, info.name + "." + kind))
+        items.push_back({info.name, kind, t->detach().contiguous(), r, full});
+  }
+}
+
+std::vector<Item> items_to_save(const CheckpointState& s) {
   std::vector<Item> items;
-  // The experts that step apart: their replicas split them.
+  // The experts that step apart: their replicas split them (DDP) or each saves its shard (ZeRO).
   if (s.expert_optimizer != nullptr)
     replica_items(s, *s.expert_optimizer, *s.expert_replicas, items);
+  if (s.expert_zero != nullptr) zero_items(s, *s.expert_zero, items);
   if (s.zero != nullptr) {
-    // A ZeRO rank saves its shard: the pieces' values and their AdamW state. With hybrid
-    // sharding the first replica of the shards saves them.
-    if (s.zero->replica() != 0) return items;
-    const tensor::nn::NamedTensors state = s.zero->shard_optimizer().state_dict();
-    const tensor::nn::NamedTensors named = model.named_parameters();
-    for (const auto& info : s.zero->shard_layout()) {
-      if (info.owned_begin == info.owned_end || !writes(model, info.name, s)) continue;
-      tensor::Shape full;
-      const Region whole = param_region(model, info.name, *find(named, info.name), &full);
-      const Region r = sub_region(whole, info.owned_begin, info.owned_end);
-      const Tensor* piece = find(s.zero->shard_optimizer().params(), info.name);
-      CHORUS_CHECK(piece != nullptr, "checkpoint: no ZeRO piece of ", info.name);
-      items.push_back({info.name, "param", piece->detach().contiguous(), r, full});
-      for (const char* kind : kKinds)
-        if (const Tensor* t = find(state, info.name + "." + kind))
-          items.push_back({info.name, kind, t->detach().contiguous(), r, full});
-    }
+    zero_items(s, *s.zero, items);
     return items;
   }
   CHORUS_ARG_CHECK(s.optimizer != nullptr, "save_checkpoint: no optimizer (AdamW or ZeRO)");
@@ -305,8 +310,9 @@ void replace_directory(const std::string& tmp, const std::string& dir) {
 
 void save_checkpoint(const std::string& dir, const CheckpointState& s) {
   CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "save_checkpoint: no model or mesh");
-  CHORUS_ARG_CHECK((s.expert_optimizer == nullptr) == (s.expert_replicas == nullptr),
-                   "save_checkpoint: the experts' optimizer and their replicas go together");
+  CHORUS_ARG_CHECK(
+      (s.expert_optimizer == nullptr && s.expert_zero == nullptr) == (s.expert_replicas == nullptr),
+      "save_checkpoint: the experts' optimizer and their replicas go together");
   Communicator& world = s.mesh->world();
   const std::string tmp = dir + ".tmp";
   std::string error;
@@ -379,6 +385,30 @@ void load_adamw_state(Reader& reader, tensor::nn::GPT& model, tensor::optim::Ada
   }
 }
 
+// The pieces of the shard `zero` holds: their values (ZeRO-3 keeps only those) and AdamW state.
+void load_zero_state(Reader& reader, tensor::nn::GPT& model, ZeroOptimizer& zero) {
+  const tensor::nn::NamedTensors named = model.named_parameters();
+  tensor::optim::AdamW& opt = zero.shard_optimizer();
+  const tensor::nn::NamedTensors state = opt.state_dict();
+  for (const auto& info : zero.shard_layout()) {
+    if (info.owned_begin == info.owned_end) continue;
+    tensor::Shape full;
+    const Region r = sub_region(param_region(model, info.name, *find(named, info.name), &full),
+                                info.owned_begin, info.owned_end);
+    Tensor piece = *find(opt.params(), info.name);
+    reader.fill(piece, r, info.name, "param", full);
+    for (const char* kind : kKinds)
+      if (const Tensor* t = find(state, info.name + "." + kind)) {
+        Tensor target = *t;
+        if (std::string(kind) == "master" && !reader.has(info.name, kind)) {
+          target.copy_(piece);  // a checkpoint from 32-bit parameters: the values are the master
+          continue;
+        }
+        reader.fill(target, r, info.name, kind, full);
+      }
+  }
+}
+
 // load_checkpoint's work on this rank; throws what is wrong.
 Manifest load_here(const std::string& dir, CheckpointState& s) {
   Reader reader(dir, read_manifest(dir));
@@ -406,31 +436,13 @@ Manifest load_here(const std::string& dir, CheckpointState& s) {
     reader.fill(t, param_region(model, name, p, &full), name, "param", full);
   }
   if (s.zero != nullptr) {
-    // The shard's pieces: their values (ZeRO-3 keeps only those) and AdamW state.
-    tensor::optim::AdamW& opt = s.zero->shard_optimizer();
-    const tensor::nn::NamedTensors state = opt.state_dict();
-    for (const auto& info : s.zero->shard_layout()) {
-      if (info.owned_begin == info.owned_end) continue;
-      tensor::Shape full;
-      const Region r = sub_region(param_region(model, info.name, *find(named, info.name), &full),
-                                  info.owned_begin, info.owned_end);
-      Tensor piece = *find(opt.params(), info.name);
-      reader.fill(piece, r, info.name, "param", full);
-      for (const char* kind : kKinds)
-        if (const Tensor* t = find(state, info.name + "." + kind)) {
-          Tensor target = *t;
-          if (std::string(kind) == "master" && !reader.has(info.name, kind)) {
-            target.copy_(piece);  // a checkpoint from 32-bit parameters: the values are the master
-            continue;
-          }
-          reader.fill(target, r, info.name, kind, full);
-        }
-    }
+    load_zero_state(reader, model, *s.zero);
   } else {
     CHORUS_ARG_CHECK(s.optimizer != nullptr, "load_checkpoint: no optimizer (AdamW or ZeRO)");
     load_adamw_state(reader, model, *s.optimizer);
   }
   if (s.expert_optimizer != nullptr) load_adamw_state(reader, model, *s.expert_optimizer);
+  if (s.expert_zero != nullptr) load_zero_state(reader, model, *s.expert_zero);
   const auto step = m.scalars.find("optimizer.step");
   const tensor::nn::NamedTensors steps{
       {"step", Tensor::full({}, step == m.scalars.end() ? 0.0 : step->second, DataType::kI64)}};
@@ -439,6 +451,7 @@ Manifest load_here(const std::string& dir, CheckpointState& s) {
   else
     s.optimizer->load_state_dict(steps);
   if (s.expert_optimizer != nullptr) s.expert_optimizer->load_state_dict(steps);
+  if (s.expert_zero != nullptr) s.expert_zero->shard_optimizer().load_state_dict(steps);
   return m;
 }
 
@@ -446,8 +459,9 @@ Manifest load_here(const std::string& dir, CheckpointState& s) {
 
 CheckpointInfo load_checkpoint(const std::string& dir, CheckpointState& s) {
   CHORUS_ARG_CHECK(s.model != nullptr && s.mesh != nullptr, "load_checkpoint: no model or mesh");
-  CHORUS_ARG_CHECK((s.expert_optimizer == nullptr) == (s.expert_replicas == nullptr),
-                   "load_checkpoint: the experts' optimizer and their replicas go together");
+  CHORUS_ARG_CHECK(
+      (s.expert_optimizer == nullptr && s.expert_zero == nullptr) == (s.expert_replicas == nullptr),
+      "load_checkpoint: the experts' optimizer and their replicas go together");
   Manifest m;
   std::string error;
   try {

@@ -1,5 +1,6 @@
 #include "chorus/parallel/replicas.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -55,19 +56,56 @@ Replicas::Replicas(tensor::nn::GPT& model, DeviceMesh& mesh, tensor::nn::NamedTe
                            .may_be_unused = is_expert};
   if (o_.bucket_bytes > 0) zero_options.bucket_bytes = o_.bucket_bytes;
   zero_ = std::make_unique<ZeroOptimizer>(model_, dp, std::move(zero_options));
-  if (split)
-    expert_zero_ = std::make_unique<ZeroOptimizer>(
-        model_, *o_.expert_replicas,
-        ZeroOptions{.stage = o_.zero_stage,
-                    .adamw = o_.adamw,
-                    .bucket_bytes = std::numeric_limits<size_t>::max(),
-                    .first_bucket_bytes = std::numeric_limits<size_t>::max(),
-                    .average = o_.average,
-                    .include =
-                        [own, is_expert](const std::string& name) {
-                          return is_expert(name) && (!own || own(name));
-                        },
-                    .may_be_unused = is_expert});
+  if (!split) return;
+  // Hybrid sharding: each expert is sharded over those of its ranks in one of the rest's shard
+  // groups (a run of consecutive ranks of its expert-data-parallel group), replicated across.
+  int expert_group = 0;
+  if (o_.shard_group != 0) {
+    Communicator& replicas = *o_.expert_replicas;
+    const int group = zero_->shard_group_size();
+    int32_t me = dp.rank();
+    std::vector<int32_t> members(static_cast<size_t>(replicas.size()));
+    replicas.all_gather(&me, members.data(), 1, DataType::kI32);
+    expert_group = expert_shard_group({members.begin(), members.end()}, group);
+    std::string ranks;
+    for (const int32_t r : members) ranks += (ranks.empty() ? "" : " ") + std::to_string(r);
+    CHORUS_ARG_CHECK(
+        expert_group > 0, "Replicas: the ranks holding the same experts (dp ranks ", ranks,
+        ") fall unevenly into the shard groups of ", group,
+        " consecutive dp ranks; take a shard group that ep divides or that divides ep");
+  }
+  expert_zero_ = std::make_unique<ZeroOptimizer>(
+      model_, *o_.expert_replicas,
+      ZeroOptions{.stage = o_.zero_stage,
+                  .adamw = o_.adamw,
+                  .bucket_bytes = std::numeric_limits<size_t>::max(),
+                  .first_bucket_bytes = std::numeric_limits<size_t>::max(),
+                  .average = o_.average,
+                  .include =
+                      [own, is_expert](const std::string& name) {
+                        return is_expert(name) && (!own || own(name));
+                      },
+                  .shard_group = expert_group,
+                  .may_be_unused = is_expert});
+}
+
+int expert_shard_group(const std::vector<int>& members, int group) {
+  if (members.empty() || group < 1) return 0;
+  // Runs of members in the same shard group: every group one run, every run as long.
+  std::vector<int> runs, seen;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int g = members[i] / group;
+    if (i > 0 && members[i - 1] / group == g) {
+      ++runs.back();
+      continue;
+    }
+    if (std::find(seen.begin(), seen.end(), g) != seen.end()) return 0;
+    seen.push_back(g);
+    runs.push_back(1);
+  }
+  for (const int run : runs)
+    if (run != runs.front()) return 0;
+  return runs.front();
 }
 
 Replicas::~Replicas() = default;
@@ -79,6 +117,10 @@ std::string Replicas::scheme() const {
   if (g < d)
     s += " sharded over groups of " + std::to_string(g) + " (" + std::to_string(d / g) +
          " replicas)";
+  const int holders = o_.expert_replicas ? o_.expert_replicas->size() : 0;
+  if (expert_zero_ && g < d && holders > 1)
+    s += ", each expert over " + std::to_string(expert_zero_->shard_group_size()) + " of its " +
+         std::to_string(holders) + " ranks";
   return s;
 }
 
@@ -160,12 +202,17 @@ double Replicas::finish_step(double max_norm) {
            scale;
   } else if (expert_zero_) {
     // The shards: every element on exactly one rank of dp (the rest sharded over dp, each expert
-    // over the ranks holding it). Norms that do not clip (max 0) first finish both reductions.
+    // over the ranks holding it; with hybrid sharding, on the first replica of the shards). Norms
+    // that do not clip (max 0) first finish both reductions.
     zero_->clip_grad_norm(0);
     expert_zero_->clip_grad_norm(0);
     tensor::nn::NamedTensors all = zero_->shard_optimizer().params();
     for (const auto& named : expert_zero_->shard_optimizer().params()) all.push_back(named);
-    norm = clip_grad_norm(all, max_norm, everyone, counted);
+    // With hybrid sharding every shard has replicas: the first replica's are counted.
+    const bool first_rest = zero_->replica() == 0, first_experts = expert_zero_->replica() == 0;
+    norm = clip_grad_norm(all, max_norm, everyone, [&](const std::string& name) {
+      return (o_.is_expert(name) ? first_experts : first_rest) && counts(name);
+    });
   } else if (ddp_) {
     opt_->wait_grads();
     norm = clip_grad_norm(opt_->params(), max_norm * scale, mesh_.mp(), counted) / scale;
@@ -245,7 +292,8 @@ void Replicas::bind(CheckpointState& state) {
   state.optimizer = opt_.get();
   state.zero = zero_.get();
   state.expert_optimizer = expert_opt_.get();
-  state.expert_replicas = expert_opt_ ? o_.expert_replicas : nullptr;
+  state.expert_zero = expert_zero_.get();
+  state.expert_replicas = experts_split() ? o_.expert_replicas : nullptr;
 }
 
 bool Replicas::experts_split() const { return expert_opt_ || expert_zero_; }

@@ -63,5 +63,18 @@ TEST(Replicas, RefusesWhatNoStrategyDoes) {
   });
 }
 
+// Hybrid sharding with the experts apart: each expert over its holders inside one of the rest's
+// shard groups. dp 8 at ep 2: the holders of the first experts are dp ranks 0 2 4 6.
+TEST(Replicas, ExpertsShardOverTheirHoldersInsideAShardGroup) {
+  EXPECT_EQ(parallel::expert_shard_group({0, 2, 4, 6}, 8), 4);  // plain ZeRO: all four
+  EXPECT_EQ(parallel::expert_shard_group({1, 3, 5, 7}, 4), 2);  // ep divides G: G / ep
+  EXPECT_EQ(parallel::expert_shard_group({0, 2, 4, 6}, 2), 1);  // G divides ep: whole
+  EXPECT_EQ(parallel::expert_shard_group({0, 2, 4, 6}, 1), 1);
+  EXPECT_EQ(parallel::expert_shard_group({0, 6}, 4), 1);        // dp 12, ep 6, G 4: each alone
+  EXPECT_EQ(parallel::expert_shard_group({0, 2, 4}, 3), 0);     // dp 6, ep 2, G 3: 0 2 | 4
+  EXPECT_EQ(parallel::expert_shard_group({0, 4, 1, 5}, 2), 0);  // a shard group twice
+  EXPECT_EQ(parallel::expert_shard_group({}, 2), 0);
+}
+
 }  // namespace
 }  // namespace chorus::testing

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "chorus/nearest_name.h"
+#include "chorus/parallel/replicas.h"
 
 namespace chorus::train {
 namespace {
@@ -49,7 +50,9 @@ Mesh (omitted sizes are chosen from the world size and printed with the reason):
                            0-2; the experts' state is sharded over the dp ranks holding them)
   --zero-group G           hybrid sharding: ZeRO's shards over groups of G consecutive dp ranks
                            (G divides dp), replicated across the groups; "host": the dp ranks
-                           of one host (all of them on one machine); default: all of dp
+                           of one host (all of them on one machine); default: all of dp. With
+                           --experts, each expert over its ranks inside one group (ep divides G,
+                           or G divides ep: each rank's experts then whole)
   --ep N                   expert parallel: each group of N consecutive dp ranks shares every
                            MoE layer's experts, E/N per rank (N divides dp and E; default 1)
   --schedule NAME          gpipe | 1f1b (default) | interleaved
@@ -95,8 +98,7 @@ Training:
   --data FILE              train on FILE's bytes (default: the built-in corpus)
 Checkpoints and logs:
   --save DIR --save-every K   sharded checkpoint at the end (and every K steps)
-  --load DIR               resume from a checkpoint (any mesh and --ep: it reshards; not yet
-                           experts under ZeRO on several ranks)
+  --load DIR               resume from a checkpoint (any mesh, --ep and --zero: it reshards)
   --log-json FILE          one JSON line per step (rank 0)
   --log-memory FILE        every rank's engine peak over the steps and bytes held at the end
                            (what chorus-plan predicts), and the parameter, gradient and
@@ -320,18 +322,23 @@ Mesh resolve_mesh(const Options& o, int world) {
           "keep their sources apart, which the pipeline's backward does not fold); drop "
           "--deterministic or use pp=1");
     if (dp > 1 && o.zero > 0) {
-      if (!o.save.empty() || !o.load.empty())
-        fail(
-            "--save and --load do not take --experts with ZeRO on more than one rank yet (the "
-            "experts' sharded optimizer state is not in the checkpoint); use --zero 0 (DDP)");
       if (o.deterministic && o.ep > 1)
         fail(
             "--deterministic does not take --experts with ZeRO at --ep > 1 yet (the experts keep "
             "their sources apart, which ZeRO's reduction does not read); use --zero 0 (DDP)");
-      if (o.zero_group != 0)
-        fail(
-            "--zero-group does not take --experts yet (the experts' state is sharded over the "
-            "ranks holding them)");
+      // Each expert sharded over its ranks inside one shard group (parallel/replicas.h): the
+      // ranks holding the same experts are every ep-th dp rank.
+      for (int c = 0; o.zero_group > 0 && c < o.ep; ++c) {
+        std::vector<int> members;
+        for (int r = c; r < dp; r += o.ep) members.push_back(r);
+        std::string ranks;
+        for (const int r : members) ranks += (ranks.empty() ? "" : " ") + std::to_string(r);
+        if (parallel::expert_shard_group(members, o.zero_group) == 0)
+          fail("--zero-group " + std::to_string(o.zero_group) + " does not take --ep " + ep +
+               ": the dp ranks holding the same experts (" + ranks +
+               ") fall unevenly into its shard groups; take a group size that ep divides or that "
+               "divides ep");
+      }
     }
   }
   if (o.zero == 3 && (pp > 1 || tp > 1))

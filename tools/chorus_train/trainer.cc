@@ -394,7 +394,7 @@ void Trainer::resume() {
   const std::string here =
       "dp=" + std::to_string(m_.dp) + " tp=" + std::to_string(m_.tp) +
       " pp=" + std::to_string(m_.pp) + " zero=" + std::to_string(o_.zero) +
-      (ckpt_.expert_optimizer && m_.ep > 1 ? " ep=" + std::to_string(m_.ep) : "");
+      (ckpt_.expert_replicas && m_.ep > 1 ? " ep=" + std::to_string(m_.ep) : "");
   std::printf("resumed from %s at step %lld (saved at %s%s); the LR schedule spans %lld steps\n",
               o_.load.c_str(), static_cast<long long>(first_), info.saved_mesh.c_str(),
               info.saved_mesh == here ? "" : (", resharded to " + here).c_str(),

@@ -46,8 +46,9 @@ namespace chorus::parallel {
 // What a run hands to save and load: the model as this rank holds it (tensor-parallel slices,
 // pipeline stage, expert-parallel experts), its mesh, and its optimizer: an AdamW over the
 // model's (or the stage's) parameters, or a ZeroOptimizer. A run whose experts step apart from
-// the rest (chorus-train's experts on more than one rank) adds their AdamW and the ranks that hold
-// the same experts (its expert-data-parallel group: each writes its part of them).
+// the rest (chorus-train's experts on more than one rank) adds their optimizer, an AdamW (DDP) or
+// a ZeroOptimizer (ZeRO-1/2) over the ranks that hold the same experts, and those ranks (its
+// expert-data-parallel group): each writes its part of them (an equal split, or its shard).
 struct CheckpointState {
   tensor::nn::GPT* model = nullptr;
   DeviceMesh* mesh = nullptr;
@@ -55,7 +56,8 @@ struct CheckpointState {
   ZeroOptimizer* zero = nullptr;
   PipelineEngine* pipeline = nullptr;
   tensor::optim::AdamW* expert_optimizer = nullptr;
-  Communicator* expert_replicas = nullptr;     // with expert_optimizer; dp / expert_replicas = ep
+  ZeroOptimizer* expert_zero = nullptr;        // or this (over expert_replicas), not both
+  Communicator* expert_replicas = nullptr;     // with either; dp / expert_replicas = ep
   int64_t step = 0;                            // the next step to run
   std::map<std::string, double> scalars = {};  // anything else to restore (seed, loss scale, ...)
 };

@@ -25,7 +25,10 @@
 //                  (dp when tp = pp = 1); both optimizers step or (f16 overflow) neither.
 //   ZeRO           ZeroOptimizer::clip_grad_norm over its shards (then mp), step, zero_grad.
 //   ZeRO + experts both wrappers' reductions finished, the norm over both shard sets (world, or
-//                  dp), then each steps and zeroes in turn.
+//                  dp; with hybrid sharding the first replica's), then each steps and zeroes in
+//                  turn. Hybrid sharding (shard_group G): the rest over runs of G consecutive dp
+//                  ranks, each expert over those of its ranks inside one run
+//                  (expert_shard_group), replicated across the runs.
 // The experts go in one bucket of their own under ZeRO: it is reduced once every expert's
 // gradient is final (an idle expert's at the end of backward), so no rank waits inside backward
 // for a reduction another rank starts only after its remaining ep exchanges.
@@ -78,6 +81,15 @@ struct ReplicasOptions {
   tensor::GradScaler* scaler = nullptr;
 };
 
+// Hybrid sharding with the experts apart (ReplicasOptions::shard_group and expert_replicas): the
+// rest is sharded over runs of `group` consecutive dp ranks; each expert over those of its ranks
+// that lie in one such run, replicated across the runs. `members`: the dp ranks of an
+// expert-data-parallel group in its rank order. Returns how many of them share a run (the
+// experts' ZeroOptions::shard_group: they must be consecutive, every run as many; 1 when each
+// is alone), or 0 when they fall unevenly (ep neither divides `group` nor is divided by it, as a
+// rule).
+int expert_shard_group(const std::vector<int>& members, int group);
+
 class Replicas {
  public:
   // Wraps `model` over mesh.dp() (collective; both must outlive). `params` are the parameters
@@ -89,7 +101,8 @@ class Replicas {
   Replicas(const Replicas&) = delete;
   Replicas& operator=(const Replicas&) = delete;
 
-  // "DDP", "ZeRO-2", or with hybrid sharding "ZeRO-2 sharded over groups of 2 (2 replicas)".
+  // "DDP", "ZeRO-2", or with hybrid sharding "ZeRO-2 sharded over groups of 2 (2 replicas)"
+  // (with experts apart: ", each expert over 1 of its 2 ranks").
   std::string scheme() const;
 
   // Accumulation without a reduction, in whichever wrappers hold the gradients.
