@@ -67,8 +67,14 @@ class ExpertParallelMoE : public tensor::nn::MoE {
   tensor::Tensor forward(const tensor::Tensor& x,
                          tensor::nn::MoEStats* stats = nullptr) const override;
   int64_t first_expert() const { return first_; }
-  // Each local expert runs once per source rank (see "Sources apart" above).
-  void keep_sources_apart(bool on) { apart_ = on; }
+  // Each local expert runs once per source rank (see "Sources apart" above); every backward
+  // through the layer is then followed by a take (fold_expert_gradients). Either way, forwards
+  // not yet taken are forgotten.
+  void keep_sources_apart(bool on) {
+    apart_ = on;
+    shadows_.clear();
+    pending_.clear();
+  }
   bool sources_apart() const { return apart_; }
   // Sources apart, after a backward: the gradients of the per-source leaves it went through,
   // [l * 4 + i][s] for local expert l's parameter i (c_fc.weight, c_fc.bias, c_proj.weight,
