@@ -86,7 +86,8 @@ Replicas::Replicas(tensor::nn::GPT& model, DeviceMesh& mesh, tensor::nn::NamedTe
                         return is_expert(name) && (!own || own(name));
                       },
                   .shard_group = expert_group,
-                  .may_be_unused = is_expert});
+                  .may_be_unused = is_expert,
+                  .gradients_reduced = o_.experts_apart});
 }
 
 int expert_shard_group(const std::vector<int>& members, int group) {
@@ -170,9 +171,10 @@ std::vector<double> Replicas::accumulate(int micro_batches,
 std::function<void(bool last, const std::function<void()>& backward)>
 Replicas::pipeline_backward() {
   return [this](bool last, const std::function<void()>& backward) {
-    if (last) return backward();
-    const Quiet quiet = no_sync();
+    std::optional<Quiet> quiet;
+    if (!last) quiet.emplace(no_sync());
     backward();
+    after_backward(last);
   };
 }
 

@@ -12,7 +12,7 @@ const tensor::nn::MLP& ExpertParallelMoE::source_expert(int64_t l, int s) const 
   const size_t P = static_cast<size_t>(ep_->size()), k = static_cast<size_t>(l) * P + s;
   if (shadows_.size() != experts.size() * P) {
     shadows_.resize(experts.size() * P);
-    used_.assign(experts.size() * P, false);
+    pending_.assign(experts.size() * P, {});
   }
   auto& shadow = shadows_[k];
   if (!shadow) shadow = std::make_shared<tensor::nn::MLP>(cfg_);
@@ -24,23 +24,30 @@ const tensor::nn::MLP& ExpertParallelMoE::source_expert(int64_t l, int s) const 
     mine->bias = real->bias.detach();
     mine->bias.set_requires_grad(true);
   }
-  used_[k] = true;
+  pending_[k].push_back(
+      {shadow->c_fc->weight, shadow->c_fc->bias, shadow->c_proj->weight, shadow->c_proj->bias});
   return *shadow;
 }
 
 std::vector<std::vector<Tensor>> ExpertParallelMoE::take_source_gradients() {
   const size_t L = experts.size(), P = static_cast<size_t>(ep_->size());
   std::vector<std::vector<Tensor>> out(4 * L, std::vector<Tensor>(P));
-  for (size_t k = 0; k < used_.size(); ++k) {
-    if (!used_[k]) continue;
+  for (size_t k = 0; k < pending_.size(); ++k) {
+    auto& leaves = pending_[k];
+    // The forward this backward went through: the last with gradients (before it, forwards
+    // whose graph is gone: a checkpointed block's first run); after it, forwards still waiting
+    // for their backward (a pipeline's later micro-batches).
+    size_t done = leaves.size();
+    for (size_t j = 0; j < leaves.size(); ++j)
+      if (leaves[j][0].grad().defined()) done = j;
+    if (done == leaves.size()) continue;
     const size_t l = k / P, s = k % P;
-    const auto& shadow = shadows_[k];
-    const Tensor* leaves[4] = {&shadow->c_fc->weight, &shadow->c_fc->bias, &shadow->c_proj->weight,
-                               &shadow->c_proj->bias};
-    for (size_t i = 0; i < 4; ++i) out[4 * l + i][s] = leaves[i]->grad();
-    for (auto* lin : {shadow->c_fc.get(), shadow->c_proj.get()}) lin->weight = lin->bias = Tensor();
+    for (size_t i = 0; i < 4; ++i) out[4 * l + i][s] = leaves[done][i].grad();
+    leaves.erase(leaves.begin(), leaves.begin() + static_cast<std::ptrdiff_t>(done) + 1);
+    if (leaves.empty())  // the shadow lets go of the last leaves (and their gradients)
+      for (auto* lin : {shadows_[k]->c_fc.get(), shadows_[k]->c_proj.get()})
+        lin->weight = lin->bias = Tensor();
   }
-  used_.assign(used_.size(), false);
   return out;
 }
 

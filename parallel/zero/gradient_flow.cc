@@ -31,6 +31,12 @@
 // preserves: stage 1 reduces over the whole dp group (onto rank 0 under no_sync(), an
 // all-reduce on the last backward); stages 2-3 send shard i of every rank's buffer to each rank
 // holding shard i by one all-to-all over dp, and each folds its D copies in dp rank order.
+//
+// Reduced already (ZeroOptions::gradients_reduced: every rank holds the same sum, a mixture of
+// experts' experts folded in the global batch's order by fold_expert_gradients): no hook is
+// installed and nothing is communicated; stage 1's pieces read the flat buffers the gradients
+// are bound into (where the fold adds), stage 2 copies its shard out of the full gradients once
+// per step (take_reduced_shards) and drops them.
 #include <algorithm>
 
 #include "chorus/error.h"
@@ -46,6 +52,7 @@
 namespace chorus::parallel {
 
 void ZeroOptimizer::Impl::install_gradient_hooks() {
+  if (options.gradients_reduced) return;  // nothing to reduce: finish_gradients reads them
   for (size_t i = 0; i < params.size(); ++i)
     grad_hooks.push_back(
         params[i].register_grad_ready_hook([this, i](Tensor& g) { on_grad_ready(i, g); }));
@@ -205,6 +212,7 @@ void ZeroOptimizer::Impl::wait_all_reduces() {
 
 void ZeroOptimizer::Impl::finish_gradients() {
   wait_all_reduces();
+  if (options.gradients_reduced) return take_reduced_shards();
   if (!fold || options.stage == 1 || !options.average || averaged) return;
   averaged = true;
   for (ZeroGroup& g : groups) {
@@ -216,6 +224,25 @@ void ZeroOptimizer::Impl::finish_gradients() {
                            static_cast<size_t>(g.hi - g.lo), dp_ranks,
                            tensor::compute_stream(device));
   }
+}
+
+void ZeroOptimizer::Impl::take_reduced_shards() {
+  // Stage 1 reads the flat buffers the gradients are bound into.
+  if (options.stage == 1 || taken) return;
+  taken = true;
+  for (ZeroGroup& g : groups)
+    for (const FlatSlot& s : g.slots) {
+      Tensor& p = params[s.param];
+      const int64_t a = std::max(g.lo, s.offset), b = std::min(g.hi, s.offset + s.numel);
+      if (a < b) {
+        Tensor piece = g.shard_grad.narrow(0, a - g.lo, b - a);
+        if (p.grad().defined())
+          piece.copy_(p.grad().reshape({-1}).narrow(0, a - s.offset, b - a));
+        else  // no gradient anywhere (an expert no token reached): zeros
+          piece.zero_();
+      }
+      p.set_grad({});  // only the shard stays
+    }
 }
 
 void ZeroOptimizer::Impl::poll_reduces() {

@@ -68,6 +68,8 @@ int resolve_shard_group(Communicator& dp, const ZeroOptions& options) {
                    " dp ranks (the shard groups are runs of consecutive dp ranks)");
   CHORUS_ARG_CHECK(!options.include || options.stage < 3,
                    "ZeroOptimizer: stage 3 gathers whole units and takes no parameter filter");
+  CHORUS_ARG_CHECK(!options.gradients_reduced || (options.stage < 3 && !options.average),
+                   "ZeroOptimizer: gradients_reduced works with stages 1-2 and average false");
   return group;
 }
 
@@ -324,7 +326,8 @@ int host_shard_group(Communicator& dp) {
 
 ZeroOptimizer::~ZeroOptimizer() {
   Impl& z = *impl_;
-  for (size_t i = 0; i < z.params.size(); ++i) z.params[i].remove_grad_ready_hook(z.grad_hooks[i]);
+  for (size_t i = 0; i < z.grad_hooks.size(); ++i)
+    z.params[i].remove_grad_ready_hook(z.grad_hooks[i]);
   for (auto& [m, h] : z.module_hooks) m->remove_hook(h);
   for (ZeroGroup& g : z.groups) {
     try {
@@ -361,6 +364,7 @@ void ZeroOptimizer::zero_grad() {
   Impl& z = *impl_;
   z.wait_all_reduces();
   z.averaged = false;
+  z.taken = false;
   for (ZeroGroup& g : z.groups) {
     if (z.options.stage == 1) {
       g.flat_grad.zero_();

@@ -92,6 +92,7 @@ struct ZeroOptimizer::Impl {
   // owner; `intermediate` marks a stage-1 backward under no_sync().
   bool fold = false, intermediate = false;
   bool averaged = false;  // stages 2-3 folding: the step's sum has been divided by the ranks
+  bool taken = false;     // gradients_reduced, stage 2: the step's shards copied out of them
   std::unique_ptr<tensor::optim::AdamW> optimizer;  // over this rank's pieces
   std::vector<int> grad_hooks;
   std::vector<std::pair<tensor::nn::Module*, int>> module_hooks;
@@ -113,8 +114,10 @@ struct ZeroOptimizer::Impl {
   void wait_all_reduces();
   void poll_reduces();
   // Waits for every reduction and, stages 2-3 folding with averaging, divides the step's sum by
-  // the ranks (once): the gradients as step() and clip_grad_norm() read them.
+  // the ranks (once): the gradients as step() and clip_grad_norm() read them. gradients_reduced,
+  // stage 2: copies this rank's shard out of the parameters' gradients (once) instead.
   void finish_gradients();
+  void take_reduced_shards();
 
   // parameter_flow.cc (stage 3)
   void install_unit_hooks();

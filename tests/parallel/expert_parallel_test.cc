@@ -233,5 +233,46 @@ TEST(ExpertParallel, SourcesApartFoldTheOneProcessGradients) {
   });
 }
 
+// Sources apart through a pipeline's order: two forwards before their backwards, each backward
+// folded at once, leave the experts the gradients that forward, backward and fold of one batch
+// after the other leave (each backward's sources are those of its own forward), bit for bit.
+TEST(ExpertParallel, SourcesApartFoldEachBackwardOfForwardsAhead) {
+  run_ranks(2, [](Communicator& comm) {
+    const tensor::nn::GPTConfig cfg{
+        .vocab = 16, .context = 4, .layers = 1, .heads = 1, .width = 8, .experts = 4, .top_k = 2};
+    tensor::nn::GPT in_turn(cfg), ahead(cfg);
+    std::optional<Communicator> alone = comm.split(comm.rank(), 0, "alone");
+    for (tensor::nn::GPT* m : {&in_turn, &ahead}) {
+      m->init(3);
+      parallel::expert_parallel(*m, comm);
+      parallel::keep_expert_sources_apart(*m);
+      m->to(DataType::kF64);
+    }
+    const auto [x0, y0] = rank_batch(comm.rank());
+    const auto [x1, y1] = rank_batch(comm.rank() + 2);
+    in_turn.loss(x0, y0).backward();
+    parallel::fold_expert_gradients(in_turn, *alone);
+    in_turn.loss(x1, y1).backward();
+    parallel::fold_expert_gradients(in_turn, *alone);
+    const Tensor first = ahead.loss(x0, y0), second = ahead.loss(x1, y1);
+    first.backward();
+    parallel::fold_expert_gradients(ahead, *alone);
+    second.backward();
+    parallel::fold_expert_gradients(ahead, *alone);
+    int compared = 0;
+    for (size_t l = 0; l < 2; ++l) {
+      const auto want = in_turn.h[0]->moe->experts[l]->named_parameters();
+      const auto got = ahead.h[0]->moe->experts[l]->named_parameters();
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i].second.grad().defined(), want[i].second.grad().defined()) << want[i].first;
+        if (!want[i].second.grad().defined()) continue;
+        EXPECT_EQ(max_diff(got[i].second.grad(), want[i].second.grad()), 0.0) << want[i].first;
+        ++compared;
+      }
+    }
+    EXPECT_GT(compared, 0) << "no expert got a token";
+  });
+}
+
 }  // namespace
 }  // namespace chorus::testing

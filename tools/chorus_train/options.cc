@@ -88,8 +88,9 @@ Training:
   --dtype f32|bf16|f16     bf16/f16: matmuls under autocast; f16 with loss scaling
   --checkpoint-activations recompute each block in backward
   --deterministic          rank-ordered reductions and pinned kernels (CHORUS_DETERMINISTIC=1):
-                           bit-identical reruns; any dp and pp, or dp and ep, saves the bits of one
-                           process with the same --batch in dp x --micro-batches micro-batches
+                           bit-identical reruns; any dp and pp, with or without ep (DDP or
+                           ZeRO 1-2), saves the bits of one process with the same --batch in
+                           dp x --micro-batches micro-batches
   --seed N                 initialisation and data (default 1234)
   --threads N              compute threads per rank (default: CHORUS_TENSOR_THREADS, else this
                            rank's cores shared among the ranks on its host)
@@ -316,16 +317,7 @@ Mesh resolve_mesh(const Options& o, int world) {
           "--zero 3 does not take --experts on more than one rank (stage 3 gathers whole blocks "
           "over dp, but an MoE block's experts differ between the ep ranks); use --zero 1 or 2, "
           "which shard the experts' state over the ranks holding the same experts");
-    if (dp > 1 && o.deterministic && o.ep > 1 && pp > 1)
-      fail(
-          "--deterministic does not take --experts with a pipeline at --ep > 1 yet (the experts "
-          "keep their sources apart, which the pipeline's backward does not fold); drop "
-          "--deterministic or use pp=1");
     if (dp > 1 && o.zero > 0) {
-      if (o.deterministic && o.ep > 1)
-        fail(
-            "--deterministic does not take --experts with ZeRO at --ep > 1 yet (the experts keep "
-            "their sources apart, which ZeRO's reduction does not read); use --zero 0 (DDP)");
       // Each expert sharded over its ranks inside one shard group (parallel/replicas.h): the
       // ranks holding the same experts are every ep-th dp rank.
       for (int c = 0; o.zero_group > 0 && c < o.ep; ++c) {

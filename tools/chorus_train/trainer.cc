@@ -168,7 +168,7 @@ class Trainer {
     double lr = 0, loss = 0, norm = 0, seconds = 0;
   };
   void build_model();
-  void build_pipeline();
+  void build_pipeline();  // and the experts' sources apart (after the measured cut)
   void build_replicas();
   void print_header();
   void resume();
@@ -290,21 +290,23 @@ void Trainer::build_model() {
     if (m_.ep > 1) parallel::expert_parallel(model_, *ep_group_);
   }
   // Deterministic with ep > 1: each expert's sources apart, folded after every backward in the
-  // global batch's order on every replica (expert_parallel.h), so nothing is reduced after.
+  // global batch's order on every replica (expert_parallel.h), so nothing is reduced after (set
+  // in build_pipeline).
   experts_apart_ = split_experts_ && m_.ep > 1 && dp_.deterministic();
-  if (experts_apart_) parallel::keep_expert_sources_apart(model_);
   model_.to(device_);  // before any wrapper binds buffers to the parameters
 }
 
 void Trainer::build_pipeline() {
-  if (m_.pp == 1) return;
-  pipe_ = std::make_unique<parallel::PipelineEngine>(
-      model_, mesh_,
-      parallel::PipelineOptions{.schedule = o_.schedule,
-                                .chunks = m_.chunks,
-                                .micro_batches = m_.micro_batches,
-                                .balance = o_.balance,
-                                .loss_scale = loss_scale_});
+  if (m_.pp > 1)
+    pipe_ = std::make_unique<parallel::PipelineEngine>(
+        model_, mesh_,
+        parallel::PipelineOptions{.schedule = o_.schedule,
+                                  .chunks = m_.chunks,
+                                  .micro_batches = m_.micro_batches,
+                                  .balance = o_.balance,
+                                  .loss_scale = loss_scale_});
+  // After the measured cut's backwards, which nothing folds.
+  if (experts_apart_) parallel::keep_expert_sources_apart(model_);
 }
 
 // DDP + AdamW or ZeRO over dp, the experts apart when split (parallel/replicas.h).

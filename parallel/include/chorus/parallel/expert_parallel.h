@@ -42,6 +42,7 @@
 // mode").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -66,12 +67,20 @@ class ExpertParallelMoE : public tensor::nn::MoE {
   tensor::Tensor forward(const tensor::Tensor& x,
                          tensor::nn::MoEStats* stats = nullptr) const override;
   int64_t first_expert() const { return first_; }
-  // Each local expert runs once per source rank (see "Sources apart" above).
-  void keep_sources_apart(bool on) { apart_ = on; }
+  // Each local expert runs once per source rank (see "Sources apart" above); every backward
+  // through the layer is then followed by a take (fold_expert_gradients). Either way, forwards
+  // not yet taken are forgotten.
+  void keep_sources_apart(bool on) {
+    apart_ = on;
+    shadows_.clear();
+    pending_.clear();
+  }
   bool sources_apart() const { return apart_; }
-  // Sources apart: the gradients of the last forward's per-source leaves, [l * 4 + i][s] for local
-  // expert l's parameter i (c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias) and source s
-  // (undefined where s sent the expert no row); the leaves are dropped.
+  // Sources apart, after a backward: the gradients of the per-source leaves it went through,
+  // [l * 4 + i][s] for local expert l's parameter i (c_fc.weight, c_fc.bias, c_proj.weight,
+  // c_proj.bias) and source s (undefined where s sent the expert no row); those leaves, and any
+  // of earlier forwards, are dropped; later forwards' (a pipeline's micro-batches whose backward
+  // is still to come) are kept for theirs.
   std::vector<std::vector<tensor::Tensor>> take_source_gradients();
 
  private:
@@ -80,10 +89,12 @@ class ExpertParallelMoE : public tensor::nn::MoE {
   tensor::nn::GPTConfig cfg_;
   bool apart_ = false;
   // Sources apart: shadows_[l * ep + s] runs local expert l on source s's rows, its parameters
-  // rebound at each forward to fresh leaves sharing the expert's storage (used_: those that ran).
+  // rebound at each forward to fresh leaves sharing the expert's storage; pending_[l * ep + s]:
+  // the leaves of every forward not yet taken (c_fc.weight, c_fc.bias, c_proj.weight,
+  // c_proj.bias), oldest first: a pipeline runs several forwards before their backwards.
   const tensor::nn::MLP& source_expert(int64_t l, int s) const;
   mutable std::vector<std::shared_ptr<tensor::nn::MLP>> shadows_;
-  mutable std::vector<bool> used_;
+  mutable std::vector<std::vector<std::array<tensor::Tensor, 4>>> pending_;
 };
 
 // Replaces every MoE block's layer of `model` by this rank's ExpertParallelMoE over `ep`.

@@ -72,7 +72,8 @@ struct ReplicasOptions {
   // reduced (DDP) or sharded (ZeRO 1-2) over it, by an optimizer of their own. Must outlive.
   Communicator* expert_replicas = nullptr;
   // The experts' sources kept apart (keep_expert_sources_apart, the deterministic mode at
-  // ep > 1): after_backward folds them; they are never reduced.
+  // ep > 1): after_backward folds them; they are never reduced (ZeRO: the experts' optimizer
+  // takes its shard of the fold, ZeroOptions::gradients_reduced).
   bool experts_apart = false;
   // The parameters whose squares this rank adds to the global norm, besides the replica rule: a
   // replicated tensor-parallel parameter on tp rank 0 only (grad_norm.h); unset: all.
@@ -119,7 +120,7 @@ class Replicas {
   // no_sync(), each is followed by after_backward. Returns the losses in order.
   std::vector<double> accumulate(int micro_batches, const std::function<double(int k)>& micro_step);
   // With a pipeline: the hook PipelineEngine::forward_backward calls around each stage's backward
-  // (all but a stage's last inside no_sync()).
+  // (all but a stage's last inside no_sync(), each followed by after_backward).
   std::function<void(bool last, const std::function<void()>& backward)> pipeline_backward();
   // Clips every parameter group's gradients by their global norm (max_norm <= 0: no clipping),
   // steps the optimizer(s) and zeroes the gradients. Returns the norm before clipping (unscaled

@@ -106,6 +106,13 @@ struct ZeroOptions {
   // Parameters it accepts may go without a gradient in a backward (a mixture of experts' idle
   // experts): reduced as zeros without a warning (as in DataParallelOptions).
   std::function<bool(const std::string& name)> may_be_unused = nullptr;
+  // Stages 1-2: the gradients arrive reduced, the same bits on every rank (a mixture of experts'
+  // experts with their sources apart: fold_expert_gradients sums every source in the global
+  // batch's order onto them after each backward, expert_parallel.h). Nothing reduces them
+  // again: step() and clip_grad_norm() read this rank's shard of them (stage 1: in the flat
+  // buffer they are bound into; stage 2: copied into the shard, the full gradients dropped).
+  // Needs average false.
+  bool gradients_reduced = false;
 };
 
 // The size of the shard groups kHostGroup means over `dp`: the number of dp ranks on each host.
