@@ -376,8 +376,9 @@ TEST(Moe, CheckpointedBlocksKeepTheirAuxiliaryLosses) {
   ASSERT_EQ(ref.size(), got.size());
   for (size_t i = 0; i < ref.size(); ++i) {
     ASSERT_EQ(ref[i].defined(), got[i].defined()) << i;
-    if (ref[i].defined())
+    if (ref[i].defined()) {
       EXPECT_EQ(std::memcmp(ref[i].data_ptr(), got[i].data_ptr(), ref[i].nbytes()), 0) << i;
+    }
   }
   cfg.aux_loss_coef = cfg.z_loss_coef = 0;
   const auto plain = grads(true, &without_aux);
