@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -43,8 +44,9 @@ Then it fits, per (N, collective, algorithm), the constants of the algorithm's c
 relative error) and writes them to the cost file, which the selector reads on this host: it picks
 for each call the algorithm whose form predicts the shortest time, at any world size (the
 constants of the nearest one measured); chorus-bench --explain prints predicted beside measured.
-Without a cost file the model's defaults choose. It also writes the measured curves as a tune
-table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (broadcast is
+Without a cost file the first job on the host probes a few sizes and writes one
+(CHORUS_COST_PROBE; chorus-tune measures more and replaces its entries). It also writes the
+measured curves as a tune table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (broadcast is
 measured in place too: "broadcast/in-place" lines). Entries for other world sizes already in the
 files are kept, so run it once per world size you use.
 
@@ -389,6 +391,9 @@ int write_results(const Options& o, int n, const MeasuredTable& measured) {
 }
 
 int tune(const Options& o) {
+  // chorus-tune measures itself: the host probe of a communicator made here would only be
+  // replaced.
+  ::setenv("CHORUS_COST_PROBE", "off", 1);
   Communicator comm = Communicator::from_env();
   if (comm.size() < 2) {
     std::fprintf(stderr, "chorus-tune: needs at least 2 ranks (chorus-run -n 2 chorus-tune)\n");
