@@ -128,7 +128,7 @@ TEST(PlanFormulas, TheBubbleIsTheTextbookFraction) {
 
 TEST(PlanErrors, BadInputIsNamed) {
   auto error_of = [](const std::string& flags) {
-    const auto r = chorus::test::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
+    const auto r = chorus::testing::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out;
     return r.out;
   };
@@ -250,7 +250,7 @@ TEST(PlanExperts, EveryExpertSplitIsAMeshAndChorusTrainsRulesHold) {
 
 TEST(PlanExperts, BadInputIsNamed) {
   auto error_of = [](const std::string& flags) {
-    const auto r = chorus::test::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
+    const auto r = chorus::testing::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out;
     return r.out;
   };
