@@ -96,6 +96,7 @@ Communicator::Communicator(int rank, int world_size, std::shared_ptr<Store> stor
   s.store = std::move(store);
   s.options = options;
   impl_ = std::make_shared<Impl>(std::move(s));
+  if (impl_->probe_pending) impl_->probe_host(*this);
 }
 
 Communicator Communicator::from_env(const CommOptions& options) {
@@ -127,7 +128,16 @@ Communicator Communicator::from_env(const CommOptions& options) {
   }
   CHORUS_INFO(kLogInit, "started by ", env.launcher, ": rank ", env.rank, " of ", env.world_size,
               ", master ", env.master_addr, ":", env.master_port);
-  return Communicator(std::move(impl));
+  Communicator comm(std::move(impl));
+  if (comm.impl_->probe_pending) {
+    try {
+      comm.impl_->probe_host(comm);
+    } catch (const Error& e) {
+      report_failure_to_launcher(env.rank, blamed_rank(e, env.rank, env.world_size));
+      throw;
+    }
+  }
+  return comm;
 }
 
 Communicator::~Communicator() = default;

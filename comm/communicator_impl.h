@@ -35,6 +35,7 @@
 #include "device_ops.h"
 #include "exchange.h"
 #include "flight_recorder.h"
+#include "host_probe.h"
 #include "setup_store.h"
 #include "transport/registered_memory.h"
 #include "transport/transport.h"
@@ -115,6 +116,9 @@ struct Communicator::Impl {
   // forced algorithm (communicator_selection.cc).
   algo::Variant choose(Collective coll, size_t bytes) const;
   algo::Variant choose_by_size(Collective coll, size_t bytes) const;
+  // Runs the probe rank 0 chose at set-up (collective: from the constructor, on every rank) and
+  // chooses by the constants rank 0 fitted from then on.
+  void probe_host(Communicator& self);
   // algo::explain()'s candidates, as the public AlgorithmEstimate list.
   std::vector<AlgorithmEstimate> explain(Collective coll, size_t bytes) const;
 
@@ -138,6 +142,10 @@ struct Communicator::Impl {
   std::shared_ptr<const algo::TuneTable> tune;  // rank 0's; the same on every rank
   // Rank 0's cost model; null with CHORUS_TUNE=off (fixed thresholds).
   std::optional<std::shared_ptr<const algo::CostModel>> model;
+  // Rank 0 chose at set-up to probe this host (host_probe.h): the constructor runs the probe on
+  // every rank once set-up is done (probe_host()), and rank 0 holds the probe lock until then.
+  bool probe_pending = false;
+  HostProbeLock probe_lock;
   size_t chunk_bytes;  // pipelining unit of single-copy operations (rank 0's choice)
   // The same for operations on the FIFO path (algo::Path::kFifo); rank 0's, agreed at set-up.
   size_t fifo_chunk_bytes = transport::Capabilities::kDefaultChunkBytes;

@@ -231,17 +231,35 @@ void Communicator::Impl::agree_on_choices() {
     algo::TuneTable t = tune ? *tune : algo::load_tune_table();
     // The cost model (CHORUS_TUNE=off: none), after the table, in a section of its own.
     std::string cost = "@cost off\n";
+    ProbeConditions probe;
     if (model ? *model != nullptr : algo::tuning_enabled()) {
       const algo::CostModel m = model ? **model : algo::load_cost_model();
       cost = detail::concat("@cost ", m.origin, "\n", m.format());
+      probe.model_defaults = !model && m.origin == "defaults";
+    }
+    // Whether this communicator probes the host first (host_probe.h): decided here, once.
+    probe.world_size = size;
+    probe.hosts = hosts;
+    probe.shm = transport->name() == "shm";
+    probe.table_named = !t.origin.empty();
+    probe.forced = selection.forced.has_value();
+    probe.deterministic = deterministic;
+    const std::string skipped = host_probe_skipped(probe);
+    if (skipped.empty()) {
+      probe_lock = HostProbeLock::try_acquire(algo::default_cost_path());
+      if (!probe_lock.held())
+        CHORUS_INFO(kLogTune, "another job is probing this host (", algo::default_cost_path(),
+                    ".probing); this one keeps the defaults");
+    } else if (probe.model_defaults) {
+      CHORUS_INFO(kLogTune, "no cost constants for this host and no probe: ", skipped);
     }
     // 0 says "no /fifo variants", so a threshold of 0 (everything single copy) counts as 1.
     const size_t single_copy_from = transport->capabilities().single_copy_from;
     const size_t fifo_from =
         single_copy_from == SIZE_MAX ? 0 : std::max<size_t>(1, single_copy_from);
-    store->set("choices",
-               detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
-                              deterministic ? 1 : 0, "\n", t.origin, "\n", t.format(), cost));
+    store->set("choices", detail::concat(chunk_bytes, " ", fifo_chunk, " ", fifo_from, " ",
+                                         deterministic ? 1 : 0, " ", probe_lock.held() ? 1 : 0,
+                                         "\n", t.origin, "\n", t.format(), cost));
   }
   const std::string text = store->get("choices", timeout);
   const size_t a = text.find('\n');
@@ -250,7 +268,10 @@ void Communicator::Impl::agree_on_choices() {
   {
     std::istringstream first(text.substr(0, a));
     int root_deterministic = 0;
-    first >> chunk_bytes >> fifo_chunk_bytes >> fifo_from_bytes >> root_deterministic;
+    int root_probes = 0;
+    first >> chunk_bytes >> fifo_chunk_bytes >> fifo_from_bytes >> root_deterministic >>
+        root_probes;
+    probe_pending = root_probes == 1;
     CHORUS_CHECK(!first.fail(), "malformed choices from rank 0");
     // A rank folding in another order than its peers would silently break the promise.
     if (root_deterministic != (deterministic ? 1 : 0))
@@ -276,6 +297,15 @@ void Communicator::Impl::agree_on_choices() {
                             : std::make_shared<const algo::CostModel>(algo::CostModel::parse(
                                   std::string_view(text).substr(d + 1), origin));
   }
+}
+
+void Communicator::Impl::probe_host(Communicator& self) {
+  probe_pending = false;
+  const std::string path = algo::default_cost_path();
+  const std::string text = probe_host_costs(self, path, probe_lock);
+  model = std::make_shared<const algo::CostModel>(algo::CostModel::parse(text, path));
+  make_selection();
+  choices_.fill(Choice{});  // the memo holds choices by the defaults
 }
 
 // Rank r's k-th world communicator on this store is "w<k>" on every rank. Each claim records

@@ -5,7 +5,7 @@
 #include <memory>
 #include <new>
 
-#include "chorus/tools/selection.h"
+#include "chorus/selection_bytes.h"
 
 namespace chorus::bench {
 namespace {
@@ -51,10 +51,10 @@ Collective to_collective(BenchCollective c) {
 }
 
 // The size the communicator's selector sees for a line (what algorithm_for and explain take):
-// the selector's own rule (chorus/tools/selection.h) applied to the line's call.
+// the selector's own rule (chorus/selection_bytes.h) applied to the line's call.
 size_t selector_bytes(BenchCollective c, size_t bytes, DataType dtype, int world_size) {
-  return tools::selection_bytes(to_collective(c), call_count(c, bytes, dtype, world_size), dtype,
-                                world_size);
+  return selection_bytes(to_collective(c), call_count(c, bytes, dtype, world_size), dtype,
+                         world_size);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include "chorus/log.h"
 #include "chorus/parallel/mesh_placement.h"
 #include "chorus/topo/discover.h"
-#include "chorus/topo/exchange.h"
+#include "chorus/topology_exchange.h"
 #include "common/kernel_agreement.h"
 
 namespace chorus::parallel {
@@ -41,7 +41,7 @@ std::optional<std::vector<int>> placed_order(Communicator& world, const MeshShap
   int32_t mine = ok ? 1 : 0, all_ok = 0;
   world.all_reduce(&mine, &all_ok, 1, DataType::kI32, ReduceOp::kMin);
   if (all_ok == 0) return std::nullopt;
-  const std::vector<topo::Topology> per_rank = topo::all_gather_topologies(world, local);
+  const std::vector<topo::Topology> per_rank = all_gather_topologies(world, local);
   const topo::JobHosts job = topo::group_by_host(per_rank);
   topo::Placement placement;
   try {

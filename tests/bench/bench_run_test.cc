@@ -22,7 +22,7 @@ namespace {
 constexpr const char* kChorusRun = CHORUS_RUN_BIN;
 constexpr const char* kChorusBench = CHORUS_BENCH_BIN;
 
-using Result = chorus::test::CommandResult;
+using Result = chorus::testing::CommandResult;
 
 // Runs `chorus-run -n 2 chorus-bench ARGS` through the shell, without the test's CHORUS_*
 // variables (a CHORUS_ALGO would change what the selector picks).
@@ -32,7 +32,8 @@ Result run_bench(const std::string& args) {
     if (std::string_view(*e).starts_with("CHORUS_"))
       knobs.emplace_back(*e, std::string_view(*e).find('='));
   for (const std::string& name : knobs) ::unsetenv(name.c_str());
-  return chorus::test::run_command(std::string(kChorusRun) + " -n 2 " + kChorusBench + " " + args);
+  return chorus::testing::run_command(std::string(kChorusRun) + " -n 2 " + kChorusBench + " " +
+                                      args);
 }
 
 std::vector<std::string> data_lines(const std::string& text) {

@@ -10,10 +10,10 @@
 
 namespace {
 
-using Result = chorus::test::CommandResult;
+using Result = chorus::testing::CommandResult;
 
 Result run(const std::string& args) {
-  return chorus::test::run_command(std::string(CHORUS_COPY_ROOFLINE_BIN) + " " + args);
+  return chorus::testing::run_command(std::string(CHORUS_COPY_ROOFLINE_BIN) + " " + args);
 }
 
 // procs, MiB, store kind, through a ring, ms per round, GB/s of copies, bytes / time.

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-namespace chorus::test {
+namespace chorus::testing {
 
 struct CommandResult {
   int exit_code = -1;  // -1: it could not be started, or ended by a signal
@@ -27,4 +27,4 @@ inline CommandResult run_command(const std::string& command) {
   return r;
 }
 
-}  // namespace chorus::test
+}  // namespace chorus::testing

@@ -1,6 +1,6 @@
 // How measured curves become a tune table: the fit (algo/tune_update.h), the merge into an
 // existing table, and the same through the tools-facing API chorus-tune uses
-// (chorus/tools/tune_table.h).
+// (chorus/tune_table.h).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,7 +10,7 @@
 #include "algo/tune_update.h"
 #include "algo/tuner.h"
 #include "chorus/error.h"
-#include "chorus/tools/tune_table.h"
+#include "chorus/tune_table.h"
 
 namespace chorus {
 namespace {
@@ -65,14 +65,14 @@ TEST(TuneUpdate, TheMergeReplacesWhatTheRunMeasuredAndKeepsTheRest) {
 }
 
 TEST(TuneUpdate, TheToolsApiFitsMergesAndSummarises) {
-  tools::MeasuredTable m;
+  MeasuredTable m;
   EXPECT_TRUE(m.empty());
   m.add(2, Collective::kAllReduce, "ring/fifo", {{8, 5}, {64, 4}, {512, 6}});
   EXPECT_FALSE(m.empty());
   EXPECT_EQ(m.format(), "2 all_reduce ring/fifo 8:4.5 64:4.5 512:6\n");
   EXPECT_THROW(m.add(2, Collective::kAllReduce, "spiral", {{8, 1}}), InvalidArgument);
-  EXPECT_TRUE(tools::is_algorithm_name("ring/fifo"));
-  EXPECT_FALSE(tools::is_algorithm_name("spiral"));
+  EXPECT_TRUE(is_algorithm_name("ring/fifo"));
+  EXPECT_FALSE(is_algorithm_name("spiral"));
 
   const Collective colls[] = {Collective::kAllReduce};
   const std::string text = m.merge_into(kOld, 2, colls, {});
@@ -81,10 +81,10 @@ TEST(TuneUpdate, TheToolsApiFitsMergesAndSummarises) {
 
   const std::string path = ::testing::TempDir() + "tune_update_test.txt";
   std::ofstream(path) << text;
-  const tools::TableSummary s = tools::summarize_tune_table(path);
+  const TableSummary s = summarize_tune_table(path);
   EXPECT_EQ(s.origin, path);
   bool found = false;
-  for (const tools::CurveSummary& c : s.curves)
+  for (const CurveSummary& c : s.curves)
     if (c.world_size == 2 && c.collective == "all_reduce" && c.algorithm == "ring/fifo") {
       found = true;
       EXPECT_DOUBLE_EQ(c.alpha_us, 4.5);

@@ -12,7 +12,7 @@
 
 #include "run_command.h"
 
-namespace chorus::test {
+namespace chorus::testing {
 namespace {
 
 // The values of `key=` in the output, in order ("epoch=0 loss=1.5" -> loss: 1.5).
@@ -112,4 +112,4 @@ TEST(GptZero, Stage3OnTwoRanksMatchesOneProcess) {
 }
 
 }  // namespace
-}  // namespace chorus::test
+}  // namespace chorus::testing

@@ -3,7 +3,7 @@
 // lossless round trips.
 #include "test_data.h"
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 namespace {
 
 constexpr size_t kCastCounts[] = {0, 1, 7, 17, 1000, 4099};
@@ -157,4 +157,4 @@ TEST_P(Cast, FloatToIntegerTruncatesAndSaturates) {
 CHORUS_INSTANTIATE_PER_ISA(Cast);
 
 }  // namespace
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

@@ -6,7 +6,7 @@
 #include "dispatch.h"
 #include "test_data.h"
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 namespace {
 
 std::vector<unsigned char> pattern(size_t bytes, unsigned seed) {
@@ -75,4 +75,4 @@ TEST(Copy, NullWithZeroBytesAndOverlapAreSafe) {
 }
 
 }  // namespace
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

@@ -4,7 +4,7 @@
 #include "chorus/kernels/cpu.h"
 #include "test_data.h"
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 namespace {
 
 using detail::resolve_isa;
@@ -62,4 +62,4 @@ TEST(PublicApi, AverageIsSumThenDivide) {
 }
 
 }  // namespace
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

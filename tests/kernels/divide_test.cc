@@ -3,7 +3,7 @@
 // element type.
 #include "test_data.h"
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 namespace {
 
 constexpr int64_t kDivisors[] = {
@@ -56,4 +56,4 @@ TEST_P(Divide, IntegersTruncateTowardZero) {
 CHORUS_INSTANTIATE_PER_ISA(Divide);
 
 }  // namespace
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

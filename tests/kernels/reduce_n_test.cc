@@ -2,7 +2,7 @@
 // n = 1..9, counts around the staging block size, and dst aliasing each kind of source.
 #include "test_data.h"
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 namespace {
 
 constexpr int kMaxInputs = 9;
@@ -84,4 +84,4 @@ TEST_P(ReduceN, HalfAccumulatesInFloatAndRoundsOnce) {
 CHORUS_INSTANTIATE_PER_ISA(ReduceN);
 
 }  // namespace
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

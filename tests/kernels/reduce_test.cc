@@ -8,7 +8,7 @@
 #include "chorus/kernels/cpu.h"
 #include "test_data.h"
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 namespace {
 
 // Inputs generated once per dtype and shared by every ISA's run.
@@ -173,4 +173,4 @@ TEST_P(Reduce, HalfSumRoundsOnceToNearestEven) {
 CHORUS_INSTANTIATE_PER_ISA(Reduce);
 
 }  // namespace
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

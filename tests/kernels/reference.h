@@ -16,7 +16,7 @@
 #include "chorus/half.h"
 #include "chorus/types.h"
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 
 template <class T>
 struct TypeTag {};
@@ -207,4 +207,4 @@ D ref_cast(S v) {
   }
 }
 
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

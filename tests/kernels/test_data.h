@@ -23,7 +23,7 @@ namespace chorus::kernels::detail {
 inline void PrintTo(Isa isa, std::ostream* os) { *os << to_string(isa); }
 }  // namespace chorus::kernels::detail
 
-namespace chorus::kernels::test {
+namespace chorus::kernels::testing {
 
 using detail::Isa;
 using detail::IsaKernels;
@@ -137,4 +137,4 @@ inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) {
 #define CHORUS_INSTANTIATE_PER_ISA(suite) \
   INSTANTIATE_TEST_SUITE_P(Isa, suite, ::testing::ValuesIn(detail::supported_isas()), isa_test_name)
 
-}  // namespace chorus::kernels::test
+}  // namespace chorus::kernels::testing

@@ -8,7 +8,7 @@
 #include "chorus/kernels/gpu.h"
 #include "gpu_test.h"
 
-namespace chorus::kernels::gpu::test {
+namespace chorus::kernels::gpu::testing {
 namespace {
 
 // ---- divide -------------------------------------------------------------------------------------
@@ -121,4 +121,4 @@ TEST_F(GpuCopy, EverySizeAndAlignment) {
 }
 
 }  // namespace
-}  // namespace chorus::kernels::gpu::test
+}  // namespace chorus::kernels::gpu::testing

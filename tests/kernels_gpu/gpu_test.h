@@ -12,11 +12,11 @@
 #include "chorus/gpu/runtime.h"
 #include "test_data.h"
 
-namespace chorus::kernels::gpu::test {
+namespace chorus::kernels::gpu::testing {
 
-using chorus::kernels::test::Buffer;
-using chorus::kernels::test::random_buffer;
-using chorus::kernels::test::same_elements;
+using chorus::kernels::testing::Buffer;
+using chorus::kernels::testing::random_buffer;
+using chorus::kernels::testing::same_elements;
 
 // This process's device: CHORUS_LOCAL_RANK (set by chorus-run) modulo the device count, so that
 // several ranks of the test spread over the GPUs of a host.
@@ -56,4 +56,4 @@ inline void* at(const chorus::gpu::DeviceBuffer& buf, DataType dtype, size_t ele
   return static_cast<unsigned char*>(buf.data()) + element * dtype_size(dtype);
 }
 
-}  // namespace chorus::kernels::gpu::test
+}  // namespace chorus::kernels::gpu::testing

@@ -22,7 +22,7 @@ extern char** environ;
 namespace chorus::gpu {
 namespace {
 
-using kernels::gpu::test::DeviceTest;
+using kernels::gpu::testing::DeviceTest;
 
 constexpr size_t kSliceBytes = 1 << 20;
 

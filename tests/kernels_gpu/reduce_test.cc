@@ -9,7 +9,7 @@
 #include "chorus/kernels/gpu.h"
 #include "gpu_test.h"
 
-namespace chorus::kernels::gpu::test {
+namespace chorus::kernels::gpu::testing {
 namespace {
 
 constexpr size_t kCounts[] = {1, 7, 33, 4099, (size_t{1} << 20) | 3};
@@ -104,4 +104,4 @@ INSTANTIATE_TEST_SUITE_P(All, GpuReduce,
                          param_name);
 
 }  // namespace
-}  // namespace chorus::kernels::gpu::test
+}  // namespace chorus::kernels::gpu::testing

@@ -94,7 +94,7 @@ TEST(GpuRuntimeStubs, SayBuiltWithoutGpuSupport) {
 
 // ---- on a device --------------------------------------------------------------------------------
 
-using kernels::gpu::test::DeviceTest;
+using kernels::gpu::testing::DeviceTest;
 
 class GpuRuntimeDevice : public DeviceTest {};
 

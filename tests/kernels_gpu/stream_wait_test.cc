@@ -18,7 +18,7 @@ namespace chorus::gpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using kernels::gpu::test::DeviceTest;
+using kernels::gpu::testing::DeviceTest;
 
 bool built_with_gpu() { return backend() != Backend::kNone; }
 

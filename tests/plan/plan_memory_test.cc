@@ -64,7 +64,7 @@ std::pair<std::vector<double>, std::vector<double>> measure(const Case& c,
   const std::string cmd = ranks == 1 ? CHORUS_TRAIN_BIN + flags
                                      : std::string(CHORUS_RUN_BIN) + " -n " +
                                            std::to_string(ranks) + " " + CHORUS_TRAIN_BIN + flags;
-  const auto r = chorus::test::run_command(cmd);
+  const auto r = chorus::testing::run_command(cmd);
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
   std::ifstream in(file);
   const std::string text((std::istreambuf_iterator<char>(in)), {});

@@ -105,7 +105,7 @@ TEST(PlanFormulas, CollectivesFollowTheirStepCounts) {
 TEST(PlanFormulas, LocalCollectivesFollowTheFittedConstantsPerAlgorithm) {
   Cluster c = cluster_preset("8xh100", 2);
   c.per_node = 64;
-  c.costs = std::make_shared<const tools::CostModel>(CHORUS_COMM_FIXTURES "/cost-64-core-host.txt");
+  c.costs = std::make_shared<const CostModel>(CHORUS_COMM_FIXTURES "/cost-64-core-host.txt");
   const double mib = 1 << 20;
   const GroupCollectives inside(c, 64, 1);
   EXPECT_NEAR(inside.all_reduce_s(8), (6 * 1 + 80 * 2 * 63 * 8 / mib) * 1e-6, 1e-12);  // direct
@@ -148,7 +148,7 @@ TEST(PlanFormulas, TensorParallelCountsEveryAllReduce) {
 
 TEST(PlanErrors, BadInputIsNamed) {
   auto error_of = [](const std::string& flags) {
-    const auto r = chorus::test::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
+    const auto r = chorus::testing::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out;
     return r.out;
   };
@@ -270,7 +270,7 @@ TEST(PlanExperts, EveryExpertSplitIsAMeshAndChorusTrainsRulesHold) {
 
 TEST(PlanExperts, BadInputIsNamed) {
   auto error_of = [](const std::string& flags) {
-    const auto r = chorus::test::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
+    const auto r = chorus::testing::run_command(std::string(CHORUS_PLAN_BIN) + " " + flags);
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out;
     return r.out;
   };

@@ -9,7 +9,7 @@
 
 #include "chorus/tensor/tensor.h"
 
-namespace chorus::tensor::test {
+namespace chorus::tensor::testing {
 
 // This process's device: CHORUS_LOCAL_RANK (set by chorus-run) modulo the device count, so that
 // several ranks of the test spread over the GPUs of a host.
@@ -46,4 +46,4 @@ class DeviceComparisonTest : public GpuTensorTest {
   }
 };
 
-}  // namespace chorus::tensor::test
+}  // namespace chorus::tensor::testing

@@ -31,10 +31,10 @@ namespace {
 
 constexpr double kElementwise = 2e-6, kReduction = 1e-5, kF64 = 1e-12, kBf16 = 1e-2;
 
-class TensorGpuOps : public test::DeviceComparisonTest {
+class TensorGpuOps : public testing::DeviceComparisonTest {
  protected:
   void SetUp() override {
-    test::DeviceComparisonTest::SetUp();
+    testing::DeviceComparisonTest::SetUp();
     if (IsSkipped()) return;
     set_poison_allocations(true);
     set_allow_tf32(false);

@@ -14,7 +14,7 @@
 namespace chorus::tensor {
 namespace {
 
-using test::GpuTensorTest;
+using testing::GpuTensorTest;
 
 std::string refusal_of(const std::function<void()>& fn) {
   try {
@@ -39,7 +39,7 @@ Tensor pattern(const Shape& shape, DataType dtype) {
 // Runs where no GPU can be used: the CUDA build on a machine without a driver or device, or a
 // build without GPU support. The refusal names the device and the reason.
 TEST(TensorGpuNoDevice, ToAGpuIsRefusedWithTheReason) {
-  const Device gpu = test::test_device();
+  const Device gpu = testing::test_device();
   const std::string reason = device_unavailable_reason(gpu);
   if (reason.empty()) GTEST_SKIP() << to_string(gpu) << " is usable here";
   // "cuda:0: no device: ..." (no driver, no device, no GPU support) or, in a HIP build, "cuda:0:

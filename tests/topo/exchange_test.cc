@@ -11,9 +11,9 @@
 #include "chorus/in_process_store.h"
 #include "chorus/store.h"
 #include "chorus/topo/discover.h"
-#include "chorus/topo/exchange.h"
 #include "chorus/topo/placement.h"
 #include "chorus/topo/ring_order.h"
+#include "chorus/topology_exchange.h"
 #include "fixtures.h"
 
 namespace chorus::topo {

@@ -8,7 +8,7 @@
 #include <regex>
 #include <string>
 
-namespace chorus::test {
+namespace chorus::testing {
 
 // The losses of the "step N loss L" lines, by step.
 inline std::map<int, double> losses(const std::string& out) {
@@ -35,4 +35,4 @@ inline std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-}  // namespace chorus::test
+}  // namespace chorus::testing

@@ -18,7 +18,7 @@
 #include "run_command.h"
 #include "train_output.h"
 
-namespace chorus::test {
+namespace chorus::testing {
 namespace {
 
 namespace fs = std::filesystem;
@@ -688,4 +688,4 @@ TEST(ChorusTrain, TheTraceFollowsTheFormatAndShowsEveryRank) {
 }
 
 }  // namespace
-}  // namespace chorus::test
+}  // namespace chorus::testing

@@ -19,7 +19,7 @@
 #include "run_command.h"
 #include "train_output.h"
 
-namespace chorus::test {
+namespace chorus::testing {
 namespace {
 
 namespace fs = std::filesystem;
@@ -176,4 +176,4 @@ TEST_F(TrainGpu, ResumesOnAnotherMesh) {
 }
 
 }  // namespace
-}  // namespace chorus::test
+}  // namespace chorus::testing

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "chorus/tools/cost_model.h"
+#include "chorus/cost_model.h"
 
 namespace chorus::plan {
 
@@ -52,7 +52,7 @@ struct Cluster {
   // `local`: the cost model the collective selector uses on this host (per algorithm, the
   // constants chorus-tune fitted, else the model's defaults), which prices collectives within the
   // host (GroupCollectives, collectives.h). Null for the presets: their links' forms.
-  std::shared_ptr<const tools::CostModel> costs;
+  std::shared_ptr<const CostModel> costs;
 
   int world() const { return per_node * nodes; }
   double flops(const std::string& dtype) const { return dtype == "f32" ? f32_flops : bf16_flops; }

@@ -34,7 +34,7 @@ double all_to_all_s(const LinkModel& l, int p, double bytes);
 // The collectives of a group of `p` ranks spaced `stride` apart, as a plan prices them: the
 // link forms above, or where the cluster has a cost model (`local`) and the group stays inside
 // the host, the time of the algorithm the selector would pick there, by the constants fitted for
-// each algorithm (chorus/tools/cost_model.h). Point-to-point always by the link.
+// each algorithm (chorus/cost_model.h). Point-to-point always by the link.
 class GroupCollectives {
  public:
   GroupCollectives(const Cluster& c, int p, int stride);
@@ -47,7 +47,7 @@ class GroupCollectives {
   double modelled_s(Collective coll, double bytes, double fallback) const;
   int p_;
   LinkModel link_;
-  const tools::CostModel* costs_ = nullptr;  // null: the link forms
+  const CostModel* costs_ = nullptr;  // null: the link forms
 };
 
 }  // namespace chorus::plan

@@ -13,13 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "chorus/cost_model.h"
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/gemm.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/ops.h"
 #include "chorus/tensor/random.h"
-#include "chorus/tools/cost_model.h"
-#include "chorus/tools/tune_table.h"
+#include "chorus/tune_table.h"
 
 namespace chorus::plan {
 namespace {
@@ -74,12 +74,12 @@ Cluster local_cluster() {
   std::string links =
       "; links: a 64 MiB copy's bandwidth / 2, 5 us per step (no cost model: CHORUS_TUNE=off)";
   try {
-    if (tools::tuning_enabled()) {
-      auto costs = std::make_shared<const tools::CostModel>();
+    if (tuning_enabled()) {
+      auto costs = std::make_shared<const CostModel>();
       // Collectives: the selector's model (GroupCollectives). Point-to-point: the all-reduce
       // ring's constants at this host's rank count (else the nearest fitted) in its largest
       // size band (activations are megabytes), one step a message, else the model's defaults.
-      const tools::FittedCost* ring = nullptr;
+      const FittedCost* ring = nullptr;
       const auto entries = costs->entries();
       for (const auto& e : entries)
         if (e.link == "shm" && e.collective == "all_reduce" && e.algorithm == "ring" &&

@@ -1,7 +1,7 @@
 // chorus-plan's `local` cluster: this machine, one rank per core (as chorus-train runs with
 // --threads 1), measured. Compute: the f32 GEMM rate of one thread on a 512^3 product (the
 // product chorus-train's MFU divides by). Collectives: the cost model the selector uses
-// (chorus/tools/cost_model.h: each algorithm's form with the constants chorus-tune fitted on this
+// (chorus/cost_model.h: each algorithm's form with the constants chorus-tune fitted on this
 // host, else the model's defaults), the fastest algorithm's time (GroupCollectives); the link of
 // point-to-point messages: the all-reduce ring's fitted constants. With CHORUS_TUNE=off a short
 // probe instead (a memory copy's bandwidth, halved: the shared-memory path copies in and out).

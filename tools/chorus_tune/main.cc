@@ -1,7 +1,7 @@
 // chorus-tune: measures every algorithm of all_reduce, reduce_scatter, all_gather, broadcast,
 // reduce, gather and scatter at sizes from 8 B up, on this machine with this many ranks, fits the
-// cost model's constants to the times (chorus/tools/cost_model.h) and writes them where the
-// selector reads them, and the curves to a tune table (chorus/tools/tune_table.h). Run it under a
+// cost model's constants to the times (chorus/cost_model.h) and writes them where the
+// selector reads them, and the curves to a tune table (chorus/tune_table.h). Run it under a
 // launcher:
 //
 //   chorus-run -n 2 chorus-tune            # writes ~/.cache/chorus/cost-<host>.txt and tune-...
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,10 +21,10 @@
 
 #include "chorus/communicator.h"
 #include "chorus/config.h"
+#include "chorus/cost_model.h"
 #include "chorus/error.h"
-#include "chorus/tools/cost_model.h"
-#include "chorus/tools/selection.h"
-#include "chorus/tools/tune_table.h"
+#include "chorus/selection_bytes.h"
+#include "chorus/tune_table.h"
 
 namespace chorus {
 namespace {
@@ -43,8 +44,9 @@ Then it fits, per (N, collective, algorithm), the constants of the algorithm's c
 relative error) and writes them to the cost file, which the selector reads on this host: it picks
 for each call the algorithm whose form predicts the shortest time, at any world size (the
 constants of the nearest one measured); chorus-bench --explain prints predicted beside measured.
-Without a cost file the model's defaults choose. It also writes the measured curves as a tune
-table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (broadcast is
+Without a cost file the first job on the host probes a few sizes and writes one
+(CHORUS_COST_PROBE; chorus-tune measures more and replaces its entries). It also writes the
+measured curves as a tune table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (broadcast is
 measured in place too: "broadcast/in-place" lines). Entries for other world sizes already in the
 files are kept, so run it once per world size you use.
 
@@ -142,8 +144,7 @@ Options parse(int argc, char** argv) {
       std::stringstream list(value());
       std::string name;
       while (std::getline(list, name, ',')) {
-        if (!tools::is_algorithm_name(name))
-          usage_error("unknown algorithm '" + name + "' in --algos");
+        if (!is_algorithm_name(name)) usage_error("unknown algorithm '" + name + "' in --algos");
         o.algos.push_back(name);
       }
       if (o.algos.empty()) usage_error("--algos names no algorithm");
@@ -166,8 +167,8 @@ std::string read_file(const std::string& path) {
 }
 
 int show(const Options& o) {
-  if (!tools::tuning_enabled()) std::printf("CHORUS_TUNE=off: fixed size thresholds\n");
-  const tools::CostModel m(o.cost_file);
+  if (!tuning_enabled()) std::printf("CHORUS_TUNE=off: fixed size thresholds\n");
+  const CostModel m(o.cost_file);
   std::printf("cost constants: %s\n", m.origin().c_str());
   if (!m.fitted()) {
     std::printf(
@@ -175,17 +176,17 @@ int show(const Options& o) {
   } else {
     std::printf("%-4s %4s  %-18s %-13s %10s %12s %16s\n", "link", "np", "collective", "algo",
                 "from (B)", "alpha (us)", "beta (us/MiB)");
-    for (const tools::FittedCost& c : m.entries())
+    for (const FittedCost& c : m.entries())
       std::printf("%-4s %4d  %-18s %-13s %10zu %12.3f %16.1f\n", c.link.c_str(), c.world_size,
                   c.collective.c_str(), c.algorithm.c_str(), c.band_from_bytes, c.alpha_us,
                   c.beta_us_per_mib);
   }
-  const tools::TableSummary t = tools::summarize_tune_table(o.file);
+  const TableSummary t = summarize_tune_table(o.file);
   std::printf("tune table: %s\n", t.origin.empty() ? "(none named)" : t.origin.c_str());
   if (t.curves.empty()) return 0;
   std::printf("%4s  %-18s %-13s %12s %16s %7s\n", "np", "collective", "algo", "alpha (us)",
               "beta (us/MiB)", "points");
-  for (const tools::CurveSummary& c : t.curves)
+  for (const CurveSummary& c : t.curves)
     std::printf("%4d  %-18s %-13s %12.2f %16.1f %7d\n", c.world_size, c.collective.c_str(),
                 c.algorithm.c_str(), c.alpha_us, c.beta_us_per_mib, c.points);
   return 0;
@@ -279,19 +280,18 @@ class Tuner {
   // Every wanted algorithm of `c` at every size, into `measured`: one (algorithm, size) at a
   // time, the algorithms of a size in turn, so that a disturbance of the machine lands on
   // neighbouring points of different curves rather than on one whole curve.
-  void measure_collective(Collective c, tools::MeasuredTable& measured) {
+  void measure_collective(Collective c, MeasuredTable& measured) {
     std::vector<AlgorithmEstimate> algos = comm_.explain(c, 8);
     std::erase_if(algos, [&](const AlgorithmEstimate& e) { return !wanted(e.algorithm); });
     if (algos.empty()) return;
     for (bool in_place : {false, true}) {
       if (in_place && (c != Collective::kBroadcast || o_.probe)) continue;
-      std::vector<std::vector<tools::TunePoint>> curves(algos.size());
+      std::vector<std::vector<TunePoint>> curves(algos.size());
       for (size_t bytes : sizes_)
         for (size_t i = 0; i < algos.size(); ++i)
           curves[i].push_back(
-              {bytes,
-               measure(c, algos[i].algorithm,
-                       tools::count_for_selection_bytes(c, bytes, DataType::kF32, n_), in_place)});
+              {bytes, measure(c, algos[i].algorithm,
+                              count_for_selection_bytes(c, bytes, DataType::kF32, n_), in_place)});
       for (size_t i = 0; i < algos.size(); ++i)
         measured.add(n_, c, algos[i].algorithm, std::move(curves[i]), in_place);
     }
@@ -360,7 +360,7 @@ bool write_file(const std::string& path, const std::string& header, const std::s
 }
 
 int fit(const Options& o) {
-  const std::string text = tools::fit_costs_of_table(o.fit);
+  const std::string text = fit_costs_of_table(o.fit);
   if (o.cost_out.empty()) {
     std::fputs(text.c_str(), stdout);
     return 0;
@@ -371,8 +371,8 @@ int fit(const Options& o) {
 // Writes the run's fitted constants into the cost file and (not for --probe) its curves into the
 // table file (rank 0), keeping the other world sizes' entries of existing files and replacing this
 // run's.
-int write_results(const Options& o, int n, const tools::MeasuredTable& measured) {
-  const std::string cost_path = o.cost_out.empty() ? tools::default_cost_path() : o.cost_out;
+int write_results(const Options& o, int n, const MeasuredTable& measured) {
+  const std::string cost_path = o.cost_out.empty() ? default_cost_path() : o.cost_out;
   if (!write_file(cost_path,
                   "cost constants (<link> <np> <collective> <algorithm> <band from bytes> "
                   "<alpha us per step> <beta us per MiB>)",
@@ -382,7 +382,7 @@ int write_results(const Options& o, int n, const tools::MeasuredTable& measured)
                cost_path.c_str());
   if (o.print) std::fputs(measured.format().c_str(), stdout);
   if (o.probe) return 0;
-  const std::string path = o.out.empty() ? tools::default_tune_path() : o.out;
+  const std::string path = o.out.empty() ? default_tune_path() : o.out;
   if (!write_file(path, "tune table (median us per call)",
                   measured.merge_into(read_file(path), n, o.colls, o.algos)))
     return 1;
@@ -391,6 +391,9 @@ int write_results(const Options& o, int n, const tools::MeasuredTable& measured)
 }
 
 int tune(const Options& o) {
+  // chorus-tune measures itself: the host probe of a communicator made here would only be
+  // replaced.
+  ::setenv("CHORUS_COST_PROBE", "off", 1);
   Communicator comm = Communicator::from_env();
   if (comm.size() < 2) {
     std::fprintf(stderr, "chorus-tune: needs at least 2 ranks (chorus-run -n 2 chorus-tune)\n");
@@ -398,7 +401,7 @@ int tune(const Options& o) {
   }
   Tuner tuner(comm, o);
   tuner.settle();
-  tools::MeasuredTable measured;
+  MeasuredTable measured;
   for (Collective c : o.colls) tuner.measure_collective(c, measured);
   if (measured.empty()) {  // the same on every rank
     if (comm.rank() == 0)

@@ -3,7 +3,7 @@
 // Every rank discovers its own host and the job needs all of them (placement, ring order). A
 // topology travels in a compact, versioned binary form (a few KiB for an 8-GPU host, against
 // hundreds for hwloc's XML). Moving it between ranks needs a communicator or the bootstrap store
-// and is comm's: chorus/topo/exchange.h (all_gather_topologies, exchange_topologies).
+// and is comm's: chorus/topology_exchange.h (all_gather_topologies, exchange_topologies).
 #pragma once
 
 #include <span>

@@ -8,7 +8,7 @@
 
 #include "chorus/communicator.h"
 
-namespace chorus::tools {
+namespace chorus {
 
 // The bytes a call selects its algorithm by (what Communicator::algorithm_for and explain take):
 // the call's count times the element size, times the world size for reduce_scatter and
@@ -17,4 +17,4 @@ size_t selection_bytes(Collective coll, size_t count, DataType dtype, int world_
 // The count of a call of `bytes` selection bytes (at least 1 element).
 size_t count_for_selection_bytes(Collective coll, size_t bytes, DataType dtype, int world_size);
 
-}  // namespace chorus::tools
+}  // namespace chorus

@@ -1,6 +1,6 @@
-// chorus/tools/tune_table.h: the tune table (algo/tuner.h) and its update from measurements
+// chorus/tune_table.h: the tune table (algo/tuner.h) and its update from measurements
 // (algo/tune_update.h) for the tools.
-#include "chorus/tools/tune_table.h"
+#include "chorus/tune_table.h"
 
 #include <fstream>
 #include <sstream>
@@ -10,7 +10,7 @@
 #include "algo/tuner.h"
 #include "chorus/error.h"
 
-namespace chorus::tools {
+namespace chorus {
 namespace {
 
 std::string read_file(const std::string& path) {
@@ -102,4 +102,4 @@ std::string MeasuredTable::fit_costs_into(std::string_view old_text) const {
   return m.format();
 }
 
-}  // namespace chorus::tools
+}  // namespace chorus

@@ -1,5 +1,5 @@
-// chorus/tools/cost_model.h: the cost model (algo/cost_model.h) for the tools.
-#include "chorus/tools/cost_model.h"
+// chorus/cost_model.h: the cost model (algo/cost_model.h) for the tools.
+#include "chorus/cost_model.h"
 
 #include <fstream>
 #include <sstream>
@@ -8,7 +8,7 @@
 #include "algo/selector.h"
 #include "chorus/error.h"
 
-namespace chorus::tools {
+namespace chorus {
 
 struct CostModel::Impl {
   algo::CostModel model;
@@ -63,4 +63,4 @@ std::optional<CostModel::Choice> CostModel::fastest(Collective coll, int world_s
   return Choice{std::string(algo::to_string(*v)), *us};
 }
 
-}  // namespace chorus::tools
+}  // namespace chorus

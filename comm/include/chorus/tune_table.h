@@ -13,7 +13,7 @@
 
 #include "chorus/communicator.h"
 
-namespace chorus::tools {
+namespace chorus {
 
 // Whether `name` names an algorithm variant ("ring", "ring/fifo", "fanout", ...).
 bool is_algorithm_name(std::string_view name);
@@ -72,7 +72,7 @@ class MeasuredTable {
   std::string merge_into(std::string_view old_text, int world_size,
                          std::span<const Collective> colls,
                          std::span<const std::string> algorithms) const;
-  // The cost model's constants (chorus/tools/cost_model.h) fitted to the curves added, merged
+  // The cost model's constants (chorus/cost_model.h) fitted to the curves added, merged
   // into `old_text` (an existing constants file: its entries of other world sizes, collectives
   // and algorithms are kept). Throws chorus::InvalidArgument naming the line of a malformed
   // `old_text`.
@@ -83,4 +83,4 @@ class MeasuredTable {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace chorus::tools
+}  // namespace chorus

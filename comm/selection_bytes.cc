@@ -1,9 +1,9 @@
-// chorus/tools/selection.h: the selector's rule (algo/selector.h) for the tools.
-#include "chorus/tools/selection.h"
+// chorus/selection_bytes.h: the selector's rule (algo/selector.h) for the tools.
+#include "chorus/selection_bytes.h"
 
 #include "algo/selector.h"
 
-namespace chorus::tools {
+namespace chorus {
 
 size_t selection_bytes(Collective coll, size_t count, DataType dtype, int world_size) {
   return algo::selection_bytes(coll, count, dtype, world_size);
@@ -13,4 +13,4 @@ size_t count_for_selection_bytes(Collective coll, size_t bytes, DataType dtype, 
   return algo::count_for_selection_bytes(coll, bytes, dtype, world_size);
 }
 
-}  // namespace chorus::tools
+}  // namespace chorus

@@ -13,7 +13,7 @@
 
 #include "chorus/communicator.h"
 
-namespace chorus::tools {
+namespace chorus {
 
 // ~/.cache/chorus/cost-<hostname>.txt: where chorus-tune writes the fitted constants.
 std::string default_cost_path();
@@ -42,7 +42,7 @@ class CostModel {
   const std::string& origin() const;  // the file, or "defaults"
   bool fitted() const;                // false: the defaults
   std::vector<FittedCost> entries() const;
-  // The time of one call of `bytes` selection bytes (chorus/tools/selection.h) among `world_size`
+  // The time of one call of `bytes` selection bytes (chorus/selection_bytes.h) among `world_size`
   // ranks on one host, by the fastest algorithm the model predicts (the selector's choice where
   // nothing else decides), and that algorithm; nullopt for a collective without algorithms to
   // choose from or a model that predicts none.
@@ -57,4 +57,4 @@ class CostModel {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace chorus::tools
+}  // namespace chorus

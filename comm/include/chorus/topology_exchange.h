@@ -2,8 +2,8 @@
 //
 // The topology library (topo/) sits below comm/ and knows no communicator; the two ways of
 // gathering every rank's topology need one (or the store it is built on), so they are comm's.
-// They keep topo's include path and namespace. The wire form and the grouping by host come along
-// (chorus/topo/serialize.h).
+// They are comm's API (chorus::, chorus/topology_exchange.h); the wire form and the grouping by
+// host are topo's and come along (chorus/topo/serialize.h).
 #pragma once
 
 #include <string>
@@ -15,16 +15,16 @@
 #include "chorus/topo/serialize.h"
 #include "chorus/topo/topology.h"
 
-namespace chorus::topo {
+namespace chorus {
 
 // Every rank's topology, indexed by rank, through two all_gathers on `comm` (sizes, then the
 // padded bytes). Collective: every rank of comm must call it.
-std::vector<Topology> all_gather_topologies(Communicator& comm, const Topology& local);
+std::vector<topo::Topology> all_gather_topologies(Communicator& comm, const topo::Topology& local);
 
 // The same through a store alone (before a Communicator exists): rank r sets "<prefix><r>" and
 // reads every other rank's key, waiting up to `timeout` (chorus::Timeout names the missing ones).
-std::vector<Topology> exchange_topologies(Store& store, int rank, int world_size,
-                                          const Topology& local, Millis timeout,
-                                          const std::string& prefix = "topo/");
+std::vector<topo::Topology> exchange_topologies(Store& store, int rank, int world_size,
+                                                const topo::Topology& local, Millis timeout,
+                                                const std::string& prefix = "topo/");
 
-}  // namespace chorus::topo
+}  // namespace chorus
