@@ -481,8 +481,8 @@ TEST(ChorusTrain, ExpertParallelZeroCheckpointsResumeAtAnotherMesh) {
         {one_ckpt, 4, "--dp 4 --ep 2 --zero 2"}}) {
     const std::string before = exported(from);
     ASSERT_FALSE(before.empty());
-    const CommandResult r = run_command(train(
-        ranks, kExperts + mesh + " --steps 3 --load " + from + " --save " + dir + "/again"));
+    const CommandResult r = run_command(
+        train(ranks, kExperts + mesh + " --steps 3 --load " + from + " --save " + dir + "/again"));
     ASSERT_EQ(r.exit_code, 0) << mesh << "\n" << r.out;
     EXPECT_TRUE(exported(dir + "/again") == before) << mesh << " saved other bits";
   }
