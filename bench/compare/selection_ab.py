@@ -24,25 +24,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parallel"))
+from scaling import cpu_name  # noqa: E402  (bench/parallel/scaling.py)
 
 COLLS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
 CONFIGS = ["builtin", "probed", "defaults"]
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def load():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def environment(config, caches):

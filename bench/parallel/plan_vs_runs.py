@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from scaling import cpu_name  # beside this script
 
 DENSE = "--layers 4 --width 128 --heads 4 --context 64 --vocab 256 --batch 16"
 MOE = DENSE + " --experts 4 --top-k 1"
@@ -45,19 +46,8 @@ LABEL = {
 }
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def load():
-    return " ".join(open("/proc/loadavg").read().split()[:3])
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def check(cmd, env=None, timeout=900):
