@@ -109,6 +109,26 @@ Cluster local_cluster() {
 
 namespace {
 
+// Seconds of one forward and backward `pass` in the setup's precision: the median of three after
+// a warm-up.
+template <typename Pass>
+double median_pass(const Setup& s, Pass&& pass) {
+  const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
+                        : s.dtype == "f16" ? DataType::kF16
+                                           : DataType::kF32;
+  std::vector<double> t;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    {
+      tensor::AutocastGuard autocast(lowp);
+      pass();
+    }
+    if (rep > 0) t.push_back(since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Seconds of one block's forward and backward on b sequences (the median of three after a
 // warm-up); with tp > 1 the slice one rank of a tp split runs (parallel/tensor_parallel.h): the
 // attention's heads and the MLP's hidden columns over tp, the LayerNorms and an MoE layer whole.
@@ -140,20 +160,7 @@ double time_block(const Setup& s, int64_t b, bool moe, int tp) {
   tensor::Tensor x = tensor::Tensor::empty({b, m.context, m.width});
   tensor::fill_normal_(x, {1, 2}, 0.0, 1.0);
   x.set_requires_grad(true);
-  const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
-                        : s.dtype == "f16" ? DataType::kF16
-                                           : DataType::kF32;
-  std::vector<double> t;
-  for (int rep = 0; rep < 4; ++rep) {
-    const auto t0 = Clock::now();
-    {
-      tensor::AutocastGuard autocast(lowp);
-      tensor::sum(block.forward(x, {})).backward();
-    }
-    if (rep > 0) t.push_back(since(t0));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median_pass(s, [&] { tensor::sum(block.forward(x, {})).backward(); });
 }
 
 // Seconds of the model's ends on b sequences, forward and backward (the median of three after a
@@ -174,21 +181,10 @@ double time_ends(const Setup& s, int64_t b) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
   const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {b, m.context});
   const tensor::Tensor targets = tensor::Tensor::from_vector(ids, {b * m.context});
-  const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
-                        : s.dtype == "f16" ? DataType::kF16
-                                           : DataType::kF32;
-  std::vector<double> t;
-  for (int rep = 0; rep < 4; ++rep) {
-    const auto t0 = Clock::now();
-    {
-      tensor::AutocastGuard autocast(lowp);
-      const tensor::Tensor logits = gpt.head(gpt.embed(idx));
-      gpt.wte->tied_loss(logits.view({b * m.context, logits.size(-1)}), targets).backward();
-    }
-    if (rep > 0) t.push_back(since(t0));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median_pass(s, [&] {
+    const tensor::Tensor logits = gpt.head(gpt.embed(idx));
+    gpt.wte->tied_loss(logits.view({b * m.context, logits.size(-1)}), targets).backward();
+  });
 }
 
 }  // namespace
