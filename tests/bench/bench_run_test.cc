@@ -25,11 +25,13 @@ constexpr const char* kChorusBench = CHORUS_BENCH_BIN;
 using Result = chorus::testing::CommandResult;
 
 // Runs `chorus-run -n 2 chorus-bench ARGS` through the shell, without the test's CHORUS_*
-// variables (a CHORUS_ALGO would change what the selector picks).
+// variables (a CHORUS_ALGO would change what the selector picks) but the suite's
+// CHORUS_COST_PROBE (tests/CMakeLists.txt: the host probe stays as the suite has it).
 Result run_bench(const std::string& args) {
   std::vector<std::string> knobs;
   for (char** e = environ; *e != nullptr; ++e)
-    if (std::string_view(*e).starts_with("CHORUS_"))
+    if (const std::string_view v(*e);
+        v.starts_with("CHORUS_") && !v.starts_with("CHORUS_COST_PROBE="))
       knobs.emplace_back(*e, std::string_view(*e).find('='));
   for (const std::string& name : knobs) ::unsetenv(name.c_str());
   return chorus::testing::run_command(std::string(kChorusRun) + " -n 2 " + kChorusBench + " " +
