@@ -10,7 +10,7 @@ The commands are read from README.md, so the test follows it: every command of i
 program with one option (`chorus-tune --show`). The set-up steps themselves (tools/chorus ...) are
 not rerun. In a command, build/ means --build and a path into the repository (tests/data/...,
 tools/...) means the one under --source; everything else runs in a scratch directory, with HOME
-there too (chorus-tune writes ~/.cache/chorus/...). SHRINK below makes each program's run small
+there too, and its cache folder (chorus-tune writes ~/.cache/chorus/...). SHRINK below makes each program's run small
 without changing what it does; a command that needs what this machine lacks (PyTorch, MPI,
 matplotlib) or the reader's own program (./train) is skipped with the reason. A command whose
 program does not exist fails: that is the "No such file" a new user would meet.
@@ -182,7 +182,7 @@ def main():
         return 1
     failures = 0
     with tempfile.TemporaryDirectory(prefix="chorus-readme-") as scratch:
-        env = dict(os.environ, HOME=scratch)
+        env = dict(os.environ, HOME=scratch, XDG_CACHE_HOME=os.path.join(scratch, ".cache"))
         for var in ("CHORUS_TUNE_FILE", "CHORUS_ALGO", "CHORUS_FR_DIR"):
             env.pop(var, None)
         for number, text in commands:
