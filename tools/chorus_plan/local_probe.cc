@@ -109,6 +109,17 @@ Cluster local_cluster() {
 
 namespace {
 
+// The model's shape with one layer (the blocks and the ends are timed on it).
+tensor::nn::GPTConfig one_layer(const ModelShape& m) {
+  tensor::nn::GPTConfig cfg;
+  cfg.vocab = m.vocab;
+  cfg.context = m.context;
+  cfg.layers = 1;
+  cfg.heads = m.heads;
+  cfg.width = m.width;
+  return cfg;
+}
+
 // Seconds of one forward and backward `pass` in the setup's precision: the median of three after
 // a warm-up.
 template <typename Pass>
@@ -135,12 +146,7 @@ double median_pass(const Setup& s, Pass&& pass) {
 // The slice's all-reduces are not in it (the collectives price them).
 double time_block(const Setup& s, int64_t b, bool moe, int tp) {
   const ModelShape& m = s.model;
-  tensor::nn::GPTConfig cfg;
-  cfg.vocab = m.vocab;
-  cfg.context = m.context;
-  cfg.layers = 1;
-  cfg.heads = m.heads;
-  cfg.width = m.width;
+  tensor::nn::GPTConfig cfg = one_layer(m);
   cfg.experts = moe ? m.experts : 0;
   cfg.top_k = m.top_k;
   cfg.capacity_factor = m.capacity_factor;
@@ -169,12 +175,7 @@ double time_block(const Setup& s, int64_t b, bool moe, int tp) {
 // over the vocabulary).
 double time_ends(const Setup& s, int64_t b) {
   const ModelShape& m = s.model;
-  tensor::nn::GPTConfig cfg;
-  cfg.vocab = m.vocab;
-  cfg.context = m.context;
-  cfg.layers = 1;
-  cfg.heads = m.heads;
-  cfg.width = m.width;
+  tensor::nn::GPTConfig cfg = one_layer(m);
   tensor::nn::GPT gpt(cfg);
   gpt.init(1);
   std::vector<int64_t> ids(static_cast<size_t>(b * m.context));
