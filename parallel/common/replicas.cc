@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "chorus/error.h"
 #include "chorus/parallel/data_parallel.h"
@@ -10,6 +11,7 @@
 #include "chorus/parallel/grad_norm.h"
 #include "chorus/parallel/zero.h"
 #include "chorus/tensor/device.h"
+#include "common/tensor_comm.h"
 
 namespace chorus::parallel {
 
@@ -136,14 +138,19 @@ Replicas::Quiet Replicas::no_sync() {
 // reached has no gradient: zeros, as DDP reduces an unused parameter; folded sources apart are
 // summed already). Not `last`: the first rank keeps the running sum, the others start their next
 // contribution from zero, so the sum adds the micro-batches in the global batch's order.
+// In the engine's order (common/tensor_comm.h): on a GPU, after the kernels that wrote them.
 void Replicas::reduce_experts(bool last) {
   Communicator& group = *o_.expert_replicas;
-  for (const auto& [name, p] : expert_opt_->params()) {
+  const tensor::nn::NamedTensors& params = expert_opt_->params();
+  std::optional<TensorComm> ordered;
+  if (group.size() > 1 && !o_.experts_apart)
+    ordered.emplace(group, common_device(params, "Replicas"), CommOrder::kInline);
+  for (const auto& [name, p] : params) {
     Tensor t = p;
     if (!t.grad().defined()) t.set_grad(Tensor::zeros_like(t));
-    if (group.size() > 1 && !o_.experts_apart)
-      group.all_reduce(t.grad().data_ptr(), t.grad().data_ptr(),
-                       static_cast<size_t>(t.grad().numel()), t.grad().dtype(), ReduceOp::kSum);
+    if (ordered)
+      ordered->all_reduce(t.grad().data_ptr(), t.grad().data_ptr(),
+                          static_cast<size_t>(t.grad().numel()), t.grad().dtype(), ReduceOp::kSum);
     if (!last && group.rank() != 0) t.mutable_grad().zero_();
   }
 }
