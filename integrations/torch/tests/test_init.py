@@ -2,6 +2,7 @@
 the only rendezvous), torchrun with the example trainer, sub-groups, and a second group after
 the first is destroyed."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -75,7 +76,20 @@ def test_torchrun_trains_the_example(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
            "--redirects", "1", "--tee", "1", "--log_dir", str(tmp_path), EXAMPLE, "--steps", "5"]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    # A chorus call that waits on a peer ends in 60 s with the peer named (CHORUS_TIMEOUT); past
+    # 120 s the job is killed whole and the failure shows what each rank wrote.
+    env["CHORUS_TIMEOUT"] = "60"
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        out, err = job.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        out, err = job.communicate()
+        logs = "".join(f"--- {f}\n{f.read_text(errors='replace')}\n"
+                       for f in sorted(tmp_path.rglob("*")) if f.is_file())
+        pytest.fail(f"torchrun did not finish in 120 s\n{out}\n{err}\n{logs}")
+    p = subprocess.CompletedProcess(cmd, job.returncode, out, err)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "LOSSES" in p.stdout, p.stdout
     assert p.stdout.count("parameters identical to rank 0's: True") == 2, p.stdout
