@@ -1,7 +1,7 @@
 // The tensor thread team: spin briefly, then sleep on a futex (see thread_pool.h).
 //
 // Vocabulary: a "job" is one run() call; "generation" counts jobs (the workers' futex word);
-// the "claim" word holds (generation, next unclaimed task); "unfinished" counts the job's tasks
+// the "claim" word holds (generation, tasks not yet claimed); "unfinished" counts the job's tasks
 // not yet done (the caller's futex word). Tasks are claimed, not assigned: the caller claims
 // too, so when a worker is not running (its core lent to another process) the caller does the
 // whole job itself instead of waiting for it. The caller waits only for tasks already claimed.
@@ -91,7 +91,7 @@ class Pool {
     job_fn_.store(&fn, std::memory_order_relaxed);
     job_tasks_.store(tasks, std::memory_order_relaxed);
     unfinished_.store(static_cast<uint32_t>(tasks), std::memory_order_relaxed);
-    claim_.store(uint64_t{gen} << 32, std::memory_order_release);
+    claim_.store(uint64_t{gen} << 32 | static_cast<uint32_t>(tasks), std::memory_order_release);
     generation_.store(gen, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
     tl_in_task = true;
@@ -118,18 +118,22 @@ class Pool {
   }
 
  private:
-  // Claims and runs tasks of job `gen` until none is left unclaimed. A thread that arrives after
-  // the job ended (its generation moved on) claims nothing: the job's function and task count
-  // it may read are then stale but unused (the claim fails).
+  // Claims and runs tasks of job `gen` until none is left unclaimed. Whether a task is left is
+  // decided by the claim word alone: the job's function and task count are read only after a
+  // claim succeeded, when they are this job's (its caller is still waiting for the claimed task,
+  // so it cannot have published the next job). Deciding from a task count read before the claim
+  // let a thread holding the previous job's exhausted claim word (generation G, next = n) read
+  // the next job's larger count before that job's claim word was stored, claim "task n" of job G,
+  // and run the next job's task n, which that job then ran again.
   void work(uint32_t gen) {
     while (true) {
       uint64_t c = claim_.load(std::memory_order_acquire);
       if (static_cast<uint32_t>(c >> 32) != gen) return;
+      const auto left = static_cast<uint32_t>(c);
+      if (left == 0) return;
+      if (!claim_.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel)) continue;
       const TaskRef* fn = job_fn_.load(std::memory_order_relaxed);
-      const int tasks = job_tasks_.load(std::memory_order_relaxed);
-      const int idx = static_cast<int>(c & 0xFFFFFFFFu);
-      if (idx >= tasks) return;
-      if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) continue;
+      const int idx = job_tasks_.load(std::memory_order_relaxed) - static_cast<int>(left);
       try {
         (*fn)(idx);
       } catch (...) {
@@ -163,7 +167,7 @@ class Pool {
   const std::chrono::microseconds spin_;
   std::vector<std::thread> threads_;
   std::mutex busy_;  // held by the thread whose job the team is running
-  // The current job: (generation << 32) | next unclaimed task; tasks not yet finished.
+  // The current job: (generation << 32) | tasks not yet claimed; tasks not yet finished.
   alignas(64) std::atomic<uint64_t> claim_{0};
   alignas(64) std::atomic<uint32_t> unfinished_{0};
   std::atomic<uint32_t> caller_sleeping_{0};

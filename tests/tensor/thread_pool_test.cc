@@ -41,6 +41,30 @@ TEST(ThreadPool, EveryTaskRunsOnce) {
   }
 }
 
+// A worker that comes late to a job the caller has already finished must not claim a task of the
+// next one. The window is the caller publishing the next job: when the task count grows (a few,
+// then more), a worker holding the finished job's claim word could read the new, larger count and
+// run a task the new job then runs again. It is open for a few instructions, so the test makes
+// thousands of such transitions, each on a new team (threads still starting up are the late ones
+// most often); before the claim was fixed it failed a few times in every thousand teams.
+TEST(ThreadPool, ALateWorkerNeverRunsTheNextJobsTaskTwice) {
+  for (int round = 0; round < 1500; ++round) {
+    for (int team : {2, 3, 5}) {
+      TeamSize size(team);
+      for (int tasks : {2, 3, 7, 64}) {
+        for (int rep = 0; rep < 3; ++rep) {
+          std::vector<std::atomic<int>> hits(static_cast<size_t>(tasks));
+          auto fn = [&](int t) { hits[static_cast<size_t>(t)].fetch_add(1); };
+          pool_run(tasks, TaskRef(fn));
+          for (int t = 0; t < tasks; ++t)
+            ASSERT_EQ(hits[static_cast<size_t>(t)].load(), 1)
+                << "round " << round << " team " << team << " tasks " << tasks << " task " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, NestedRunsInline) {
   TeamSize size(3);
   std::atomic<int> inner{0};
