@@ -1,20 +1,22 @@
 #include "c10d_store.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 #include "chorus/error.h"
 
 namespace chorus::torch {
 namespace {
 
-// Longer than this is "never": c10d takes 0 for that, and longer ones overflow its socket
-// timeouts.
+using Clock = std::chrono::steady_clock;
+
+// Longer than this is "never".
 constexpr Millis kNever = std::chrono::hours(24 * 365);
 
-std::chrono::milliseconds to_c10d(Millis timeout) {
-  return timeout >= kNever ? ::c10d::Store::kNoTimeout : timeout;
-}
+constexpr Millis kFirstPoll{1};
+constexpr Millis kLongestPoll{50};
 
 std::string key_list(const std::vector<std::string>& keys) {
   std::string out;
@@ -33,6 +35,21 @@ std::string key_list(const std::vector<std::string>& keys) {
 }
 
 }  // namespace
+
+bool wait_by_polling(::c10d::Store& store, const std::vector<std::string>& keys,
+                     Clock::time_point deadline, std::mutex* mu) {
+  const auto all_set = [&] {
+    std::unique_lock<std::mutex> lock;
+    if (mu != nullptr) lock = std::unique_lock(*mu);
+    return store.check(keys);
+  };
+  for (Millis poll = kFirstPoll;; poll = std::min(poll * 2, kLongestPoll)) {
+    if (all_set()) return true;
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(poll, deadline - now));
+  }
+}
 
 C10dStore::C10dStore(c10::intrusive_ptr<::c10d::Store> store) : store_(std::move(store)) {
   CHORUS_ARG_CHECK(store_, "the torch store is null");
@@ -94,13 +111,17 @@ bool C10dStore::remove(const std::string& key) {
 }
 
 void C10dStore::wait(const std::vector<std::string>& keys, Millis timeout) {
-  std::lock_guard lock(mu_);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
+  const auto deadline = timeout >= kNever ? Clock::time_point::max() : start + timeout;
+  bool all_set = false;
   try {
-    store_->wait(keys, to_c10d(timeout));
+    all_set = wait_by_polling(*store_, keys, deadline, &mu_);
   } catch (const std::exception& e) {
     rethrow_as_chorus(e, key_list(keys), start, timeout);
   }
+  if (!all_set)
+    throw Timeout(detail::concat("the torch store did not provide ", key_list(keys), " within ",
+                                 std::chrono::duration<double>(timeout).count(), " s"));
 }
 
 }  // namespace chorus::torch

@@ -9,19 +9,15 @@
 // (the first in rank order, or with wait_all_ranks all of them), raising chorus_torch.Timeout on
 // every rank that waits for the verdict. Like gloo's, it orders nothing against calls issued
 // before it that are still in flight.
-#include <algorithm>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "c10d_store.h"
 #include "chorus/error.h"
 #include "process_group_chorus.h"
 
 namespace chorus::torch {
 namespace {
-
-constexpr std::chrono::milliseconds kFirstPoll{1};
-constexpr std::chrono::milliseconds kLongestPoll{50};
 
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string text = ranks.size() == 1 ? "Rank " : "Ranks ";
@@ -38,31 +34,22 @@ void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions& opts, bo
   const std::string prefix = "chorus/monitored_barrier/" + std::to_string(monitored_barriers_++);
   const std::string verdict = prefix + "/verdict";
   const std::string in_time = "ok";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (rank_ != 0) {
     store_->set(prefix + "/" + std::to_string(rank_), std::vector<uint8_t>{1});
-    try {
-      store_->wait({verdict}, timeout);
-    } catch (const c10::Error&) {
+    if (!wait_by_polling(*store_, {verdict}, deadline))
       throw Timeout(detail::concat("rank 0 did not end the monitored barrier within ",
                                    timeout.count(), " ms"),
                     rank_, call, -1, 0);
-    }
     const std::vector<uint8_t> v = store_->get(verdict);
     const std::string text(v.begin(), v.end());
     if (text != in_time) throw Timeout(text, rank_, call, -1, 0);
     return;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<int> missing;
-  for (int r = 1; r < size_ && (missing.empty() || wait_all_ranks); ++r) {
-    const std::string key = prefix + "/" + std::to_string(r);
-    auto poll = kFirstPoll;
-    while (!store_->check({key}) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(poll);
-      poll = std::min(poll * 2, kLongestPoll);
-    }
-    if (!store_->check({key})) missing.push_back(r);
-  }
+  for (int r = 1; r < size_ && (missing.empty() || wait_all_ranks); ++r)
+    if (!wait_by_polling(*store_, {prefix + "/" + std::to_string(r)}, deadline))
+      missing.push_back(r);
   if (missing.empty()) {
     store_->set(verdict, std::vector<uint8_t>(in_time.begin(), in_time.end()));
     return;
