@@ -231,9 +231,66 @@ TEST(PlanExperts, ParametersFlopsMemoryAndTheExchange) {
   const StepTime t = estimate_step(s, m, c);
   const LinkModel link = group_link(c, 2, 1);
   const double rows = 2.0 * 32 * 64 * 2 * 4;  // b s h x top-2 x f32
-  EXPECT_DOUBLE_EQ(t.ep, 2 * (4 * all_to_all_s(link, 2, rows) + all_to_all_s(link, 2, 8.0 * 4)));
+  // And the wait for the rank whose experts got most: the imbalance of the ep group's 2 x 64
+  // tokens x top-2 over 2 ranks, times this rank's expert compute (a quarter of the experts').
+  const double experts_s =
+      block_flops(s.model, 8.0 * 32, 0, 4).experts / 4 / c.compute_flops("f32");
+  EXPECT_DOUBLE_EQ(t.ep, 2 * (4 * all_to_all_s(link, 2, rows) + all_to_all_s(link, 2, 8.0 * 4)) +
+                             expert_imbalance(2.0 * 64 * 2, 2, 4) * experts_s);
   m.ep = 1;
   EXPECT_EQ(estimate_step(s, m, c).ep, 0);
+}
+
+// Routing imbalance: a rank's count is Dirichlet-multinomial (any split of the experts' shares
+// equally likely, the assignments drawn from it); the most loaded of 2 ranks exceeds the average
+// by sigma sqrt(2/pi), of more by sigma sqrt(2 ln ep).
+TEST(PlanExperts, RoutingImbalanceIsTheDirichletMultinomialMaximum) {
+  // 1024 assignments, 4 experts on 2 ranks: the share's variance 1/4 x 1028 / (1024 x 5).
+  const double two = 2 * std::sqrt(0.25 * 1028 / (1024 * 5.0)) * std::sqrt(2 / M_PI);
+  EXPECT_DOUBLE_EQ(expert_imbalance(1024, 2, 4), two);
+  EXPECT_NEAR(two, 0.36, 0.005);  // the router's counts measured 0.37 (docs/PLANNING.md)
+  // On 4 ranks (one expert each): 4 sigma sqrt(2 ln 4), variance 3/16 x 1028 / (1024 x 5).
+  EXPECT_DOUBLE_EQ(expert_imbalance(1024, 4, 4),
+                   4 * std::sqrt(3.0 / 16 * 1028 / (1024 * 5.0)) * std::sqrt(2 * std::log(4.0)));
+  // More experts per rank average their shares out: 64 experts on 2 ranks skew less.
+  EXPECT_LT(expert_imbalance(1024, 2, 64), expert_imbalance(1024, 2, 4) / 3);
+  // Many experts: the binomial sampling alone, 2 sqrt(1/(4a)) sqrt(2/pi).
+  EXPECT_NEAR(expert_imbalance(1024, 2, int64_t(1) << 40),
+              2 * std::sqrt(0.25 / 1024) * std::sqrt(2 / M_PI), 1e-9);
+  // One rank: no one to wait for.
+  EXPECT_EQ(expert_imbalance(1024, 1, 4), 0);
+}
+
+// The experts' gradients under DDP at ep < dp: reduced after backward, one all-reduce per
+// tensor (4 per expert), all exposed; the rest's reduction overlapped with backward as before.
+TEST(PlanExperts, ExpertReductionIsOneExposedCallPerTensor) {
+  chorus::plan::Setup s;
+  s.model = tiny();
+  s.model.experts = 4;
+  s.batch = 8;
+  MeshChoice m{.dp = 2, .tp = 1, .pp = 1, .micro_batches = 1, .micro_batch_size = 4, .chunks = 1};
+  m.ep = 1;
+  const Cluster c = cluster_preset("8xh100", 1);
+  const GroupCollectives g(c, 2, 1);
+  const RankParameters r = rank_parameters(s.model, 1, 4, true, true, false, 1);
+  ASSERT_EQ(r.experts, 4 * 4 * expert_parameters(s.model));  // 4 blocks x 4 experts
+  // 16 experts x (two 4C x C weights, a 4C bias, a C bias), f32.
+  const double calls = 16 * (2 * g.all_reduce_s(4 * 64 * 64 * 4.0) + g.all_reduce_s(4 * 64 * 4.0) +
+                             g.all_reduce_s(64 * 4.0));
+  EXPECT_DOUBLE_EQ(expert_reduction_s(g, s.model, double(r.experts), 4), calls);
+  // More than one call's fixed cost: dearer than one all-reduce of all the experts' bytes.
+  EXPECT_GT(calls, g.all_reduce_s(double(r.experts) * 4));
+  const StepTime t = estimate_step(s, m, c);
+  const double rest = g.all_reduce_s(double(r.trained) * 4);
+  EXPECT_DOUBLE_EQ(t.dp_total, rest + calls);
+  const double last_backward = 2.0 / 3 * t.compute;
+  EXPECT_DOUBLE_EQ(t.dp, std::max(rest - last_backward, rest) + calls);
+  // At ep = dp every expert is on one rank: nothing to reduce.
+  m.ep = 2;
+  const StepTime apart = estimate_step(s, m, c);
+  EXPECT_DOUBLE_EQ(
+      apart.dp_total,
+      g.all_reduce_s(double(rank_parameters(s.model, 1, 4, true, true, false, 2).trained) * 4));
 }
 
 TEST(PlanExperts, EveryExpertSplitIsAMeshAndChorusTrainsRulesHold) {

@@ -1,10 +1,31 @@
 #include "step_time.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "collectives.h"
 
 namespace chorus::plan {
+
+double expert_imbalance(double assignments, int ep, int64_t experts) {
+  if (ep <= 1 || assignments <= 0 || experts <= 0) return 0;
+  const double n = double(ep), a = assignments, E = double(experts);
+  // A rank's share of the assignments: Dirichlet-multinomial, variance p (1 - p) (a + E) /
+  // (a (E + 1)) with p = 1/ep.
+  const double sigma = std::sqrt((1 / n) * (1 - 1 / n) * (a + E) / (a * (E + 1)));
+  const double spread = ep == 2 ? std::sqrt(2 / M_PI) : std::sqrt(2 * std::log(n));
+  return n * sigma * spread;
+}
+
+double expert_reduction_s(const GroupCollectives& g, const ModelShape& m, double expert_elements,
+                          double element_bytes) {
+  const double per_expert = double(expert_parameters(m));
+  if (expert_elements <= 0 || per_expert <= 0) return 0;
+  const double experts = expert_elements / per_expert;
+  const double C = double(m.width);
+  return experts * (2 * g.all_reduce_s(4 * C * C * element_bytes) +
+                    g.all_reduce_s(4 * C * element_bytes) + g.all_reduce_s(C * element_bytes));
+}
 
 StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   StepTime t;
@@ -65,13 +86,21 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   }
   // Expert parallelism: per MoE block and micro-batch, the counts' all-to-all, then dispatch and
   // combine forward and their gradients backward: four exchanges of the rank's routed rows
-  // (b s x active experts x h; balanced routing), with a recomputed forward two more.
+  // (b s x active experts x h; balanced routing), with a recomputed forward two more. The
+  // exchanges block: every rank waits there for the rank whose experts got the most rows, so the
+  // step also holds the slowest rank's expert compute over the average (expert_imbalance).
   if (m.ep > 1 && moe_blocks > 0) {
     const LinkModel link = group_link(c, m.ep, m.tp);
     const double rows = bsh * model.active_experts() * act_bytes;
     const double per_block = (s.checkpoint_activations ? 6 : 4) * all_to_all_s(link, m.ep, rows) +
                              all_to_all_s(link, m.ep, 8.0 * double(model.experts));
     t.ep = M * double(moe_blocks) * per_block;
+    // The rank's expert compute (its share of the stage's, as in `compute` above), and the
+    // assignments the ep group routes per MoE block and micro-batch: its ranks' tokens x k.
+    const double expert_compute = stage.experts * recompute / double(m.dp) /
+                                  c.compute_flops(s.dtype, m.micro_batch_size, m.tp);
+    t.ep += expert_imbalance(double(m.ep) * bs * model.active_experts(), m.ep, model.experts) *
+            expert_compute;
   }
   // The pipeline: (p-1)/v micro-batch slots of fill and drain; each stage's input and output
   // gradient cross the boundary once per micro-batch, and the last stage's gradient of the tied
@@ -99,9 +128,11 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
     const GroupCollectives experts(c, expert_dp, m.tp * m.ep);
     const double bucket = std::min(double(s.bucket_bytes), grad_bytes);
     if (s.zero == 0) {
-      const double ar = g.all_reduce_s(grad_bytes) + experts.all_reduce_s(expert_bytes);
-      t.dp_total = ar;
-      t.dp = std::max(ar - last_backward, g.all_reduce_s(bucket));
+      // The experts' reduction follows backward, not under it (expert_reduction_s).
+      const double ar = g.all_reduce_s(grad_bytes);
+      const double ex = expert_reduction_s(experts, model, double(rp.experts), pb);
+      t.dp_total = ar + ex;
+      t.dp = std::max(ar - last_backward, g.all_reduce_s(bucket)) + ex;
     } else if (s.zero <= 2) {
       // Reduce-scatter (stage 2: after every backward) overlapped with backward; the
       // parameters' all-gather after the update exposed.
