@@ -36,21 +36,6 @@ std::string key_list(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-bool wait_by_polling(::c10d::Store& store, const std::vector<std::string>& keys,
-                     Clock::time_point deadline, std::mutex* mu) {
-  const auto all_set = [&] {
-    std::unique_lock<std::mutex> lock;
-    if (mu != nullptr) lock = std::unique_lock(*mu);
-    return store.check(keys);
-  };
-  for (Millis poll = kFirstPoll;; poll = std::min(poll * 2, kLongestPoll)) {
-    if (all_set()) return true;
-    const auto now = Clock::now();
-    if (now >= deadline) return false;
-    std::this_thread::sleep_for(std::min<Clock::duration>(poll, deadline - now));
-  }
-}
-
 C10dStore::C10dStore(c10::intrusive_ptr<::c10d::Store> store) : store_(std::move(store)) {
   CHORUS_ARG_CHECK(store_, "the torch store is null");
 }
@@ -110,16 +95,27 @@ bool C10dStore::remove(const std::string& key) {
   }
 }
 
-void C10dStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+bool C10dStore::wait_until(const std::vector<std::string>& keys, Clock::time_point deadline) {
   const auto start = Clock::now();
-  const auto deadline = timeout >= kNever ? Clock::time_point::max() : start + timeout;
-  bool all_set = false;
-  try {
-    all_set = wait_by_polling(*store_, keys, deadline, &mu_);
-  } catch (const std::exception& e) {
-    rethrow_as_chorus(e, key_list(keys), start, timeout);
+  const auto all_set = [&] {
+    std::lock_guard lock(mu_);
+    try {
+      return store_->check(keys);
+    } catch (const std::exception& e) {
+      rethrow_as_chorus(e, key_list(keys), start, kNever);
+    }
+  };
+  for (Millis poll = kFirstPoll;; poll = std::min(poll * 2, kLongestPoll)) {
+    if (all_set()) return true;
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(poll, deadline - now));
   }
-  if (!all_set)
+}
+
+void C10dStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+  const auto deadline = timeout >= kNever ? Clock::time_point::max() : Clock::now() + timeout;
+  if (!wait_until(keys, deadline))
     throw Timeout(detail::concat("the torch store did not provide ", key_list(keys), " within ",
                                  std::chrono::duration<double>(timeout).count(), " s"));
 }

@@ -14,17 +14,6 @@
 
 namespace chorus::torch {
 
-// Waits until every key of `keys` is in `store` or `deadline` passes; returns whether they all
-// are. It asks check(), sleeping between the asks from 1 ms doubling to 50 ms, and never calls
-// c10d's wait() with a timeout: torch 1.13's TCPStore client gives up on such a wait without
-// telling the server, which answers it when the key comes; that late answer is then read as the
-// reply to the connection's next request, and every later request reads the reply meant for the
-// one before it (wrong answers, or a read that blocks until the socket's timeout: a job that
-// stalls in set-up whenever a peer was a slice late). `mu`, when given, is held for each check()
-// and not while sleeping.
-bool wait_by_polling(::c10d::Store& store, const std::vector<std::string>& keys,
-                     std::chrono::steady_clock::time_point deadline, std::mutex* mu = nullptr);
-
 class C10dStore final : public Store {
  public:
   explicit C10dStore(c10::intrusive_ptr<::c10d::Store> store);
@@ -35,10 +24,20 @@ class C10dStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool remove(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  // Waits until every key of `keys` is set or `deadline` passes; returns whether they all are
+  // (a failing store throws). It asks check(), sleeping between the asks from 1 ms doubling to
+  // 50 ms, and never calls c10d's wait() with a timeout: torch 1.13's TCPStore client gives up on
+  // such a wait without telling the server, which answers it when the key comes; that late answer
+  // is then read as the reply to the connection's next request, and every later request reads
+  // the reply meant for the one before it (wrong answers, or a read that blocks until the
+  // socket's timeout: a job that stalls in set-up whenever a peer was a slice late). Every wait
+  // on a group's store goes through here (set-up, monitoredBarrier).
+  bool wait_until(const std::vector<std::string>& keys,
+                  std::chrono::steady_clock::time_point deadline);
 
  private:
   // c10d's clients are not safe for concurrent calls; chorus may make them from two threads.
-  // A wait does not hold it while it sleeps (wait_by_polling).
+  // A wait holds it for each check(), not while it sleeps.
   std::mutex mu_;
   c10::intrusive_ptr<::c10d::Store> store_;
 };

@@ -8,7 +8,8 @@
 // verdict; rank 0 waits for the check-ins until the timeout and names the ranks missing then
 // (the first in rank order, or with wait_all_ranks all of them), raising chorus_torch.Timeout on
 // every rank that waits for the verdict. Like gloo's, it orders nothing against calls issued
-// before it that are still in flight.
+// before it that are still in flight. It uses the store as the communicator does (C10dStore: one
+// call at a time, waits by polling).
 #include <string>
 #include <vector>
 
@@ -36,27 +37,25 @@ void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions& opts, bo
   const std::string in_time = "ok";
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (rank_ != 0) {
-    store_->set(prefix + "/" + std::to_string(rank_), std::vector<uint8_t>{1});
-    if (!wait_by_polling(*store_, {verdict}, deadline))
+    store_->set(prefix + "/" + std::to_string(rank_), "1");
+    if (!store_->wait_until({verdict}, deadline))
       throw Timeout(detail::concat("rank 0 did not end the monitored barrier within ",
                                    timeout.count(), " ms"),
                     rank_, call, -1, 0);
-    const std::vector<uint8_t> v = store_->get(verdict);
-    const std::string text(v.begin(), v.end());
+    const std::string text = store_->get(verdict, timeout);
     if (text != in_time) throw Timeout(text, rank_, call, -1, 0);
     return;
   }
   std::vector<int> missing;
   for (int r = 1; r < size_ && (missing.empty() || wait_all_ranks); ++r)
-    if (!wait_by_polling(*store_, {prefix + "/" + std::to_string(r)}, deadline))
-      missing.push_back(r);
+    if (!store_->wait_until({prefix + "/" + std::to_string(r)}, deadline)) missing.push_back(r);
   if (missing.empty()) {
-    store_->set(verdict, std::vector<uint8_t>(in_time.begin(), in_time.end()));
+    store_->set(verdict, in_time);
     return;
   }
   const std::string text = detail::concat(
       ranks_text(missing), " failed to pass monitoredBarrier in ", timeout.count(), " ms");
-  store_->set(verdict, std::vector<uint8_t>(text.begin(), text.end()));
+  store_->set(verdict, text);
   throw Timeout(text, rank_, call, -1, missing.front());
 }
 

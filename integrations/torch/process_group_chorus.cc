@@ -73,10 +73,12 @@ Works exchange_blocks(Communicator& c, const std::vector<const std::byte*>& send
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout)
-    : ::c10d::ProcessGroup(rank, size), store_(store), timeout_(group_timeout(timeout)) {
+    : ::c10d::ProcessGroup(rank, size),
+      store_(std::make_shared<C10dStore>(store)),
+      timeout_(group_timeout(timeout)) {
   CommOptions options;
   options.timeout = timeout_;
-  comm_.emplace(rank, size, std::make_shared<C10dStore>(store), options);
+  comm_.emplace(rank, size, store_, options);
 }
 
 ProcessGroupChorus::~ProcessGroupChorus() {

@@ -31,6 +31,8 @@
 
 namespace chorus::torch {
 
+class C10dStore;
+
 class ProcessGroupChorus final : public ::c10d::ProcessGroup {
  public:
   // Sets up the communicator through `store` (every rank of the group calls this). `timeout`
@@ -135,9 +137,9 @@ class ProcessGroupChorus final : public ::c10d::ProcessGroup {
   bool stopping_ = false;
   std::thread hold_back_thread_;  // issues a lone send or receive after kHoldBack
   std::optional<Communicator> comm_;
-  c10::intrusive_ptr<::c10d::Store> store_;  // the group's (monitoredBarrier)
-  std::chrono::milliseconds timeout_;        // the group's, as the communicator's
-  uint64_t monitored_barriers_ = 0;          // monitoredBarrier calls so far
+  std::shared_ptr<C10dStore> store_;   // the group's, shared with the communicator
+  std::chrono::milliseconds timeout_;  // the group's, as the communicator's
+  uint64_t monitored_barriers_ = 0;    // monitoredBarrier calls so far
 };
 
 }  // namespace chorus::torch
