@@ -237,6 +237,17 @@ TEST(PlanExperts, ParametersFlopsMemoryAndTheExchange) {
       block_flops(s.model, 8.0 * 32, 0, 4).experts / 4 / c.compute_flops("f32");
   EXPECT_DOUBLE_EQ(t.ep, 2 * (4 * all_to_all_s(link, 2, rows) + all_to_all_s(link, 2, 8.0 * 4)) +
                              expert_imbalance(2.0 * 64 * 2, 2, 4) * experts_s);
+  const double exchanges = t.ep - expert_imbalance(2.0 * 64 * 2, 2, 4) * experts_s;
+  // A stated imbalance (--routing-imbalance) replaces the estimate; a capacity factor F caps it
+  // at F - 1 (every expert takes at most F times its mean).
+  s.routing_imbalance = 0.1;
+  EXPECT_DOUBLE_EQ(estimate_step(s, m, c).ep, exchanges + 0.1 * experts_s);
+  s.routing_imbalance = -1;
+  s.model.capacity_factor = 1.25;
+  EXPECT_DOUBLE_EQ(estimate_step(s, m, c).ep, exchanges + 0.25 * experts_s);
+  s.model.capacity_factor = 1;  // no expert above its mean: no wait
+  EXPECT_DOUBLE_EQ(estimate_step(s, m, c).ep, exchanges);
+  s.model.capacity_factor = 0;
   m.ep = 1;
   EXPECT_EQ(estimate_step(s, m, c).ep, 0);
 }
@@ -337,6 +348,10 @@ TEST(PlanExperts, BadInputIsNamed) {
   EXPECT_NE(error_of("--experts 1 --top-k 2").find("--top-k 2 exceeds --experts 1"),
             std::string::npos);
   EXPECT_NE(error_of("--experts 4 --capacity-factor x").find("expects a number"),
+            std::string::npos);
+  EXPECT_NE(error_of("--routing-imbalance 0.1").find("--routing-imbalance needs --experts E"),
+            std::string::npos);
+  EXPECT_NE(error_of("--experts 4 --routing-imbalance -1").find("expects a number >= 0"),
             std::string::npos);
   EXPECT_NE(error_of("--experts 3 --dp 8 --tp 1 --pp 1 --ep 2")
                 .find("cannot run dp=8 tp=1 pp=1 ep=2: 3 experts do not divide over ep=2"),

@@ -1,5 +1,6 @@
 #include "options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <functional>
@@ -45,6 +46,10 @@ Model (default: chorus-train's shape; a preset sets all five, later flags overri
   --moe-every N            MoE in every block (1, default) or every N-th
   --capacity-factor F      an expert takes at most ceil(F x tokens x K / E) tokens (default 0:
                            dropless)
+  --routing-imbalance X    the busiest ep rank's routed tokens over the mean, minus 1 (e.g. 0.1
+                           for a router a load-balancing loss keeps within 10%; default: that of
+                           a router not yet balanced, 0.36 at ep 2 with 4 experts); at most F - 1
+                           with a capacity factor F
 Training (as chorus-train takes them):
   --batch B                global batch in sequences (default 16; presets: 512)
   --micro-batches M        per replica and step (default: searched per mesh)
@@ -127,6 +132,7 @@ Options parse_options(const std::vector<std::string>& args) {
   values["--pp"] = [&](auto& f, auto& v) { o.mesh.pp = int(as_int(f, v, 1, 1 << 20)); };
   values["--ep"] = [&](auto& f, auto& v) { o.mesh.ep = int(as_int(f, v, 1, 1 << 20)); };
   values["--capacity-factor"] = [&](auto& f, auto& v) { moe.emplace_back(f, v); };
+  values["--routing-imbalance"] = [&](auto& f, auto& v) { moe.emplace_back(f, v); };
 
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], v;
@@ -175,13 +181,16 @@ Options parse_options(const std::vector<std::string>& args) {
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || end != v.c_str() + v.size() || !(x >= 0) || x > 1e6)
       fail(flag + " expects a number >= 0, got '" + v + "'");
-    s.model.capacity_factor = x;
+    if (flag == "--capacity-factor") s.model.capacity_factor = x;
+    if (flag == "--routing-imbalance") s.routing_imbalance = x;
   }
-  if (!(shape.empty() && moe.empty()) && preset) s.model.name += " (modified)";
+  const bool model_flags = std::any_of(
+      moe.begin(), moe.end(), [](const auto& f) { return f.first == "--capacity-factor"; });
+  if (!(shape.empty() && !model_flags) && preset) s.model.name += " (modified)";
   if (s.model.experts == 0) {
     for (const auto& [flag, v] : shape)
       if (flag == "--top-k" || flag == "--moe-every") fail(flag + " needs --experts E");
-    if (!moe.empty()) fail("--capacity-factor needs --experts E");
+    if (!moe.empty()) fail(moe.front().first + " needs --experts E");
     if (o.mesh.ep > 1) fail("--ep needs --experts E");
   } else {
     if (s.model.top_k > s.model.experts)

@@ -28,6 +28,11 @@ struct Setup {
   // sequence) go through memory between the products, the masked softmax and dropout, instead of
   // staying on chip as a fused (flash) attention keeps them. `local` measures its own attention.
   bool unfused_attention = false;
+  // A mixture's routing imbalance under expert parallelism: the tokens the busiest ep rank's
+  // experts get over the ranks' mean, minus 1 (--routing-imbalance; 0.1: within 10%, as a
+  // load-balancing loss keeps a trained router). Negative: estimated for a router not yet
+  // balanced (expert_imbalance in step_time.h).
+  double routing_imbalance = -1;
 };
 
 struct MeshChoice {

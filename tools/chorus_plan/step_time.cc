@@ -99,8 +99,14 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
     // assignments the ep group routes per MoE block and micro-batch: its ranks' tokens x k.
     const double expert_compute = stage.experts * recompute / double(m.dp) /
                                   c.compute_flops(s.dtype, m.micro_batch_size, m.tp);
-    t.ep += expert_imbalance(double(m.ep) * bs * model.active_experts(), m.ep, model.experts) *
-            expert_compute;
+    double imbalance =
+        s.routing_imbalance >= 0
+            ? s.routing_imbalance
+            : expert_imbalance(double(m.ep) * bs * model.active_experts(), m.ep, model.experts);
+    // A capacity factor F caps every expert, so a rank's experts, at F times the mean.
+    if (model.capacity_factor > 0)
+      imbalance = std::min(imbalance, std::max(0.0, model.capacity_factor - 1));
+    t.ep += imbalance * expert_compute;
   }
   // The pipeline: (p-1)/v micro-batch slots of fill and drain; each stage's input and output
   // gradient cross the boundary once per micro-batch, and the last stage's gradient of the tied
