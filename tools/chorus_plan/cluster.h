@@ -49,6 +49,10 @@ struct Cluster {
   // the tied logits and the loss, forward and backward, on one micro-batch; a mesh without tp
   // prices its head by this time instead of its FLOPs (ends_s).
   std::map<int64_t, double> ends_seconds;
+  // And the update: seconds per parameter of the gradient norm and AdamW in f32 (the trainer's
+  // finish_step), which the optimizer's time uses instead of its bytes at hbm_bytes_per_s.
+  // 0: not measured.
+  double optimizer_s_per_element = 0;
   // `local`: the cost model the collective selector uses on this host (per algorithm, the
   // constants chorus-tune fitted, else the model's defaults), which prices collectives within the
   // host (GroupCollectives, collectives.h). Null for the presets: their links' forms.
