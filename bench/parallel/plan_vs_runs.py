@@ -5,8 +5,9 @@ For each mesh that gives every rank a core on a 2-core host (one process, dp 2, 
 micro-batches, tp 2, pp 2 with 4 micro-batches, and a mixture of experts on one process, at dp 2
 and at dp 2 x ep 2), in one run:
   measured   build/bin/chorus-run -n R build/bin/chorus-train MODEL MESH --steps S --log-json F
-             (one thread per rank): the median step_ms of steps 2 to S-2, then the median over
-             --rounds launches, the launches of the meshes taking turns;
+             (one thread per rank): the fastest step_ms of steps 2 to S-2 (other work on the
+             host only adds to a step; the probe takes its fastest pass alike), then the median
+             over --rounds launches, the launches of the meshes taking turns;
   predicted  build/bin/chorus-plan MODEL --cluster local MESH --json (--per-node 1 for one
              process) right after each launch, the collectives priced by the constants
              `chorus-tune --probe` fits on this host first (CHORUS_COST_FILE), compute by the
@@ -68,7 +69,7 @@ def measure(args, name, tmp):
            "--threads", "1", "--steps", str(args.steps), "--log-json", log]
     check(cmd)
     steps = [json.loads(line)["step_ms"] for line in open(log) if line.strip()]
-    return statistics.median(steps[2:-1] if len(steps) > 4 else steps)
+    return min(steps[2:-1] if len(steps) > 4 else steps)
 
 
 def predict(args, name, env):

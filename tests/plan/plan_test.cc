@@ -427,9 +427,17 @@ TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
   {
     const MeshChoice m{.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1, .micro_batch_size = 8};
     const StepTime t = estimate_step(s, m, c);
-    const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
-    // (A tp rank's head stays priced by its FLOPs: the ends are measured whole.)
-    EXPECT_NEAR(t.compute, flops / 2 / c.tp_flops_per_s.at(2).at(8), 1e-9 * t.compute);
+    const double tokens = double(s.batch) * double(s.model.context);
+    const double flops = model_flops(s.model, tokens);
+    // The head and embeddings at the measured time of a tp rank's share of the vocabulary.
+    ASSERT_EQ(c.tp_ends_seconds.count(2), 1u);
+    ASSERT_EQ(c.tp_ends_seconds.at(2).count(8), 1u);
+    const double head = tokens * 6 * 32 * double(s.model.vocab);
+    EXPECT_NEAR(t.compute,
+                (flops - head) / 2 / c.tp_flops_per_s.at(2).at(8) + c.tp_ends_seconds.at(2).at(8),
+                1e-9 * t.compute);
+    EXPECT_EQ(c.ends_s(8, 2), c.tp_ends_seconds.at(2).at(8));
+    EXPECT_EQ(c.ends_s(8, 4), 0);  // not measured: the head's FLOPs price it
     EXPECT_NE(c.compute_flops("f32", 8, 2), c.compute_flops("f32", 8, 1));
   }
   for (const int64_t b : {int64_t(8), int64_t(2)}) {

@@ -155,9 +155,11 @@ class BusyNeighbours {
 };
 
 // Seconds of one forward and backward `pass` in the setup's precision, with `neighbours` other
-// cores running the same pass (BusyNeighbours): the median of five after a warm-up.
+// cores running the same pass (BusyNeighbours): the fastest of five after a warm-up. The host's
+// other work only ever adds to a pass, so the fastest is its cost undisturbed (what
+// bench/parallel/plan_vs_runs.py takes of a run's steps too).
 template <typename Pass>
-double median_pass(const Setup& s, int neighbours, Pass&& pass) {
+double fastest_pass(const Setup& s, int neighbours, Pass&& pass) {
   const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
                         : s.dtype == "f16" ? DataType::kF16
                                            : DataType::kF32;
@@ -172,11 +174,10 @@ double median_pass(const Setup& s, int neighbours, Pass&& pass) {
     timed();
     if (rep > 0) t.push_back(since(t0));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return *std::min_element(t.begin(), t.end());
 }
 
-// Seconds of one block's forward and backward on b sequences (median_pass); with tp > 1 the slice
+// Seconds of one block's forward and backward on b sequences (fastest_pass); with tp > 1 the slice
 // one rank of a tp split runs (parallel/tensor_parallel.h): the attention's heads and the MLP's
 // hidden columns over tp, the LayerNorms and an MoE layer whole. The slice's all-reduces are not in
 // it (the collectives price them).
@@ -202,22 +203,26 @@ double time_block(const Setup& s, int64_t b, bool moe, int tp, int neighbours) {
   tensor::Tensor x = tensor::Tensor::empty({b, m.context, m.width});
   tensor::fill_normal_(x, {1, 2}, 0.0, 1.0);
   x.set_requires_grad(true);
-  return median_pass(s, neighbours, [&] { tensor::sum(block.forward(x, {})).backward(); });
+  return fastest_pass(s, neighbours, [&] { tensor::sum(block.forward(x, {})).backward(); });
 }
 
-// Seconds of the model's ends on b sequences, forward and backward (median_pass): the embeddings,
+// Seconds of the model's ends on b sequences, forward and backward (fastest_pass): the embeddings,
 // the final LayerNorm, the tied logits and the cross-entropy, which the blocks' FLOP rate does not
-// price well (a lookup and its scatter into the table, a softmax over the vocabulary).
-double time_ends(const Setup& s, int64_t b, int neighbours) {
+// price well (a lookup and its scatter into the table, a softmax over the vocabulary). With
+// tp > 1 the share one tp rank runs (parallel/tensor_parallel.h: the vocabulary-parallel table's
+// V/tp rows, the logits' V/tp columns and the cross-entropy over them, the final LayerNorm
+// whole), as a model of vocabulary V/tp; its all-reduces are left to the collectives.
+double time_ends(const Setup& s, int64_t b, int tp, int neighbours) {
   const ModelShape& m = s.model;
   tensor::nn::GPTConfig cfg = one_layer(m);
+  cfg.vocab = (m.vocab + tp - 1) / tp;
   tensor::nn::GPT gpt(cfg);
   gpt.init(1);
   std::vector<int64_t> ids(static_cast<size_t>(b * m.context));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % cfg.vocab);
   const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {b, m.context});
   const tensor::Tensor targets = tensor::Tensor::from_vector(ids, {b * m.context});
-  return median_pass(s, neighbours, [&] {
+  return fastest_pass(s, neighbours, [&] {
     const tensor::Tensor logits = gpt.head(gpt.embed(idx));
     gpt.wte->tied_loss(logits.view({b * m.context, logits.size(-1)}), targets).backward();
   });
@@ -225,7 +230,7 @@ double time_ends(const Setup& s, int64_t b, int neighbours) {
 
 // Seconds per parameter of the trainer's update (parallel/common/replicas.cc: the global
 // gradient norm, clipped, then AdamW over every parameter one tensor at a time), on the
-// one-layer model's parameters in f32 with gradients from one pass (median_pass): the norm's
+// one-layer model's parameters in f32 with gradients from one pass (fastest_pass): the norm's
 // pass and AdamW's square root and division per element make it slower than the bytes it moves
 // at the copy's bandwidth, the plan's form without a measurement.
 double time_optimizer(const Setup& s, int neighbours, int64_t* elements) {
@@ -243,11 +248,11 @@ double time_optimizer(const Setup& s, int neighbours, int64_t* elements) {
     copy.dtype = "f32";
     return copy;
   }();
-  return median_pass(f32, neighbours,
-                     [&] {
-                       tensor::optim::clip_grad_norm(adamw, 1.0);
-                       adamw.step();
-                     }) /
+  return fastest_pass(f32, neighbours,
+                      [&] {
+                        tensor::optim::clip_grad_norm(adamw, 1.0);
+                        adamw.step();
+                      }) /
          double(*elements);
 }
 
@@ -290,6 +295,7 @@ void calibrate_local(Cluster& c, const Setup& s) {
   c.model_flops_per_s.clear();
   c.tp_flops_per_s.clear();
   c.ends_seconds.clear();
+  c.tp_ends_seconds.clear();
   for (int tp = 1; tp <= c.world(); ++tp) {
     if (c.world() % tp != 0 || m.heads % tp != 0 || m.width % tp != 0) continue;
     std::string at;
@@ -306,11 +312,11 @@ void calibrate_local(Cluster& c, const Setup& s) {
         seconds += double(moe_blocks) * time_block(s, b, true, tp, neighbours);
       }
       (tp == 1 ? c.model_flops_per_s : c.tp_flops_per_s[tp])[b] = flops / seconds;
-      if (tp == 1) {
-        c.ends_seconds[b] = time_ends(s, b, neighbours);
-        ends += (ends.empty() ? "" : ", ") + std::to_string(b) + ": " +
-                std::to_string(c.ends_seconds[b] * 1e3).substr(0, 5);
-      }
+      const double end = time_ends(s, b, tp, neighbours);
+      (tp == 1 ? c.ends_seconds : c.tp_ends_seconds[tp])[b] = end;
+      ends += std::string(ends.empty() ? "" : ", ") +
+              (tp > 1 ? "tp " + std::to_string(tp) + " " : "") + std::to_string(b) + ": " +
+              std::to_string(end * 1e3).substr(0, 5);
       at += (at.empty() ? "" : ", ") + std::to_string(b) + ": " +
             std::to_string(static_cast<int64_t>(flops / seconds / 1e9));
     }

@@ -25,9 +25,10 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
       for (int64_t i = first; i < first + n; ++i) moe_blocks += model.moe_block(i) ? 1 : 0;
     }
   }
-  // `local` without tp: the head and embeddings at their measured time per micro-batch (on the
-  // heaviest stage), else the head's FLOPs at the blocks' rate.
-  const double ends = m.tp == 1 ? c.ends_s(m.micro_batch_size) : 0;
+  // `local`: the head and embeddings at their measured time per micro-batch (on the heaviest
+  // stage; with tp, a tp rank's share of the vocabulary), else the head's FLOPs at the blocks'
+  // rate.
+  const double ends = c.ends_s(m.micro_batch_size, m.tp);
   if (ends == 0) stage.rest += tokens * 6 * h * double(model.vocab);
   const double flops = model_flops(model, tokens);
   // Recomputation adds a forward of the blocks: 4/3 of their work.
