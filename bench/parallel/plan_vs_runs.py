@@ -5,14 +5,17 @@ For each mesh that gives every rank a core on a 2-core host (one process, dp 2, 
 micro-batches, tp 2, pp 2 with 4 micro-batches, and a mixture of experts on one process, at dp 2
 and at dp 2 x ep 2), in one run:
   measured   build/bin/chorus-run -n R build/bin/chorus-train MODEL MESH --steps S --log-json F
-             (one thread per rank): the median step_ms of steps 2 to S-2, then the median over
-             --rounds launches, the launches of the meshes taking turns;
+             (one thread per rank): the fastest step_ms of steps 2 to S-2 (other work on the
+             host only adds to a step; the probe takes its fastest pass alike), then the median
+             over --rounds launches, the launches of the meshes taking turns;
   predicted  build/bin/chorus-plan MODEL --cluster local MESH --json (--per-node 1 for one
              process) right after each launch, the collectives priced by the constants
              `chorus-tune --probe` fits on this host first (CHORUS_COST_FILE), compute by the
              engine's blocks measured there; the median over the rounds.
-It prints the table (mesh, measured ms, predicted ms, difference, the prediction's parts) with
-the CPU and the load average before and after: timings under load are not the quiet numbers.
+It prints the table (mesh, measured ms and the range over the rounds, predicted ms and its range,
+difference, the prediction's parts) with the CPU and the load average before and after, and says
+NOT QUIET when the one-minute load average passed the core count: timings under load are not the quiet
+numbers.
 
   bench/parallel/plan_vs_runs.py --build build            # the whole grid, 3 rounds
   bench/parallel/plan_vs_runs.py --only tp2,pp2 --rounds 1
@@ -66,7 +69,7 @@ def measure(args, name, tmp):
            "--threads", "1", "--steps", str(args.steps), "--log-json", log]
     check(cmd)
     steps = [json.loads(line)["step_ms"] for line in open(log) if line.strip()]
-    return statistics.median(steps[2:-1] if len(steps) > 4 else steps)
+    return min(steps[2:-1] if len(steps) > 4 else steps)
 
 
 def predict(args, name, env):
@@ -111,19 +114,28 @@ def main():
         for n in names:
             steps = [t["step"] for t in predictions[n]]
             predicted[n] = predictions[n][steps.index(statistics.median_low(steps))]
+    load_after = load()
     print("%s, load average %s before, %s after; %d round(s) of %d steps" % (
-        cpu_name(), load_before, load(), args.rounds, args.steps))
-    print("| mesh | measured ms | predicted ms | prediction | compute | tp | bubble | p2p | ep | dp |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+        cpu_name(), load_before, load_after, args.rounds, args.steps))
+    # The one-minute averages: the grid's own minutes (the longer ones remember earlier work).
+    busiest = max(float(load_before.split()[0]), float(load_after.split()[0]))
+    if busiest > os.cpu_count():
+        print("NOT QUIET: a one-minute load average above the %d cores; the runs and the probe "
+              "shared them with other work" % os.cpu_count())
+    print("| mesh | measured ms | measured range | predicted ms | predicted range | prediction |"
+          " compute | tp | bubble | p2p | ep | dp | optimizer |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     worst = 0.0
     for n in names:
         m = statistics.median(measured[n])
         t = predicted[n]
         p = 1e3 * t["step"]
+        steps = [1e3 * x["step"] for x in predictions[n]]
         worst = max(worst, abs(p / m - 1))
-        print("| %s | %.1f | %.1f | %+.0f%% | %s |" % (
-            LABEL[n], m, p, 100 * (p / m - 1),
-            " | ".join("%.1f" % (1e3 * t[k]) for k in ("compute", "tp", "bubble", "p2p", "ep", "dp"))))
+        print("| %s | %.1f | %.0f-%.0f | %.1f | %.0f-%.0f | %+.0f%% | %s |" % (
+            LABEL[n], m, min(measured[n]), max(measured[n]), p, min(steps), max(steps),
+            100 * (p / m - 1), " | ".join("%.1f" % (1e3 * t[k]) for k in (
+                "compute", "tp", "bubble", "p2p", "ep", "dp", "optimizer"))))
     print("worst: %.0f%% (target: within 15%%)" % (100 * worst))
 
 

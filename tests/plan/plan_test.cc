@@ -1,5 +1,8 @@
 // chorus-plan's formulas against values computed by hand, and its clear errors.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cmath>
@@ -440,6 +443,27 @@ TEST(PlanReport, JsonAndPictureCarryEveryMesh) {
 
 // `local` prices compute at the rate the engine measures on the model's blocks at each mesh's
 // micro-batch size, not at the GEMM peak (which still divides MFU).
+// `local`'s measured update: the rank's trained parameters (its shard under ZeRO) at the
+// measured seconds per parameter, scaled for 16-bit parameters by the bytes their update moves
+// (2 + 2 + 2 + 16 + an 8-byte master copy) against f32's 28; without a measurement, the bytes at
+// the memory's bandwidth.
+TEST(PlanFormulas, LocalOptimizerIsTheMeasuredUpdatePerParameter) {
+  plan::Setup s;
+  s.model = tiny();
+  s.batch = 8;
+  Cluster c = cluster_preset("8xh100", 1);
+  const MeshChoice m{.dp = 2, .tp = 1, .pp = 1, .micro_batches = 1, .micro_batch_size = 4};
+  const double P = double(rank_parameters(s.model, 1, s.model.layers, true, true, false).trained);
+  EXPECT_NEAR(estimate_step(s, m, c).optimizer, P * 28 / c.hbm_bytes_per_s, 1e-15);
+  c.optimizer_s_per_element = 2e-9;
+  EXPECT_NEAR(estimate_step(s, m, c).optimizer, P * 2e-9, 1e-15);
+  s.param_dtype = "bf16";
+  EXPECT_NEAR(estimate_step(s, m, c).optimizer, P * 2e-9 * 30 / 28, 1e-15);
+  s.param_dtype = "f32";
+  s.zero = 1;  // this rank's half
+  EXPECT_NEAR(estimate_step(s, m, c).optimizer, P / 2 * 2e-9, 1e-15);
+}
+
 TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
   plan::Setup s;
   s.model.layers = 2;
@@ -461,6 +485,12 @@ TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
                           "micro-batch size"),
             std::string::npos)
       << c.source;
+  // Timed with the other core running the same passes (a mesh's ranks compute at once), whose
+  // copies are gone afterwards; and the update measured per parameter.
+  EXPECT_NE(c.source.find("with 1 other core(s) running the same"), std::string::npos) << c.source;
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+  EXPECT_GT(c.optimizer_s_per_element, 0);
   // A tp 2 rank's slice is measured at the sizes of tp 2's meshes (dp 1) and prices a tp mesh's
   // compute: the rank's FLOPs (the blocks' over tp) at that rate, not the whole block's.
   ASSERT_EQ(c.tp_flops_per_s.size(), 1u);
@@ -469,9 +499,17 @@ TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
   {
     const MeshChoice m{.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1, .micro_batch_size = 8};
     const StepTime t = estimate_step(s, m, c);
-    const double flops = model_flops(s.model, double(s.batch) * double(s.model.context));
-    // (A tp rank's head stays priced by its FLOPs: the ends are measured whole.)
-    EXPECT_NEAR(t.compute, flops / 2 / c.tp_flops_per_s.at(2).at(8), 1e-9 * t.compute);
+    const double tokens = double(s.batch) * double(s.model.context);
+    const double flops = model_flops(s.model, tokens);
+    // The head and embeddings at the measured time of a tp rank's share of the vocabulary.
+    ASSERT_EQ(c.tp_ends_seconds.count(2), 1u);
+    ASSERT_EQ(c.tp_ends_seconds.at(2).count(8), 1u);
+    const double head = tokens * 6 * 32 * double(s.model.vocab);
+    EXPECT_NEAR(t.compute,
+                (flops - head) / 2 / c.tp_flops_per_s.at(2).at(8) + c.tp_ends_seconds.at(2).at(8),
+                1e-9 * t.compute);
+    EXPECT_EQ(c.ends_s(8, 2), c.tp_ends_seconds.at(2).at(8));
+    EXPECT_EQ(c.ends_s(8, 4), 0);  // not measured: the head's FLOPs price it
     EXPECT_NE(c.compute_flops("f32", 8, 2), c.compute_flops("f32", 8, 1));
   }
   for (const int64_t b : {int64_t(8), int64_t(2)}) {

@@ -21,7 +21,13 @@ double nearest(const std::map<int64_t, double>& rates, int64_t micro_batch_size)
 
 }  // namespace
 
-double Cluster::ends_s(int64_t micro_batch_size) const {
+double Cluster::ends_s(int64_t micro_batch_size, int tp) const {
+  if (tp > 1) {
+    const auto split = tp_ends_seconds.find(tp);
+    return split == tp_ends_seconds.end() || split->second.empty()
+               ? 0
+               : nearest(split->second, micro_batch_size);
+  }
   return ends_seconds.empty() ? 0 : nearest(ends_seconds, micro_batch_size);
 }
 

@@ -49,6 +49,13 @@ struct Cluster {
   // the tied logits and the loss, forward and backward, on one micro-batch; a mesh without tp
   // prices its head by this time instead of its FLOPs (ends_s).
   std::map<int64_t, double> ends_seconds;
+  // The same for a tensor-parallel rank, by tp: its share of the vocabulary (V/tp rows of the
+  // table, V/tp columns of the logits and of the cross-entropy) and the final LayerNorm whole.
+  std::map<int, std::map<int64_t, double>> tp_ends_seconds;
+  // And the update: seconds per parameter of the gradient norm and AdamW in f32 (the trainer's
+  // finish_step), which the optimizer's time uses instead of its bytes at hbm_bytes_per_s.
+  // 0: not measured.
+  double optimizer_s_per_element = 0;
   // `local`: the cost model the collective selector uses on this host (per algorithm, the
   // constants chorus-tune fitted, else the model's defaults), which prices collectives within the
   // host (GroupCollectives, collectives.h). Null for the presets: their links' forms.
@@ -60,8 +67,9 @@ struct Cluster {
   // a rank of a tp split: the rate measured at that tp (else the whole block's) and size, else at
   // the nearest size measured, else the peak x efficiency.
   double compute_flops(const std::string& dtype, int64_t micro_batch_size = 0, int tp = 1) const;
-  // ends_seconds at the size nearest `micro_batch_size`; 0 when not measured.
-  double ends_s(int64_t micro_batch_size) const;
+  // ends_seconds (tp_ends_seconds at tp > 1) at the size nearest `micro_batch_size`; 0 when not
+  // measured.
+  double ends_s(int64_t micro_batch_size, int tp = 1) const;
 };
 
 // 8xh100, 8xh200, 8xmi300x, 8xa100 (and `local`, which local_cluster() measures).

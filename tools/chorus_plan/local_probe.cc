@@ -1,6 +1,8 @@
 #include "local_probe.h"
 
 #include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "chorus/tensor/gemm.h"
 #include "chorus/tensor/nn.h"
 #include "chorus/tensor/ops.h"
+#include "chorus/tensor/optim.h"
 #include "chorus/tensor/random.h"
 #include "chorus/tune_table.h"
 
@@ -120,31 +123,65 @@ tensor::nn::GPTConfig one_layer(const ModelShape& m) {
   return cfg;
 }
 
-// Seconds of one forward and backward `pass` in the setup's precision: the median of three after
-// a warm-up.
+// While it lives, `n` copies of this process (fork) run `work` over and over on the other cores:
+// a mesh's ranks compute at the same time, sharing the host's caches, memory bandwidth and
+// clock, so the probe times its passes with every other core as busy as the run keeps it (none
+// for one process). The copies are killed and reaped when it ends; a failed fork leaves fewer.
+class BusyNeighbours {
+ public:
+  template <typename Work>
+  BusyNeighbours(int n, Work&& work) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        try {
+          for (;;) work();
+        } catch (...) {
+        }
+        ::_exit(0);
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyNeighbours() {
+    for (const pid_t pid : pids_) ::kill(pid, SIGKILL);
+    for (const pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  }
+  BusyNeighbours(const BusyNeighbours&) = delete;
+  BusyNeighbours& operator=(const BusyNeighbours&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// Seconds of one forward and backward `pass` in the setup's precision, with `neighbours` other
+// cores running the same pass (BusyNeighbours): the fastest of five after a warm-up. The host's
+// other work only ever adds to a pass, so the fastest is its cost undisturbed (what
+// bench/parallel/plan_vs_runs.py takes of a run's steps too).
 template <typename Pass>
-double median_pass(const Setup& s, Pass&& pass) {
+double fastest_pass(const Setup& s, int neighbours, Pass&& pass) {
   const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
                         : s.dtype == "f16" ? DataType::kF16
                                            : DataType::kF32;
+  auto timed = [&] {
+    tensor::AutocastGuard autocast(lowp);
+    pass();
+  };
+  const BusyNeighbours busy(neighbours, timed);
   std::vector<double> t;
-  for (int rep = 0; rep < 4; ++rep) {
+  for (int rep = 0; rep < 6; ++rep) {
     const auto t0 = Clock::now();
-    {
-      tensor::AutocastGuard autocast(lowp);
-      pass();
-    }
+    timed();
     if (rep > 0) t.push_back(since(t0));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return *std::min_element(t.begin(), t.end());
 }
 
-// Seconds of one block's forward and backward on b sequences (the median of three after a
-// warm-up); with tp > 1 the slice one rank of a tp split runs (parallel/tensor_parallel.h): the
-// attention's heads and the MLP's hidden columns over tp, the LayerNorms and an MoE layer whole.
-// The slice's all-reduces are not in it (the collectives price them).
-double time_block(const Setup& s, int64_t b, bool moe, int tp) {
+// Seconds of one block's forward and backward on b sequences (fastest_pass); with tp > 1 the slice
+// one rank of a tp split runs (parallel/tensor_parallel.h): the attention's heads and the MLP's
+// hidden columns over tp, the LayerNorms and an MoE layer whole. The slice's all-reduces are not in
+// it (the collectives price them).
+double time_block(const Setup& s, int64_t b, bool moe, int tp, int neighbours) {
   const ModelShape& m = s.model;
   tensor::nn::GPTConfig cfg = one_layer(m);
   cfg.experts = moe ? m.experts : 0;
@@ -166,26 +203,57 @@ double time_block(const Setup& s, int64_t b, bool moe, int tp) {
   tensor::Tensor x = tensor::Tensor::empty({b, m.context, m.width});
   tensor::fill_normal_(x, {1, 2}, 0.0, 1.0);
   x.set_requires_grad(true);
-  return median_pass(s, [&] { tensor::sum(block.forward(x, {})).backward(); });
+  return fastest_pass(s, neighbours, [&] { tensor::sum(block.forward(x, {})).backward(); });
 }
 
-// Seconds of the model's ends on b sequences, forward and backward (the median of three after a
-// warm-up): the embeddings, the final LayerNorm, the tied logits and the cross-entropy, which
-// the blocks' FLOP rate does not price well (a lookup and its scatter into the table, a softmax
-// over the vocabulary).
-double time_ends(const Setup& s, int64_t b) {
+// Seconds of the model's ends on b sequences, forward and backward (fastest_pass): the embeddings,
+// the final LayerNorm, the tied logits and the cross-entropy, which the blocks' FLOP rate does not
+// price well (a lookup and its scatter into the table, a softmax over the vocabulary). With
+// tp > 1 the share one tp rank runs (parallel/tensor_parallel.h: the vocabulary-parallel table's
+// V/tp rows, the logits' V/tp columns and the cross-entropy over them, the final LayerNorm
+// whole), as a model of vocabulary V/tp; its all-reduces are left to the collectives.
+double time_ends(const Setup& s, int64_t b, int tp, int neighbours) {
   const ModelShape& m = s.model;
   tensor::nn::GPTConfig cfg = one_layer(m);
+  cfg.vocab = (m.vocab + tp - 1) / tp;
   tensor::nn::GPT gpt(cfg);
   gpt.init(1);
   std::vector<int64_t> ids(static_cast<size_t>(b * m.context));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % cfg.vocab);
   const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {b, m.context});
   const tensor::Tensor targets = tensor::Tensor::from_vector(ids, {b * m.context});
-  return median_pass(s, [&] {
+  return fastest_pass(s, neighbours, [&] {
     const tensor::Tensor logits = gpt.head(gpt.embed(idx));
     gpt.wte->tied_loss(logits.view({b * m.context, logits.size(-1)}), targets).backward();
   });
+}
+
+// Seconds per parameter of the trainer's update (parallel/common/replicas.cc: the global
+// gradient norm, clipped, then AdamW over every parameter one tensor at a time), on the
+// one-layer model's parameters in f32 with gradients from one pass (fastest_pass): the norm's
+// pass and AdamW's square root and division per element make it slower than the bytes it moves
+// at the copy's bandwidth, the plan's form without a measurement.
+double time_optimizer(const Setup& s, int neighbours, int64_t* elements) {
+  const ModelShape& m = s.model;
+  tensor::nn::GPT gpt(one_layer(m));
+  gpt.init(1);
+  std::vector<int64_t> ids(static_cast<size_t>(m.context));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
+  const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {1, m.context});
+  gpt.loss(idx, idx, 0).backward();
+  tensor::optim::AdamW adamw(gpt.named_parameters(), {});
+  *elements = gpt.num_parameters();
+  const Setup f32 = [&] {
+    Setup copy = s;
+    copy.dtype = "f32";
+    return copy;
+  }();
+  return fastest_pass(f32, neighbours,
+                      [&] {
+                        tensor::optim::clip_grad_norm(adamw, 1.0);
+                        adamw.step();
+                      }) /
+         double(*elements);
 }
 
 }  // namespace
@@ -220,10 +288,14 @@ void calibrate_local(Cluster& c, const Setup& s) {
   dense.vocab = moe.vocab = 0;
   dense.experts = 0;
   moe.moe_every = 1;
+  // A mesh of the host's cores runs its ranks at once: every pass is timed with the other cores
+  // running the same one (BusyNeighbours); none for one process (--per-node 1).
+  const int neighbours = c.world() - 1;
   std::string rates, ends;
   c.model_flops_per_s.clear();
   c.tp_flops_per_s.clear();
   c.ends_seconds.clear();
+  c.tp_ends_seconds.clear();
   for (int tp = 1; tp <= c.world(); ++tp) {
     if (c.world() % tp != 0 || m.heads % tp != 0 || m.width % tp != 0) continue;
     std::string at;
@@ -232,30 +304,35 @@ void calibrate_local(Cluster& c, const Setup& s) {
       double flops = 0, seconds = 0;
       if (dense_blocks > 0) {
         flops += double(dense_blocks) * model_flops(dense, tokens) / tp;
-        seconds += double(dense_blocks) * time_block(s, b, false, tp);
+        seconds += double(dense_blocks) * time_block(s, b, false, tp, neighbours);
       }
       if (moe_blocks > 0) {
         const BlockFlops f = block_flops(moe, tokens, 0, 1);
         flops += double(moe_blocks) * (f.rest / tp + f.experts);
-        seconds += double(moe_blocks) * time_block(s, b, true, tp);
+        seconds += double(moe_blocks) * time_block(s, b, true, tp, neighbours);
       }
       (tp == 1 ? c.model_flops_per_s : c.tp_flops_per_s[tp])[b] = flops / seconds;
-      if (tp == 1) {
-        c.ends_seconds[b] = time_ends(s, b);
-        ends += (ends.empty() ? "" : ", ") + std::to_string(b) + ": " +
-                std::to_string(c.ends_seconds[b] * 1e3).substr(0, 5);
-      }
+      const double end = time_ends(s, b, tp, neighbours);
+      (tp == 1 ? c.ends_seconds : c.tp_ends_seconds[tp])[b] = end;
+      ends += std::string(ends.empty() ? "" : ", ") +
+              (tp > 1 ? "tp " + std::to_string(tp) + " " : "") + std::to_string(b) + ": " +
+              std::to_string(end * 1e3).substr(0, 5);
       at += (at.empty() ? "" : ", ") + std::to_string(b) + ": " +
             std::to_string(static_cast<int64_t>(flops / seconds / 1e9));
     }
     rates += (rates.empty() ? "" : "; ") +
              std::string(tp > 1 ? "tp " + std::to_string(tp) + " " : "") + at;
   }
+  int64_t elements = 0;
+  c.optimizer_s_per_element = time_optimizer(s, neighbours, &elements);
   c.source += std::string("; compute: the model's blocks") +
               (moe_blocks > 0 ? " (dense and MoE)" : "") +
               " forward and backward, whole and as a tp rank's slice, measured by micro-batch "
-              "size in sequences (GFLOP/s " +
-              rates + "), and its ends (embeddings, head, loss) by time (ms " + ends + ")";
+              "size in sequences, with " +
+              std::to_string(neighbours) + " other core(s) running the same (GFLOP/s " + rates +
+              "), its ends (embeddings, head, loss) by time (ms " + ends +
+              "), and the update (gradient norm and AdamW) by time per parameter (ns " +
+              std::to_string(c.optimizer_s_per_element * 1e9).substr(0, 5) + ")";
 }
 
 }  // namespace chorus::plan

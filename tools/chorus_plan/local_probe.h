@@ -25,8 +25,11 @@ Cluster local_cluster();
 // micro-batch reaches less. For each tp that divides the cores and the heads, the same on the
 // slice of a block one tp rank runs (Cluster::tp_flops_per_s): a split block's smaller products
 // and its replicated LayerNorms reach less again. And the model's ends (embeddings, final
-// LayerNorm, tied logits, loss) by their time per micro-batch (Cluster::ends_seconds), which a
-// mesh without tp prices its head by.
+// LayerNorm, tied logits, loss) by their time per micro-batch (Cluster::ends_seconds), and a tp
+// rank's share of them (Cluster::tp_ends_seconds), which price a mesh's head; and the update
+// (gradient norm and AdamW) per parameter (Cluster::optimizer_s_per_element). Every pass is
+// timed as the fastest of five while copies of the probe run it on the cluster's other cores (a
+// mesh's ranks compute at once).
 std::set<int64_t> local_micro_batch_sizes(const Setup& s, int world);
 void calibrate_local(Cluster& c, const Setup& s);
 

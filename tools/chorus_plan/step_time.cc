@@ -46,9 +46,10 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
       for (int64_t i = first; i < first + n; ++i) moe_blocks += model.moe_block(i) ? 1 : 0;
     }
   }
-  // `local` without tp: the head and embeddings at their measured time per micro-batch (on the
-  // heaviest stage), else the head's FLOPs at the blocks' rate.
-  const double ends = m.tp == 1 ? c.ends_s(m.micro_batch_size) : 0;
+  // `local`: the head and embeddings at their measured time per micro-batch (on the heaviest
+  // stage; with tp, a tp rank's share of the vocabulary), else the head's FLOPs at the blocks'
+  // rate.
+  const double ends = c.ends_s(m.micro_batch_size, m.tp);
   if (ends == 0) stage.rest += tokens * 6 * h * double(model.vocab);
   const double flops = model_flops(model, tokens);
   // Recomputation adds a forward of the blocks: 4/3 of their work.
@@ -165,6 +166,11 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
                                    : double(rp.trained + rp.experts);
   const double bytes_per = 3 * pb + 16 + (pb < 4 ? 8 : 0);
   t.optimizer = shard * bytes_per / c.hbm_bytes_per_s;
+  // `local` measures the update itself (the gradient norm's pass and AdamW's per-element square
+  // root and division, in f32: 28 bytes a parameter): its time per parameter, scaled by the
+  // bytes a 16-bit parameter's update moves against f32's.
+  if (c.optimizer_s_per_element > 0)
+    t.optimizer = shard * c.optimizer_s_per_element * bytes_per / (3 * 4 + 16);
 
   t.total = t.compute + t.tp + t.bubble + t.p2p + t.ep + t.dp + t.optimizer;
   t.tokens_per_s = tokens / t.total;
