@@ -1,0 +1,134 @@
+// Stress of the shm transport's lock-free protocols (shm_layout.h), with payloads chosen to look
+// like the words the protocols validate, in fresh transports each round, on more ranks than the
+// machine has cores so that readers and writers are preempted at every point.
+//
+// The fan-out buffer: a reader polls the `seq` word at its position and takes the piece when
+// the word holds that position + 1. Headers do not sit at fixed places in the ring, so the line
+// a reader polls next may hold payload of an earlier lap; the writer zeroes that line before it
+// publishes the piece before it. Here every payload word holds exactly the value a reader one
+// lap later would accept at its place (the ring's positions follow from the message sizes, as
+// shm_layout.h lays them out): a writer that did not zero the next line shows as a reader taking
+// payload for a header (a stamp mismatch or wrong bytes), not as a lucky pass.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "chorus/communicator.h"
+#include "exchange.h"
+#include "multiproc.h"
+#include "transport/factory.h"
+#include "transport/shm/shm_layout.h"
+#include "transport/transport.h"
+
+namespace chorus::testing {
+namespace {
+
+constexpr std::chrono::milliseconds kTimeout{30000};
+constexpr uint64_t kLine = sizeof(transport::shm::SlotHeader);
+constexpr size_t kFanSlotBytes = 128;
+constexpr size_t kFanDepth = 2;
+
+transport::OpStamp stamp_for(uint64_t seq, size_t words) {
+  return {seq,
+          words,
+          static_cast<uint8_t>(Collective::kAllGather),
+          static_cast<uint8_t>(DataType::kI64),
+          0,
+          6,
+          0};
+}
+
+// One writer's fan-out buffer as shm_layout.h lays it out: a message of more than 16 bytes goes
+// in pieces of at most kFanSlotBytes, each a header line and its payload rounded up to a line,
+// preceded by a skip to the ring's start where it would cross the end. message() returns the
+// message whose every word holds (its absolute position in the ring + capacity + 1): the `seq` a
+// reader one lap later expects at that place.
+class RingModel {
+ public:
+  explicit RingModel(uint64_t capacity) : capacity_(capacity) {}
+  std::vector<uint64_t> message(size_t words) {
+    std::vector<uint64_t> m(words);
+    const size_t bytes = words * sizeof(uint64_t);
+    if (bytes <= transport::shm::kInlineBytes) {
+      pos_ += place(kLine);
+      for (size_t i = 0; i < words; ++i) m[i] = pos_ + i;  // inline: no payload line
+      return m;
+    }
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(kFanSlotBytes, bytes - done);
+      const uint64_t piece = kLine + (n + kLine - 1) / kLine * kLine;
+      const uint64_t at = place(piece);
+      for (size_t b = 0; b < n; b += sizeof(uint64_t))
+        m[(done + b) / sizeof(uint64_t)] = at + kLine + b + capacity_ + 1;
+      pos_ = at + piece;
+      done += n;
+    }
+    return m;
+  }
+
+ private:
+  // The header's position of a piece of `piece` bytes; skips to the start where needed.
+  uint64_t place(uint64_t piece) {
+    const uint64_t here = pos_ % capacity_;
+    if (here + piece > capacity_) pos_ += capacity_ - here;
+    return pos_;
+  }
+  uint64_t capacity_;
+  uint64_t pos_ = 0;
+};
+
+// Every rank fans out a message to every other, through a buffer of 7 lines, with message sizes
+// that grow and shrink (inline, one piece, several pieces and skips), by the small-message path
+// and by posted requests in turn; a reader falls behind at times. Fresh transports each round,
+// four ranks on however few cores.
+TEST(ShmStress, FanReadersNeverTakeAnEarlierLapForAHeader) {
+  RunOptions options;
+  options.env["CHORUS_SHM_FAN_SLOT_BYTES"] = std::to_string(kFanSlotBytes);
+  options.env["CHORUS_SHM_FAN_DEPTH"] = std::to_string(kFanDepth);
+  const transport::shm::Layout layout{1, 128, 2, kFanSlotBytes, kFanDepth};
+  const uint64_t capacity = layout.fan_capacity();
+  constexpr int n = 4;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    run_wired(
+        n,
+        [&](int rank, transport::Wiring& w, Exchange& ex) {
+          ASSERT_TRUE(w.transport->capabilities().fans_out);
+          std::vector<RingModel> rings(n, RingModel(capacity));
+          for (uint64_t seq = 1; seq <= 150; ++seq) {
+            // Growing, then starting again small: 3..63 words, the start moving each round.
+            const size_t words = 3 + (seq * 7 + static_cast<uint64_t>(round) * 5) % 61;
+            const size_t bytes = words * sizeof(uint64_t);
+            SCOPED_TRACE(::testing::Message() << "message " << seq << " words " << words);
+            std::vector<std::vector<uint64_t>> want(n);
+            for (int p = 0; p < n; ++p) want[p] = rings[p].message(words);
+            std::vector<uint64_t> mine = want[rank];
+            std::vector<uint64_t> all(words * n, 0);
+            ex.begin("allgather", static_cast<int64_t>(seq), "test", kTimeout,
+                     stamp_for(seq, words));
+            if (rank == static_cast<int>(seq % n) && seq % 9 == 0)
+              std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            if (seq % 4 == 0) {
+              ex.post_fan_out(mine.data(), bytes, all.data() + rank * words);
+              for (int p = 0; p < n; ++p)
+                if (p != rank) ex.post_fan_in(p, all.data() + p * words, bytes);
+              ex.wait_all();
+            } else {
+              ex.fan_small(mine.data(), all.data() + rank * words, Exchange::kAllPeers,
+                           reinterpret_cast<std::byte*>(all.data()), bytes, bytes);
+            }
+            for (int p = 0; p < n; ++p)
+              ASSERT_TRUE(std::equal(want[p].begin(), want[p].end(), all.begin() + p * words))
+                  << "rank " << rank << ": block of rank " << p;
+          }
+        },
+        options);
+  }
+}
+
+}  // namespace
+}  // namespace chorus::testing
