@@ -11,16 +11,20 @@
 // payload for a header (a stamp mismatch or wrong bytes), not as a lucky pass.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "chorus/error.h"
 #include "exchange.h"
 #include "multiproc.h"
 #include "transport/factory.h"
+#include "transport/peer_monitor.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/transport.h"
 
@@ -127,6 +131,58 @@ TEST(ShmStress, FanReadersNeverTakeAnEarlierLapForAHeader) {
           }
         },
         options);
+  }
+}
+
+// A rank's failure is published once: its cause and text, then its status (shm_layout.h), which
+// peers read first. Two threads of one rank may announce at once (abort() from the application
+// while the progress thread's operation fails): whichever publishes, the text the peers read is
+// the one its announcer wrote, whole, with its cause, never a mix or one overwritten after the
+// status went out.
+TEST(ShmStress, ConcurrentFailureAnnouncementsPublishOneWholeText) {
+  constexpr size_t kTextBytes = 1000;
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    SharedBetweenRanks<std::atomic<int>> announced;
+    run_wired(2, [&](int rank, transport::Wiring& w, Exchange&) {
+      transport::PeerMonitor& monitor = w.transport->monitor();
+      if (rank == 1) {
+        std::atomic<bool> go{false};
+        auto announcer = [&](int cause, char c) {
+          const std::string text(kTextBytes, c);
+          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+          monitor.announce_failure(cause, text);
+        };
+        std::thread a(announcer, 1, 'a'), b(announcer, 0, 'b');
+        go.store(true, std::memory_order_release);
+        a.join();
+        b.join();
+        announced->store(1);
+        return;
+      }
+      // What a peer reads as soon as the status says failed, and again once both announcers
+      // are done: one whole text with its cause, the same both times.
+      auto read = [&] {
+        try {
+          monitor.check_peers({}, transport::OpStamp{});
+          return std::string();
+        } catch (const PeerFailure& e) {
+          return std::string(e.what());
+        }
+      };
+      std::string first;
+      while ((first = read()).empty()) std::this_thread::yield();
+      while (announced->load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const std::string last = read();
+      for (const std::string& what : {first, last}) {
+        const bool own = what.find("rank 1 failed: ") != std::string::npos;
+        const bool other = what.find("rank 0 failed first (reported by rank 1): ") != std::string::npos;
+        ASSERT_TRUE(own != other) << what;
+        EXPECT_EQ(what.substr(what.size() - kTextBytes), std::string(kTextBytes, own ? 'a' : 'b'))
+            << "the text of cause " << (own ? 1 : 0) << " is not whole";
+      }
+      EXPECT_EQ(first, last) << "a published failure changed after peers read it";
+    });
   }
 }
 
