@@ -27,6 +27,7 @@
 #include "transport/peer_monitor.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/transport.h"
+#include "wait_policy.h"
 
 namespace chorus::testing {
 namespace {
@@ -183,6 +184,66 @@ TEST(ShmStress, ConcurrentFailureAnnouncementsPublishOneWholeText) {
       }
       EXPECT_EQ(first, last) << "a published failure changed after peers read it";
     });
+  }
+}
+
+// A waiting rank sleeps on its doorbell (transport/futex.h) right after one last look, and every
+// publication it may wait for rings it: a slot, room in a FIFO, a fan-out piece, room in the
+// fan-out buffer. Here ranks sleep at once (no spinning, no yields) and a sleep lasts up to 5 s
+// unless rung, so a wake-up lost anywhere shows as a step taking seconds. Three ranks pass
+// messages round a ring and all-gather through buffers of two small slots, sizes growing from
+// inline to many slots, on two cores; fresh transports each round.
+TEST(ShmStress, SleepingRanksAreWokenByEveryPublication) {
+  RunOptions options;
+  options.env["CHORUS_SHM_SLOT_BYTES"] = "128";
+  options.env["CHORUS_SHM_DEPTH"] = "2";
+  options.env["CHORUS_SHM_FAN_SLOT_BYTES"] = std::to_string(kFanSlotBytes);
+  options.env["CHORUS_SHM_FAN_DEPTH"] = std::to_string(kFanDepth);
+  WaitPolicy sleep_at_once;
+  sleep_at_once.sleep_ns = 5'000'000'000L;
+  constexpr auto kLostWake = std::chrono::seconds(2);
+  constexpr int n = 3;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    run_wired(
+        n,
+        [&](int rank, transport::Wiring& w, Exchange&) {
+          Exchange ex(*w.transport, rank, n, sleep_at_once);
+          for (uint64_t seq = 1; seq <= 240; ++seq) {
+            const size_t words = 1 + (seq * 13 + static_cast<uint64_t>(round) * 7) % 160;
+            const size_t bytes = words * sizeof(uint64_t);
+            auto block = [&](int p) {
+              std::vector<uint64_t> v(words);
+              for (size_t i = 0; i < words; ++i) v[i] = seq << 32 | static_cast<uint64_t>(p) << 24 | i;
+              return v;
+            };
+            const auto t0 = std::chrono::steady_clock::now();
+            ex.begin("ring", static_cast<int64_t>(seq), "test", kTimeout, stamp_for(seq, words));
+            const std::vector<uint64_t> mine = block(rank);
+            if (seq % 3 == 0) {
+              std::vector<uint64_t> all(words * n, 0);
+              ex.post_fan_out(mine.data(), bytes, all.data() + rank * words);
+              for (int p = 0; p < n; ++p)
+                if (p != rank) ex.post_fan_in(p, all.data() + p * words, bytes);
+              ex.wait_all();
+              for (int p = 0; p < n; ++p) {
+                const std::vector<uint64_t> want = block(p);
+                ASSERT_TRUE(std::equal(want.begin(), want.end(), all.begin() + p * words))
+                    << "message " << seq << ", rank " << rank << ": block of rank " << p;
+              }
+            } else {
+              const int from = (rank + n - 1) % n;
+              std::vector<uint64_t> got(words, 0);
+              ex.post_send((rank + 1) % n, mine.data(), bytes);
+              ex.post_recv(from, got.data(), bytes);
+              ex.wait_all();
+              ASSERT_EQ(got, block(from)) << "message " << seq << " at rank " << rank;
+            }
+            ASSERT_LT(std::chrono::steady_clock::now() - t0, kLostWake)
+                << "rank " << rank << " slept through a wake-up at message " << seq;
+          }
+        },
+        options);
   }
 }
 
