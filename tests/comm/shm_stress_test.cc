@@ -1,14 +1,8 @@
-// Stress of the shm transport's lock-free protocols (shm_layout.h), with payloads chosen to look
-// like the words the protocols validate, in fresh transports each round, on more ranks than the
-// machine has cores so that readers and writers are preempted at every point.
-//
-// The fan-out buffer: a reader polls the `seq` word at its position and takes the piece when
-// the word holds that position + 1. Headers do not sit at fixed places in the ring, so the line
-// a reader polls next may hold payload of an earlier lap; the writer zeroes that line before it
-// publishes the piece before it. Here every payload word holds exactly the value a reader one
-// lap later would accept at its place (the ring's positions follow from the message sizes, as
-// shm_layout.h lays them out): a writer that did not zero the next line shows as a reader taking
-// payload for a header (a stamp mismatch or wrong bytes), not as a lucky pass.
+// Stress of the shm transport's lock-free protocols (shm_layout.h), each driven where a broken
+// publication order or a lost wake-up would show: payloads chosen to look like the words the
+// protocols validate, fresh transports each round, more ranks (or threads) than the machine has
+// cores so that readers and writers are preempted at every point. The fan-out buffer's headers,
+// a rank's published failure, and the doorbells every wait sleeps on.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -47,6 +41,13 @@ transport::OpStamp stamp_for(uint64_t seq, size_t words) {
           0};
 }
 
+// The fan-out buffer: a reader polls the `seq` word at its position and takes the piece when
+// the word holds that position + 1. Headers do not sit at fixed places in the ring, so the line
+// a reader polls next may hold payload of an earlier lap; the writer zeroes that line before it
+// publishes the piece before it. Here every payload word holds exactly the value a reader one
+// lap later would accept at its place: a writer that did not zero the next line shows as a
+// reader taking payload for a header (a stamp mismatch or wrong bytes), not as a lucky pass.
+//
 // One writer's fan-out buffer as shm_layout.h lays it out: a message of more than 16 bytes goes
 // in pieces of at most kFanSlotBytes, each a header line and its payload rounded up to a line,
 // preceded by a skip to the ring's start where it would cross the end. message() returns the
@@ -162,22 +163,30 @@ TEST(ShmStress, ConcurrentFailureAnnouncementsPublishOneWholeText) {
         return;
       }
       // What a peer reads as soon as the status says failed, and again once both announcers
-      // are done: one whole text with its cause, the same both times.
+      // are done: one whole text with its cause, the same both times. ("gone": rank 1 ended
+      // without publishing anything.)
+      transport::OpStamp p2p{};
+      p2p.coll = static_cast<uint8_t>(Collective::kSend);
+      const std::vector<int> rank1{1};
       auto read = [&] {
         try {
-          monitor.check_peers({}, transport::OpStamp{});
-          return std::string();
+          return monitor.check_peers(rank1, p2p).empty() ? std::string() : std::string("gone");
         } catch (const PeerFailure& e) {
           return std::string(e.what());
         }
       };
       std::string first;
       while ((first = read()).empty()) std::this_thread::yield();
-      while (announced->load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ASSERT_NE(first, "gone") << "rank 1 ended without publishing its failure";
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (announced->load() == 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ASSERT_EQ(announced->load(), 1) << "rank 1's announcers did not finish";
       const std::string last = read();
       for (const std::string& what : {first, last}) {
         const bool own = what.find("rank 1 failed: ") != std::string::npos;
-        const bool other = what.find("rank 0 failed first (reported by rank 1): ") != std::string::npos;
+        const bool other =
+            what.find("rank 0 failed first (reported by rank 1): ") != std::string::npos;
         ASSERT_TRUE(own != other) << what;
         EXPECT_EQ(what.substr(what.size() - kTextBytes), std::string(kTextBytes, own ? 'a' : 'b'))
             << "the text of cause " << (own ? 1 : 0) << " is not whole";
@@ -214,7 +223,8 @@ TEST(ShmStress, SleepingRanksAreWokenByEveryPublication) {
             const size_t bytes = words * sizeof(uint64_t);
             auto block = [&](int p) {
               std::vector<uint64_t> v(words);
-              for (size_t i = 0; i < words; ++i) v[i] = seq << 32 | static_cast<uint64_t>(p) << 24 | i;
+              for (size_t i = 0; i < words; ++i)
+                v[i] = seq << 32 | static_cast<uint64_t>(p) << 24 | i;
               return v;
             };
             const auto t0 = std::chrono::steady_clock::now();
