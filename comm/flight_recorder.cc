@@ -91,11 +91,17 @@ uint64_t FlightRecorder::issued(const Record& r, bool started) {
   const uint64_t id = next_.load(std::memory_order_relaxed);
   Entry& e = entries_[id & (capacity_ - 1)];
   // An even version read with acquire orders this after the entry's last write; odd, its runner
-  // is writing it now.
-  const bool writing = e.version.load(std::memory_order_acquire) & 1;
+  // is writing it now. The state is read between two reads of the version, as a dump reads an
+  // entry: a state of a write still in progress (finished() storing Done, visible before its odd
+  // version on a weakly ordered CPU) changes the version, and the entry is left to its runner
+  // rather than written by two threads at once.
+  const uint32_t v = e.version.load(std::memory_order_acquire);
   const auto state = static_cast<State>(e.state.load(std::memory_order_relaxed));
-  if (writing || (e.id.load(std::memory_order_relaxed) != kUnrecorded && state != State::kDone &&
-                  state != State::kFailed)) [[unlikely]] {
+  const uint64_t held = e.id.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const bool writing = (v & 1) != 0 || e.version.load(std::memory_order_relaxed) != v;
+  if (writing || (held != kUnrecorded && state != State::kDone && state != State::kFailed))
+      [[unlikely]] {
     unrecorded_.fetch_add(1, std::memory_order_relaxed);
     return kUnrecorded;
   }

@@ -101,7 +101,12 @@ void ShmTransport::announce(PeerStatus status) {
   }
 }
 
+// The cause and text are written before the status publishes them, and never after: peers read
+// them once the status says failed. Two threads may announce at once (abort() from the
+// application while the progress thread's operation fails); the status alone cannot keep the
+// later one from rewriting the text after the first published it, so the writer claims first.
 void ShmTransport::announce_failure(int cause_rank, std::string_view text) {
+  if (announcing_.exchange(true, std::memory_order_acq_rel)) return;
   auto* h = header();
   if (h->status.load() != static_cast<uint32_t>(PeerStatus::kRunning)) return;
   h->cause_rank = cause_rank;

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <span>
@@ -147,6 +148,8 @@ class ShmTransport : public Transport, public Waiter, public PeerMonitor {
   std::vector<std::pair<int, gpu::OwnedStream>> host_copy_streams_;
   RegisteredRanges registered_;  // Communicator::register_device_memory
   bool abandoned_ = false;       // a failed operation: peers may never close their mappings
+  // Claimed by the one thread that writes this rank's failure (announce_failure).
+  std::atomic<bool> announcing_{false};
 };
 
 namespace shm {
