@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,18 +26,25 @@ class TeamSize {
   int saved_;
 };
 
+// Runs `reps` jobs of `tasks` tasks on the current team; fails naming `where` and the task when
+// one did not run exactly once.
+void expect_each_task_once(int tasks, int reps, const std::string& where) {
+  for (int rep = 0; rep < reps; ++rep) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(tasks));
+    auto fn = [&](int t) { hits[static_cast<size_t>(t)].fetch_add(1); };
+    pool_run(tasks, TaskRef(fn));
+    for (int t = 0; t < tasks; ++t)
+      ASSERT_EQ(hits[static_cast<size_t>(t)].load(), 1)
+          << where << " tasks " << tasks << " rep " << rep << " task " << t;
+  }
+}
+
 TEST(ThreadPool, EveryTaskRunsOnce) {
   for (int team : {1, 2, 3, 5}) {
     TeamSize size(team);
     for (int tasks : {1, 2, 3, 7, 64}) {
-      for (int rep = 0; rep < 50; ++rep) {
-        std::vector<std::atomic<int>> hits(static_cast<size_t>(tasks));
-        auto fn = [&](int t) { hits[static_cast<size_t>(t)].fetch_add(1); };
-        pool_run(tasks, TaskRef(fn));
-        for (int t = 0; t < tasks; ++t)
-          ASSERT_EQ(hits[static_cast<size_t>(t)].load(), 1)
-              << "team " << team << " tasks " << tasks << " task " << t;
-      }
+      expect_each_task_once(tasks, 50, "team " + std::to_string(team));
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -52,14 +60,9 @@ TEST(ThreadPool, ALateWorkerNeverRunsTheNextJobsTaskTwice) {
     for (int team : {2, 3, 5}) {
       TeamSize size(team);
       for (int tasks : {2, 3, 7, 64}) {
-        for (int rep = 0; rep < 3; ++rep) {
-          std::vector<std::atomic<int>> hits(static_cast<size_t>(tasks));
-          auto fn = [&](int t) { hits[static_cast<size_t>(t)].fetch_add(1); };
-          pool_run(tasks, TaskRef(fn));
-          for (int t = 0; t < tasks; ++t)
-            ASSERT_EQ(hits[static_cast<size_t>(t)].load(), 1)
-                << "round " << round << " team " << team << " tasks " << tasks << " task " << t;
-        }
+        expect_each_task_once(tasks, 3,
+                              "round " + std::to_string(round) + " team " + std::to_string(team));
+        if (HasFatalFailure()) return;
       }
     }
   }
