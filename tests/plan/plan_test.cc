@@ -462,6 +462,8 @@ TEST(PlanFormulas, LocalOptimizerIsTheMeasuredUpdatePerParameter) {
   s.param_dtype = "f32";
   s.zero = 1;  // this rank's half
   EXPECT_NEAR(estimate_step(s, m, c).optimizer, P / 2 * 2e-9, 1e-15);
+  c.optimizer_fixed_s = 1e-3;  // and a step's cost whatever its parameters
+  EXPECT_NEAR(estimate_step(s, m, c).optimizer, 1e-3 + P / 2 * 2e-9, 1e-15);
 }
 
 TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
@@ -491,6 +493,8 @@ TEST(PlanLocal, ComputeIsPricedAtTheModelsMeasuredRatePerMicroBatchSize) {
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
   EXPECT_GT(c.optimizer_s_per_element, 0);
+  EXPECT_GE(c.optimizer_fixed_s, 0);
+  EXPECT_NE(c.source.find("by time per step and per parameter"), std::string::npos) << c.source;
   // A tp 2 rank's slice is measured at the sizes of tp 2's meshes (dp 1) and prices a tp mesh's
   // compute: the rank's FLOPs (the blocks' over tp) at that rate, not the whole block's.
   ASSERT_EQ(c.tp_flops_per_s.size(), 1u);

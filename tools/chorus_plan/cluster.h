@@ -53,9 +53,10 @@ struct Cluster {
   // table, V/tp columns of the logits and of the cross-entropy) and the final LayerNorm whole.
   std::map<int, std::map<int64_t, double>> tp_ends_seconds;
   // And the update: seconds per parameter of the gradient norm and AdamW in f32 (the trainer's
-  // finish_step), which the optimizer's time uses instead of its bytes at hbm_bytes_per_s.
-  // 0: not measured.
+  // finish_step), and seconds per step whatever the count, which the optimizer's time uses
+  // instead of its bytes at hbm_bytes_per_s. 0: not measured.
   double optimizer_s_per_element = 0;
+  double optimizer_fixed_s = 0;
   // `local`: the cost model the collective selector uses on this host (per algorithm, the
   // constants chorus-tune fitted, else the model's defaults), which prices collectives within the
   // host (GroupCollectives, collectives.h). Null for the presets: their links' forms.

@@ -228,14 +228,17 @@ double time_ends(const Setup& s, int64_t b, int tp, int neighbours) {
   });
 }
 
-// Seconds per parameter of the trainer's update (parallel/common/replicas.cc: the global
-// gradient norm, clipped, then AdamW over every parameter one tensor at a time), on the
-// one-layer model's parameters in f32 with gradients from one pass (fastest_pass): the norm's
-// pass and AdamW's square root and division per element make it slower than the bytes it moves
-// at the copy's bandwidth, the plan's form without a measurement.
-double time_optimizer(const Setup& s, int neighbours, int64_t* elements) {
+// Seconds of the trainer's update (parallel/common/replicas.cc: the global gradient norm,
+// clipped, then AdamW over every parameter one tensor at a time) on a model of `layers` of the
+// model's blocks, its parameters in f32 with gradients from one pass (fastest_pass); `elements`
+// gets its parameter count. The norm's pass and AdamW's square root and division per element
+// make it slower than the bytes it moves at the copy's bandwidth, the plan's form without a
+// measurement.
+double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elements) {
   const ModelShape& m = s.model;
-  tensor::nn::GPT gpt(one_layer(m));
+  tensor::nn::GPTConfig cfg = one_layer(m);
+  cfg.layers = layers;
+  tensor::nn::GPT gpt(cfg);
   gpt.init(1);
   std::vector<int64_t> ids(static_cast<size_t>(m.context));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
@@ -248,12 +251,22 @@ double time_optimizer(const Setup& s, int neighbours, int64_t* elements) {
     copy.dtype = "f32";
     return copy;
   }();
-  return fastest_pass(f32, neighbours,
-                      [&] {
-                        tensor::optim::clip_grad_norm(adamw, 1.0);
-                        adamw.step();
-                      }) /
-         double(*elements);
+  return fastest_pass(f32, neighbours, [&] {
+    tensor::optim::clip_grad_norm(adamw, 1.0);
+    adamw.step();
+  });
+}
+
+// The update's time per parameter and per step, fitted through models of one and three blocks
+// (an alpha-beta form): a step costs more than its parameters' share (about 1.2 ms on the
+// grid's model, 4 layers of width 128, AMD EPYC Zen 3), so one model's time per parameter,
+// extrapolated, overprices a larger model's update (by about 40% at the grid's 4 layers).
+void time_optimizer(Cluster& c, const Setup& s, int neighbours) {
+  int64_t n1 = 0, n3 = 0;
+  const double t1 = time_update(s, 1, neighbours, &n1);
+  const double t3 = time_update(s, 3, neighbours, &n3);
+  c.optimizer_s_per_element = t3 > t1 && n3 > n1 ? (t3 - t1) / double(n3 - n1) : t3 / double(n3);
+  c.optimizer_fixed_s = std::max(0.0, t1 - c.optimizer_s_per_element * double(n1));
 }
 
 }  // namespace
@@ -323,16 +336,16 @@ void calibrate_local(Cluster& c, const Setup& s) {
     rates += (rates.empty() ? "" : "; ") +
              std::string(tp > 1 ? "tp " + std::to_string(tp) + " " : "") + at;
   }
-  int64_t elements = 0;
-  c.optimizer_s_per_element = time_optimizer(s, neighbours, &elements);
+  time_optimizer(c, s, neighbours);
   c.source += std::string("; compute: the model's blocks") +
               (moe_blocks > 0 ? " (dense and MoE)" : "") +
               " forward and backward, whole and as a tp rank's slice, measured by micro-batch "
               "size in sequences, with " +
               std::to_string(neighbours) + " other core(s) running the same (GFLOP/s " + rates +
               "), its ends (embeddings, head, loss) by time (ms " + ends +
-              "), and the update (gradient norm and AdamW) by time per parameter (ns " +
-              std::to_string(c.optimizer_s_per_element * 1e9).substr(0, 5) + ")";
+              "), and the update (gradient norm and AdamW) by time per step and per parameter (" +
+              std::to_string(c.optimizer_fixed_s * 1e3).substr(0, 5) + " ms + " +
+              std::to_string(c.optimizer_s_per_element * 1e9).substr(0, 5) + " ns)";
 }
 
 }  // namespace chorus::plan

@@ -27,7 +27,8 @@ Cluster local_cluster();
 // and its replicated LayerNorms reach less again. And the model's ends (embeddings, final
 // LayerNorm, tied logits, loss) by their time per micro-batch (Cluster::ends_seconds), and a tp
 // rank's share of them (Cluster::tp_ends_seconds), which price a mesh's head; and the update
-// (gradient norm and AdamW) per parameter (Cluster::optimizer_s_per_element). Every pass is
+// (gradient norm and AdamW) per step and per parameter (Cluster::optimizer_fixed_s and
+// optimizer_s_per_element, from models of one and three blocks). Every pass is
 // timed as the fastest of five while copies of the probe run it on the cluster's other cores (a
 // mesh's ranks compute at once).
 std::set<int64_t> local_micro_batch_sizes(const Setup& s, int world);

@@ -167,10 +167,11 @@ StepTime estimate_step(const Setup& s, const MeshChoice& m, const Cluster& c) {
   const double bytes_per = 3 * pb + 16 + (pb < 4 ? 8 : 0);
   t.optimizer = shard * bytes_per / c.hbm_bytes_per_s;
   // `local` measures the update itself (the gradient norm's pass and AdamW's per-element square
-  // root and division, in f32: 28 bytes a parameter): its time per parameter, scaled by the
-  // bytes a 16-bit parameter's update moves against f32's.
+  // root and division, in f32: 28 bytes a parameter): its time per step plus per parameter, the
+  // latter scaled by the bytes a 16-bit parameter's update moves against f32's.
   if (c.optimizer_s_per_element > 0)
-    t.optimizer = shard * c.optimizer_s_per_element * bytes_per / (3 * 4 + 16);
+    t.optimizer =
+        c.optimizer_fixed_s + shard * c.optimizer_s_per_element * bytes_per / (3 * 4 + 16);
 
   t.total = t.compute + t.tp + t.bubble + t.p2p + t.ep + t.dp + t.optimizer;
   t.tokens_per_s = tokens / t.total;
