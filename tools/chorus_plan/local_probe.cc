@@ -123,6 +123,13 @@ tensor::nn::GPTConfig one_layer(const ModelShape& m) {
   return cfg;
 }
 
+// n token ids spread over a vocabulary of `vocab` (a fixed stride: every pass sees the same).
+std::vector<int64_t> token_ids(int64_t n, int64_t vocab) {
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % vocab);
+  return ids;
+}
+
 // While it lives, `n` copies of this process (fork) run `work` over and over on the other cores:
 // a mesh's ranks compute at the same time, sharing the host's caches, memory bandwidth and
 // clock, so the probe times its passes with every other core as busy as the run keeps it (none
@@ -218,8 +225,7 @@ double time_ends(const Setup& s, int64_t b, int tp, int neighbours) {
   cfg.vocab = (m.vocab + tp - 1) / tp;
   tensor::nn::GPT gpt(cfg);
   gpt.init(1);
-  std::vector<int64_t> ids(static_cast<size_t>(b * m.context));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % cfg.vocab);
+  const std::vector<int64_t> ids = token_ids(b * m.context, cfg.vocab);
   const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {b, m.context});
   const tensor::Tensor targets = tensor::Tensor::from_vector(ids, {b * m.context});
   return fastest_pass(s, neighbours, [&] {
@@ -240,9 +246,8 @@ double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elem
   cfg.layers = layers;
   tensor::nn::GPT gpt(cfg);
   gpt.init(1);
-  std::vector<int64_t> ids(static_cast<size_t>(m.context));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % m.vocab);
-  const tensor::Tensor idx = tensor::Tensor::from_vector(ids, {1, m.context});
+  const tensor::Tensor idx =
+      tensor::Tensor::from_vector(token_ids(m.context, m.vocab), {1, m.context});
   gpt.loss(idx, idx, 0).backward();
   tensor::optim::AdamW adamw(gpt.named_parameters(), {});
   *elements = gpt.num_parameters();
@@ -258,7 +263,7 @@ double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elem
 }
 
 // The update's time per parameter and per step, fitted through models of one and three blocks
-// (an alpha-beta form): a step costs more than its parameters' share (about 1.2 ms on the
+// (an alpha-beta form): a step costs more than its parameters' share (0.9 to 1.2 ms on the
 // grid's model, 4 layers of width 128, AMD EPYC Zen 3), so one model's time per parameter,
 // extrapolated, overprices a larger model's update (by about 40% at the grid's 4 layers).
 void time_optimizer(Cluster& c, const Setup& s, int neighbours) {

@@ -1,6 +1,5 @@
 #include "options.h"
 
-#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <functional>
@@ -176,17 +175,19 @@ Options parse_options(const std::vector<std::string>& args) {
     if (flag == "--top-k") s.model.top_k = as_int(flag, v, 1, 2);
     if (flag == "--moe-every") s.model.moe_every = x;
   }
+  bool reshaped = !shape.empty();  // a shape or capacity factor of its own: not the preset's model
   for (const auto& [flag, v] : moe) {
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || end != v.c_str() + v.size() || !(x >= 0) || x > 1e6)
       fail(flag + " expects a number >= 0, got '" + v + "'");
-    if (flag == "--capacity-factor") s.model.capacity_factor = x;
+    if (flag == "--capacity-factor") {
+      s.model.capacity_factor = x;
+      reshaped = true;
+    }
     if (flag == "--routing-imbalance") s.routing_imbalance = x;
   }
-  const bool model_flags = std::any_of(
-      moe.begin(), moe.end(), [](const auto& f) { return f.first == "--capacity-factor"; });
-  if (!(shape.empty() && !model_flags) && preset) s.model.name += " (modified)";
+  if (reshaped && preset) s.model.name += " (modified)";
   if (s.model.experts == 0) {
     for (const auto& [flag, v] : shape)
       if (flag == "--top-k" || flag == "--moe-every") fail(flag + " needs --experts E");
