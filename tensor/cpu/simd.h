@@ -16,7 +16,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define CHORUS_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#define CHORUS_TARGET_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #else
 #define CHORUS_TARGET_CLONES
 #endif
