@@ -23,9 +23,12 @@ CachingAllocator::~CachingAllocator() {
 size_t CachingAllocator::size_class(size_t bytes) {
   if (bytes <= kSmallLimit)
     return std::max(kSmallStep, (bytes + kSmallStep - 1) / kSmallStep * kSmallStep);
-  // Quarter octaves: the power of two at or below, and steps of a quarter of it.
-  const size_t octave = std::bit_floor(bytes);
-  const size_t step = octave / 4;
+  return quarter_octave(bytes);
+}
+
+size_t CachingAllocator::quarter_octave(size_t bytes) {
+  // The power of two at or below, and steps of a quarter of it (whole bytes from 4 up).
+  const size_t step = std::max<size_t>(1, std::bit_floor(bytes) / 4);
   return (bytes + step - 1) / step * step;
 }
 

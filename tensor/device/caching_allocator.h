@@ -40,6 +40,9 @@ class CachingAllocator {
 
   // The class a request of `bytes` takes (at least 512 bytes, so a block is never null).
   static size_t size_class(size_t bytes);
+  // The quarter octave at or above `bytes` (> 0): 2^k times 1, 1.25, 1.5 or 1.75. The classes
+  // above 1 MiB, and the CPU block cache's (runtime/block_cache.h).
+  static size_t quarter_octave(size_t bytes);
 
   // A block of at least `bytes` (never null). Throws what the raw allocator throws when even an
   // empty cache leaves no room.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "chorus/config.h"
+#include "device/caching_allocator.h"
 
 namespace chorus::tensor::detail {
 namespace {
@@ -20,7 +21,7 @@ const IntKnob kCacheKnob{"CHORUS_TENSOR_CACHE_MB", 1024,
 
 struct Cache {
   std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free;  // by exact size
+  std::unordered_map<size_t, std::vector<void*>> free;  // by size class
   int64_t bytes = 0;
   const int64_t limit = kCacheKnob.get() * (int64_t{1} << 20);
 };
@@ -31,9 +32,17 @@ Cache& cache() {
   return *c;
 }
 
+// A large buffer's bytes: its quarter octave (CachingAllocator::quarter_octave, at most 25%
+// slack, whose pages are never touched), so that sizes which drift from step to step (a
+// mixture's rows per expert) share blocks. A multiple of 64 from 64 KiB up.
+size_t block_bytes(size_t bytes) {
+  return bytes >= kSmallest ? CachingAllocator::quarter_octave(bytes) : bytes;
+}
+
 }  // namespace
 
 void* cache_take(size_t bytes) {
+  bytes = block_bytes(bytes);
   if (bytes >= kSmallest) {
     Cache& c = cache();
     std::lock_guard lock(c.mu);
@@ -56,6 +65,7 @@ void* cache_take(size_t bytes) {
 }
 
 void cache_give(void* p, size_t bytes) {
+  bytes = block_bytes(bytes);
   if (bytes >= kSmallest) {
     Cache& c = cache();
     std::lock_guard lock(c.mu);

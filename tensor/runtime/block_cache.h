@@ -2,9 +2,10 @@
 // instead of going back to the operating system. A training step allocates and frees the same
 // sizes over and over (activations, gradients, GEMM operands); through malloc alone each large
 // buffer is unmapped or trimmed on free and faulted in again page by page on the next use, which
-// costs a fifth of a small model's step in kernel time. Blocks are cached by exact size (sizes
-// repeat from step to step), up to CHORUS_TENSOR_CACHE_MB; small buffers go straight to malloc,
-// whose own free lists serve them well.
+// costs a fifth of a small model's step in kernel time. Blocks are cached by quarter octave
+// (CachingAllocator::quarter_octave: sizes that drift from step to step, as a mixture's rows per
+// expert do, share blocks), up to CHORUS_TENSOR_CACHE_MB; small buffers go
+// straight to malloc, whose own free lists serve them well.
 #pragma once
 
 #include <cstddef>

@@ -57,6 +57,26 @@ TEST(CachingAllocator, SizeClasses) {
   }
 }
 
+// The CPU block cache's classes (runtime/block_cache.h) from 64 KiB: quarter octaves throughout,
+// multiples of 64 there, every size in (2^k, 2^(k+1)] taking one of four blocks.
+TEST(CachingAllocator, QuarterOctaves) {
+  EXPECT_EQ(CachingAllocator::quarter_octave(1), 1u);
+  EXPECT_EQ(CachingAllocator::quarter_octave(7), 7u);
+  EXPECT_EQ(CachingAllocator::quarter_octave(9), 10u);
+  EXPECT_EQ(CachingAllocator::quarter_octave(65536), 65536u);
+  EXPECT_EQ(CachingAllocator::quarter_octave(65537), 81920u);
+  EXPECT_EQ(CachingAllocator::quarter_octave((3 << 20) - 4096), size_t{3} << 20);
+  std::set<size_t> classes;
+  for (size_t bytes = 65536 + 64; bytes <= 131072; bytes += 64) {
+    const size_t c = CachingAllocator::quarter_octave(bytes);
+    EXPECT_EQ(c % 64, 0u) << bytes;
+    EXPECT_GE(c, bytes);
+    EXPECT_LE(c, bytes + bytes / 4) << bytes;
+    classes.insert(c);
+  }
+  EXPECT_EQ(classes.size(), 4u);
+}
+
 TEST(CachingAllocator, FreedBlocksAreReusedWithinTheirClass) {
   HostRaw host;
   CachingAllocator cache(host.raw());
