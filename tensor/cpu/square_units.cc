@@ -35,10 +35,11 @@ CHORUS_INLINE uint32_t max_abs_bits(const T* x, int64_t n) {
   return m;
 }
 
-// floor(x) for 0 <= x < 2^52, as a double and as an integer, with no branch, call or float
-// comparison (the loops vectorise; std::floor and a compare of doubles do not under trapping
-// math): x + 2^52 is x rounded to an integer in the mantissa's low bits, one too many where that
-// rounded up (in any rounding mode), which non-negative doubles' bits, compared as integers, tell.
+// floor(x) for 0 <= x < 2^52, as a double and as an integer (AVX2 has no conversion of a double
+// to a 64-bit integer), with no branch, call or float comparison, so the loops vectorise whatever
+// the trapping-math flags: x + 2^52 is x rounded to an integer in the mantissa's low bits, one
+// too many where that rounded up (in any rounding mode), which non-negative doubles' bits,
+// compared as integers, tell.
 struct Floor {
   double value;
   uint64_t integer;
