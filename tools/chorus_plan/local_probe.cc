@@ -237,13 +237,18 @@ double time_ends(const Setup& s, int64_t b, int tp, int neighbours) {
 // Seconds of the trainer's update (parallel/common/replicas.cc: the global gradient norm,
 // clipped, then AdamW over every parameter one tensor at a time) on a model of `layers` of the
 // model's blocks, its parameters in f32 with gradients from one pass (fastest_pass); `elements`
-// gets its parameter count. The norm's pass and AdamW's square root and division per element
-// make it slower than the bytes it moves at the copy's bandwidth, the plan's form without a
-// measurement.
+// gets its parameter count (2.1 to 2.4 ns a parameter on the grid's models, dense or a mixture,
+// alone or beside a neighbour, AMD EPYC Zen 3).
 double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elements) {
   const ModelShape& m = s.model;
   tensor::nn::GPTConfig cfg = one_layer(m);
   cfg.layers = layers;
+  // The model's own blocks, a mixture's experts among them: the update's tensors and the memory
+  // it streams through (a mixture's outgrow the caches, and the neighbours share the bandwidth).
+  cfg.experts = m.experts;
+  cfg.top_k = m.top_k;
+  cfg.moe_every = m.moe_every;
+  cfg.capacity_factor = m.capacity_factor;
   tensor::nn::GPT gpt(cfg);
   gpt.init(1);
   const tensor::Tensor idx =
@@ -262,10 +267,11 @@ double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elem
   });
 }
 
-// The update's time per parameter and per step, fitted through models of one and three blocks
-// (an alpha-beta form): a step costs more than its parameters' share (0.9 to 1.2 ms on the
-// grid's model, 4 layers of width 128, AMD EPYC Zen 3), so one model's time per parameter,
-// extrapolated, overprices a larger model's update (by about 40% at the grid's 4 layers).
+// The update's time per parameter and per step, fitted through models of one and three of the
+// model's blocks (an alpha-beta form, the part per step at least 0): one model's time per
+// parameter, extrapolated, would overprice a larger model's update by what a step costs whatever
+// its size (0.9 to 1.2 ms on the grid's model while the exact norm's passes ran one element at
+// a time, about 40% of its update; none left since).
 void time_optimizer(Cluster& c, const Setup& s, int neighbours) {
   int64_t n1 = 0, n3 = 0;
   const double t1 = time_update(s, 1, neighbours, &n1);
