@@ -19,8 +19,9 @@
 # autocast GEMM's method per shape class; the table keeps them in its last column.
 #
 # chorus runs with no environment at all (out of the box). PyTorch runs in the anchor's settings
-# (shared/anchors/torch_gpt/RESULTS.md): fp32 with OPENBLAS_CORETYPE=SkylakeX (Debian's OpenBLAS
-# 0.3.21 otherwise runs SSE3 kernels here) and OPENBLAS_NUM_THREADS = threads, plus
+# (shared/anchors/torch_gpt/RESULTS.md): fp32 with OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs
+# (Debian's OpenBLAS 0.3.21 otherwise runs SSE3 kernels there; on a CPU without AVX-512 those
+# kernels cannot run and its own choice stands, e.g. "Zen") and OPENBLAS_NUM_THREADS = threads, plus
 # OMP_WAIT_POLICY=PASSIVE on 2 threads; bf16 autocast as installed. The steps match: forward +
 # loss, backward, AdamW step; no gradient clipping; a fresh batch each step, outside the timing.
 set -u
@@ -50,9 +51,11 @@ echo "# torch: $($PY -c 'import torch; print(torch.__version__, torch.backends.m
 echo "# oneDNN: $(ls /usr/lib/x86_64-linux-gnu/libdnnl.so.* 2>/dev/null | sed 's|.*/||' | tr '\n' ' ')"
 
 # cell label | threads | chorus dtype | torch mode | torch environment
+CORE=""
+grep -qw avx512f <<< "$flags" && CORE="OPENBLAS_CORETYPE=SkylakeX "
 CELLS=(
-  "fp32 1 thread|1|f32|train|OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=1"
-  "fp32 2 threads|2|f32|train|OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE"
+  "fp32 1 thread|1|f32|train|${CORE}OPENBLAS_NUM_THREADS=1"
+  "fp32 2 threads|2|f32|train|${CORE}OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE"
   "bf16 1 thread|1|bf16|bf16|"
   "bf16 2 threads|2|bf16|bf16|"
 )
@@ -77,6 +80,11 @@ for rep in $(seq 1 "$REPS"); do
     raw=$(cd "$ANCHOR" && env $torch_env "${GUARD[@]}" $PY gpt_step.py "$mode" \
           --threads "$threads" --steps "$STEPS" --warmup "$WARMUP" --fwd-steps 0 2>/dev/null)
     res=$(grep '^RESULT ' <<< "$raw")
+    if [ -z "$res" ]; then
+      echo "PyTorch's launch gave no result: (cd $ANCHOR && env $torch_env $PY gpt_step.py $mode" \
+           "--threads $threads --steps 3) shows why" >&2
+      exit 1
+    fi
     clean=1; grep -q 'CONTENDED' <<< "$raw" && clean=0
     read -r tok cw < <($PY -c 'import json,sys; t=json.loads(sys.argv[1][7:])["train"]; print(round(t["tokens_per_s"]), round(t["cpu_per_wall"], 2))' "$res")
     echo "$label|PyTorch 1.13|$tok|$cw|$load|$clean" >> "$OUT"
