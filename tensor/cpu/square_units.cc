@@ -49,8 +49,8 @@ CHORUS_INLINE Floor floor_small(double x) {
   const int64_t up =
       std::bit_cast<int64_t>(rounded) > std::bit_cast<int64_t>(x) ? int64_t{1} : int64_t{0};
   const double one = std::bit_cast<double>(-up & std::bit_cast<int64_t>(1.0));
-  return {rounded - one, (std::bit_cast<uint64_t>(t) & ((uint64_t{1} << 52) - 1)) -
-                             static_cast<uint64_t>(up)};
+  return {rounded - one,
+          (std::bit_cast<uint64_t>(t) & ((uint64_t{1} << 52) - 1)) - static_cast<uint64_t>(up)};
 }
 
 // A piece's units (square_units), every element's square split three ways and each part summed

@@ -47,10 +47,17 @@ std::vector<double> values(int64_t n, uint32_t seed) {
   std::vector<double> x(static_cast<size_t>(n));
   for (double& v : x) {
     switch (kind(rng)) {
-      case 0: v = 0; break;
-      case 1: v = std::ldexp(1.0, exponent(rng) / 4); break;
-      case 2: v = small(rng); break;
-      default: v = std::ldexp(mantissa(rng), exponent(rng)) * (kind(rng) < 5 ? 1 : -1);
+      case 0:
+        v = 0;
+        break;
+      case 1:
+        v = std::ldexp(1.0, exponent(rng) / 4);
+        break;
+      case 2:
+        v = small(rng);
+        break;
+      default:
+        v = std::ldexp(mantissa(rng), exponent(rng)) * (kind(rng) < 5 ? 1 : -1);
     }
   }
   if (n > 0) x[static_cast<size_t>(n / 2)] = 1024.0;  // the largest, a power of two
