@@ -15,7 +15,8 @@ and at dp 2 x ep 2), in one run:
 It prints the table (mesh, measured ms and the range over the rounds, predicted ms and its range,
 difference, the prediction's parts) with the CPU and the load average before and after, and says
 NOT QUIET when the one-minute load average passed the core count: timings under load are not the quiet
-numbers.
+numbers; and NOISY when a row's rounds spread by more than 20% of their median (the host slowed
+down without a load of its own showing).
 
   bench/parallel/plan_vs_runs.py --build build            # the whole grid, 3 rounds
   bench/parallel/plan_vs_runs.py --only tp2,pp2 --rounds 1
@@ -137,6 +138,14 @@ def main():
             100 * (p / m - 1), " | ".join("%.1f" % (1e3 * t[k]) for k in (
                 "compute", "tp", "bubble", "p2p", "ep", "dp", "optimizer"))))
     print("worst: %.0f%% (target: within 15%%)" % (100 * worst))
+    # The host can slow down without any load of its own showing (other tenants of the machine):
+    # the same launch repeated then spreads. A row whose rounds spread by more than 20% of their
+    # median was measured in such a spell, and so was the probe beside it.
+    noisy = [LABEL[n] for n in names if len(measured[n]) > 1 and
+             (max(measured[n]) - min(measured[n])) > 0.2 * statistics.median(measured[n])]
+    if noisy:
+        print("NOISY: the rounds of %s spread by more than 20%% of their median; retake the grid "
+              "before reading it" % ", ".join(noisy))
 
 
 if __name__ == "__main__":
