@@ -115,7 +115,7 @@ struct Registry {
   std::vector<double> time_class(int c) {
     const bool ta = gemm_impl::class_ta(c), tb = gemm_impl::class_tb(c);
     int64_t m, n, k;
-    gemm_impl::class_shape(c, &m, &n, &k);
+    gemm_impl::f32_class_shape(c, &m, &n, &k);
     const int64_t lda = ta ? m : k, ldb = tb ? k : n;
     std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
     std::vector<float> out(static_cast<size_t>(m * n));
@@ -159,7 +159,7 @@ struct Registry {
       CHORUS_ARG_CHECK(win < t.size(), "f32 gemm: no backend is available");
       plan[static_cast<size_t>(c)] = static_cast<int>(win);
       int64_t m, n, k;
-      gemm_impl::class_shape(c, &m, &n, &k);
+      gemm_impl::f32_class_shape(c, &m, &n, &k);
       const double f = 2.0 * static_cast<double>(m * n * k);
       std::string rates;
       for (size_t i = 0; i < backends.size(); ++i) {

@@ -38,6 +38,19 @@ void class_shape(int c, int64_t* m, int64_t* n, int64_t* k) {
   }
 }
 
+void f32_class_shape(int c, int64_t* m, int64_t* n, int64_t* k) {
+  constexpr int64_t kTokens = 512, kIn = 256, kOut = 768;
+  if (c % 2 == 0) {
+    class_shape(c, m, n, k);
+  } else if (class_ta(c) && !class_tb(c)) {  // weight gradient: dy^T x
+    *m = kOut, *n = kIn, *k = kTokens;
+  } else if (!class_ta(c) && !class_tb(c)) {  // input gradient: dy W
+    *m = kTokens, *n = kIn, *k = kOut;
+  } else {  // forward: x W^T
+    *m = kTokens, *n = kOut, *k = kIn;
+  }
+}
+
 std::array<int, kShapeClasses> parse_class_plan(
     const std::string& plan, const char* what,
     const std::function<int(const std::string&)>& resolve) {

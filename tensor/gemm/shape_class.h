@@ -5,8 +5,8 @@
 //                than 2^21 multiply-adds: a training step's attention products are small, its
 //                linear layers large); eight in all, index pattern * 2 + large;
 //   its name     "nt.large";
-//   its shape    the product each class is measured on: a linear layer's slice (large) or one
-//                attention head's product (small);
+//   its shape    the product each class is measured on: a linear layer's products (large) or
+//                one attention head's (small);
 //   a plan       one choice per class, written as one name when every class takes it, else as
 //                "nn.small=a,nn.large=b,..." naming all eight; the knobs and setters take a name
 //                (every class) or a list "class=name,..." (classes left out are left open).
@@ -28,8 +28,15 @@ std::string class_name(int c);
 // Whether a class's A and B are transposed.
 bool class_ta(int c);
 bool class_tb(int c);
-// The measurement shape of a class.
+// The measurement shape of a class for the autocast bf16 methods: 512x768x256 (large) or
+// 128x128x64 (small), whatever the pattern.
 void class_shape(int c, int64_t* m, int64_t* n, int64_t* k);
+// The measurement shape of a class for the f32 backends: a large class as a linear layer of 256
+// inputs and 768 outputs on 512 tokens uses it (nt: the forward, 512x768x256; nn: the input
+// gradient, 512x256x768; tn: the weight gradient, 768x256x512, the tokens its inner dimension;
+// tt as nt), a small one as class_shape. The libraries' rates differ most with the inner
+// dimension, so the weight gradient's is measured at its own.
+void f32_class_shape(int c, int64_t* m, int64_t* n, int64_t* k);
 
 // Parses a plan string into one index per class (-1: left open). "auto" leaves every class
 // open; a bare name sets every class; otherwise a comma-separated "class=name" list. `resolve`
