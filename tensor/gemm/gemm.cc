@@ -111,7 +111,9 @@ struct Registry {
   }
   // Seconds per call of each available backend (-1 for the others) on class c's shape: 5
   // alternating rounds after a warm-up (gemm/selection.h), the best round each. A round repeats
-  // the call for ~2 ms, so a small class's microseconds are not lost in the clock's noise.
+  // the call for ~0.5 ms, so a small class's tens of microseconds are not lost in the clock's
+  // noise; a large class's call takes longer alone (all eight classes: ~0.2 s on one Zen 3
+  // core, paid once per process).
   std::vector<double> time_class(int c) {
     const bool ta = gemm_impl::class_ta(c), tb = gemm_impl::class_tb(c);
     int64_t m, n, k;
@@ -135,7 +137,7 @@ struct Registry {
           if (iters[w] == 0) {  // warm-up (JIT, page faults): one call, which sizes a round
             call();
             const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-            iters[w] = std::clamp(static_cast<int>(2e-3 / std::max(s, 1e-7)), 1, 128);
+            iters[w] = std::clamp(static_cast<int>(5e-4 / std::max(s, 1e-7)), 1, 128);
             return s;
           }
           for (int i = 0; i < iters[w]; ++i) call();
