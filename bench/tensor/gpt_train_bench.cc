@@ -14,10 +14,11 @@
 // step (and 1024^3), median of 9 timed rounds after a warm-up, rounds alternating backends.
 //
 // For each thread count: the step time and tokens/s, the step's matmul FLOPs (6 * matmul
-// parameters * tokens + causal attention) over the step time in GFLOP/s, the sgemm rate of
-// every GEMM backend measured at selection, and under --dtype bf16 the autocast GEMM's method
-// per shape class (gemm.h: bf16_gemm_mode). Both choices are made once per process, at the
-// first GEMM, on the first thread count.
+// parameters * tokens + causal attention) over the step time in GFLOP/s, the f32 GEMM backend
+// ("by class" and the plan below it when the shape classes differ, gemm.h: gemm_backend), the
+// sgemm rate of every GEMM backend measured at selection (over the classes' shapes), and under
+// --dtype bf16 the autocast GEMM's method per shape class (gemm.h: bf16_gemm_mode). Both choices
+// are made once per process, at the first GEMM, on the first thread count.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -238,13 +239,17 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     const double per_step = median(times);
     const double tokens = double(a.batch * a.cfg.context);
+    // The f32 GEMM plan: one backend, or "by class" and the plan on a line of its own.
+    const std::string plan = gemm_backend();
+    const bool by_class = plan.find('=') != std::string::npos;
     std::printf(
         "threads %d  gemm %-8s  step %7.1f ms [%.1f-%.1f]  %8.0f tokens/s  %6.1f GFLOP/s"
         "  cpu/wall %.2f\n",
-        threads, gemm_backend().c_str(), per_step * 1e3,
+        threads, by_class ? "by class" : plan.c_str(), per_step * 1e3,
         *std::min_element(times.begin(), times.end()) * 1e3,
         *std::max_element(times.begin(), times.end()) * 1e3, tokens / per_step,
         step_flops(a.cfg, a.batch) / per_step * 1e-9, cpu_per_wall);
+    if (by_class) std::printf("    f32 gemm %s\n", plan.c_str());
     // The autocast GEMM's choice per shape class (CHORUS_DEBUG=INFO shows the rates behind it).
     if (a.dtype == DataType::kBF16) std::printf("    bf16 gemm %s\n", bf16_gemm_mode().c_str());
     for (const auto& be : gemm_backends())

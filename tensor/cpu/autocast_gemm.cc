@@ -61,7 +61,7 @@ void mm_lowp(DataType dtype, DataType operand_dtype, bool ta, bool tb, int64_t m
   if (operand_dtype == DataType::kBF16) {
     const auto* a16 = static_cast<const uint16_t*>(a);
     const auto* b16 = static_cast<const uint16_t*>(b);
-    switch (gemm_impl::bf16_method(gemm_impl::bf16_shape_class(ta, tb, m, n, k))) {
+    switch (gemm_impl::bf16_method(gemm_impl::shape_class(ta, tb, m, n, k))) {
       case gemm_impl::Bf16Method::kNative:
         gemm_impl::blocked_gemm_bf16(ta, tb, m, n, k, 1.f, a16, lda, b16, ldb, accumulate, c, n);
         return;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gemm/selection.h"  // first_within_margin, the rule of every measured choice here
+#include "gemm/shape_class.h"
 
 namespace chorus::tensor::gemm_impl {
 
@@ -55,13 +56,11 @@ void dnnl_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float* c,
                     int64_t ldc);
 
-// The autocast bf16 GEMM, per shape class (bf16_selection.cc): the transposition pattern times
-// small or large. Each class runs one method, chosen on first use by measurement
-// (CHORUS_TENSOR_BF16_GEMM or set_bf16_gemm_mode force them).
+// The autocast bf16 GEMM, per shape class (bf16_selection.cc; the classes: gemm/shape_class.h).
+// Each class runs one method, chosen on first use by measurement (CHORUS_TENSOR_BF16_GEMM or
+// set_bf16_gemm_mode force them).
 enum class Bf16Method : uint8_t { kNative, kDnnl, kF32 };
-constexpr int kBf16Classes = 8;
-int bf16_shape_class(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
-Bf16Method bf16_method(int shape_class);
+Bf16Method bf16_method(int c);
 // Whether autocast operands are stored as bf16 (some class runs native or dnnl) or as f32
 // holding the rounded values (every class runs f32).
 bool bf16_operands_as_bf16();

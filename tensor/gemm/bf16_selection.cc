@@ -5,9 +5,8 @@
 //   dnnl    oneDNN's bf16 matmul (gemm_dnnl_bf16.cc), operands stored as bf16;
 //   f32     the f32 GEMM (gemm.cc's backend) on the operands widened to f32 (exact).
 // Which is fastest depends on the CPU (vdpbf16ps at full or half the FMA rate, AMX or not) and
-// on the shape, so the choice is made per shape class: the transposition pattern (nn, nt, tn,
-// tt) times small or large (fewer or more than 2^21 multiply-adds; a training step's attention
-// products are small, its linear layers large). On the first autocast GEMM every class is
+// on the shape, so the choice is made per shape class (gemm/shape_class.h: the transposition
+// pattern times small or large, as the f32 backend's). On the first autocast GEMM every class is
 // measured at a fixed shape of its own, the methods alternating round by round so a burst of
 // load from other processes hits all of them alike; each keeps its best round. A method wins
 // only when it beats the earlier ones in the order native, dnnl, f32 by more than kMargin (15%),
@@ -25,7 +24,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +35,7 @@
 #include "cpu/elementwise.h"
 #include "gemm/backend.h"
 #include "gemm/selection.h"
+#include "gemm/shape_class.h"
 #include "runtime/thread_pool.h"
 
 namespace chorus::tensor {
@@ -54,20 +53,12 @@ const StringKnob kBf16Knob{
 // launch (page placement, the other process on the core), and each method rounds differently,
 // so a flip changes results in the last bf16 bit, not only the speed.
 constexpr double kMargin = 0.15;
-// Multiply-adds from which a GEMM is "large".
-constexpr double kLargeMacs = double(1 << 21);
-
 constexpr const char* kMethodNames[] = {"native", "dnnl", "f32"};
-constexpr const char* kPatternNames[] = {"nn", "nt", "tn", "tt"};
 
 struct Plan {
-  std::array<Bf16Method, kBf16Classes> method{};
+  std::array<Bf16Method, kShapeClasses> method{};
   bool bf16_operands = false;
 };
-
-std::string class_name(int c) {
-  return std::string(kPatternNames[c / 2]) + (c % 2 ? ".large" : ".small");
-}
 
 bool method_available(Bf16Method m) {
   switch (m) {
@@ -111,11 +102,8 @@ Plan finish(Plan p) {
 // Parses a mode string into `forced` (one entry per class; unset where left to measurement).
 // "native" where the CPU lacks the kernel falls back to f32, as it always has; "dnnl" where
 // oneDNN's matmul is missing is an error (it names the reason).
-std::array<int, kBf16Classes> parse_mode(const std::string& mode, const char* what) {
-  std::array<int, kBf16Classes> forced;
-  forced.fill(-1);
-  if (mode == "auto") return forced;
-  auto resolve = [&](const std::string& name) {
+std::array<int, kShapeClasses> parse_mode(const std::string& mode, const char* what) {
+  return parse_class_plan(mode, what, [&](const std::string& name) {
     Bf16Method m;
     CHORUS_ARG_CHECK(parse_method(name, &m), what, "=", mode, ": '", name,
                      "' is not auto, native, dnnl or f32");
@@ -123,36 +111,7 @@ std::array<int, kBf16Classes> parse_mode(const std::string& mode, const char* wh
     CHORUS_ARG_CHECK(method_available(m), what, "=", mode, ": ", name,
                      " is unavailable: ", method_note(m));
     return static_cast<int>(m);
-  };
-  if (mode.find('=') == std::string::npos) {
-    forced.fill(resolve(mode));
-    return forced;
-  }
-  std::stringstream ss(mode);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t eq = item.find('=');
-    CHORUS_ARG_CHECK(eq != std::string::npos, what, "=", mode, ": expected class=method in '", item,
-                     "'");
-    const std::string cls = item.substr(0, eq);
-    int found = -1;
-    for (int c = 0; c < kBf16Classes; ++c)
-      if (class_name(c) == cls) found = c;
-    CHORUS_ARG_CHECK(found >= 0, what, "=", mode, ": unknown shape class '", cls,
-                     "' (nn|nt|tn|tt . small|large)");
-    forced[found] = resolve(item.substr(eq + 1));
-  }
-  return forced;
-}
-
-// The measurement shape of a class: a linear layer's slice (large) or one attention head's
-// product (small).
-void class_shape(int c, int64_t* m, int64_t* n, int64_t* k) {
-  if (c % 2) {
-    *m = 512, *n = 768, *k = 256;
-  } else {
-    *m = 128, *n = 128, *k = 64;
-  }
+  });
 }
 
 // Seconds per call of each method (and of the f32 GEMM on f32-stored operands, index 3) for
@@ -160,7 +119,7 @@ void class_shape(int c, int64_t* m, int64_t* n, int64_t* k) {
 // a candidate). A round repeats the call for ~2 ms.
 std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
   // candidates[2] (f32) is always true: the fallback.
-  const bool ta = (c / 2) >= 2, tb = (c / 2) % 2 == 1;
+  const bool ta = class_ta(c), tb = class_tb(c);
   int64_t m, n, k;
   class_shape(c, &m, &n, &k);
   const int64_t lda = ta ? m : k, ldb = tb ? k : n;
@@ -215,27 +174,19 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
 }
 
 std::string plan_string(const Plan& p) {
-  bool uniform = true;
-  for (Bf16Method m : p.method) uniform &= m == p.method[0];
-  if (uniform) return kMethodNames[static_cast<int>(p.method[0])];
-  std::string s;
-  for (int c = 0; c < kBf16Classes; ++c) {
-    if (c > 0) s += ',';
-    s += class_name(c);
-    s += '=';
-    s += kMethodNames[static_cast<int>(p.method[c])];
-  }
-  return s;
+  std::vector<int> choice;
+  for (Bf16Method m : p.method) choice.push_back(static_cast<int>(m));
+  return class_plan_string(choice, [](int m) { return std::string(kMethodNames[m]); });
 }
 
 // Measures the classes `forced` leaves open (none: nothing is timed) and returns the whole plan.
-Plan measure(const std::array<int, kBf16Classes>& forced) {
+Plan measure(const std::array<int, kShapeClasses>& forced) {
   std::array<bool, 3> candidates;
   for (int i = 0; i < 3; ++i) candidates[i] = method_available(static_cast<Bf16Method>(i));
   Plan mixed;
   double t_mixed = 0, t_all_f32 = 0;
   bool any_open = false;
-  for (int c = 0; c < kBf16Classes; ++c) {
+  for (int c = 0; c < kShapeClasses; ++c) {
     if (forced[c] >= 0) {
       mixed.method[c] = static_cast<Bf16Method>(forced[c]);
       continue;
@@ -299,7 +250,7 @@ ChoiceCache::Decision logged(const Plan& p, ChoiceOrigin origin) {
 
 // On first use: the knob's classes as it says, the rest measured.
 ChoiceCache& cache() {
-  static ChoiceCache c(kBf16Classes, [] {
+  static ChoiceCache c(kShapeClasses, [] {
     const std::string mode = kBf16Knob.get();
     return logged(measure(parse_mode(mode, kBf16Knob.name())),
                   mode == "auto" ? ChoiceOrigin::kMeasured : ChoiceOrigin::kForced);
@@ -310,25 +261,18 @@ ChoiceCache& cache() {
 Plan plan() {
   const ChoiceCache::Decision d = cache().decision();
   Plan p;
-  for (int c = 0; c < kBf16Classes; ++c) p.method[c] = static_cast<Bf16Method>(d.choice[c]);
+  for (int c = 0; c < kShapeClasses; ++c) p.method[c] = static_cast<Bf16Method>(d.choice[c]);
   return finish(p);
 }
 
 }  // namespace
-
-int bf16_shape_class(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
-  const int pattern = (ta ? 2 : 0) + (tb ? 1 : 0);
-  const bool large =
-      static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >= kLargeMacs;
-  return pattern * 2 + (large ? 1 : 0);
-}
 
 Bf16Method bf16_method(int shape_class) {
   return static_cast<Bf16Method>(cache().choice(shape_class));
 }
 
 bool bf16_operands_as_bf16() {
-  for (int c = 0; c < kBf16Classes; ++c)
+  for (int c = 0; c < kShapeClasses; ++c)
     if (static_cast<Bf16Method>(cache().choice(c)) != Bf16Method::kF32) return true;
   return false;
 }
@@ -343,7 +287,7 @@ void pin_bf16_gemm_choice() {
         const Bf16Method fallback =
             blocked_bf16_available() ? Bf16Method::kNative : Bf16Method::kF32;
         Plan p;
-        for (int c = 0; c < kBf16Classes; ++c)
+        for (int c = 0; c < kShapeClasses; ++c)
           p.method[c] = forced[c] >= 0 ? static_cast<Bf16Method>(forced[c]) : fallback;
         return logged(finish(p), ChoiceOrigin::kPinned);
       });

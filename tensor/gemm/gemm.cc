@@ -1,9 +1,13 @@
-// GEMM entry points: backend selection by measurement, thread count, 16-bit inputs.
+// GEMM entry points: the f32 backend per shape class chosen by measurement, thread count,
+// 16-bit inputs.
 #include "chorus/tensor/gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "chorus/config.h"
@@ -12,16 +16,16 @@
 #include "cpu/simd.h"
 #include "gemm/backend.h"
 #include "gemm/selection.h"
+#include "gemm/shape_class.h"
 #include "runtime/thread_pool.h"
 
 namespace chorus::tensor {
 namespace {
 
-const StringKnob kGemmKnob{"CHORUS_TENSOR_GEMM", "auto",
-                           "f32 GEMM backend: auto (fastest measured), dnnl, openblas, builtin"};
-
-// The selection shape: one GPT-2-small-ish linear layer on a (B*T = 512) batch slice.
-constexpr int64_t kSelM = 512, kSelN = 768, kSelK = 256;
+const StringKnob kGemmKnob{
+    "CHORUS_TENSOR_GEMM", "auto",
+    "f32 GEMM backend: auto (fastest measured per shape class), dnnl, openblas, builtin, or per "
+    "class, e.g. nt.large=dnnl,tn.large=openblas (classes left out are measured)"};
 
 // Runs an sgemm on `be` over the team: the backend's own split, or one call per row block.
 void run_sgemm(gemm_impl::SgemmBackend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -39,29 +43,33 @@ void run_sgemm(gemm_impl::SgemmBackend& be, bool ta, bool tb, int64_t m, int64_t
   });
 }
 
-// Seconds for one round of the shapes a training step uses: plain, B transposed (forward of
-// linear) and A transposed (weight gradient).
-double time_round(gemm_impl::SgemmBackend& be, std::vector<float>& a, std::vector<float>& b,
-                  std::vector<float>& c) {
-  const auto t0 = std::chrono::steady_clock::now();
-  run_sgemm(be, false, true, kSelM, kSelN, kSelK, 1.f, a.data(), kSelK, b.data(), kSelK, 0.f,
-            c.data(), kSelN);
-  run_sgemm(be, false, false, kSelM, kSelK, kSelN, 1.f, c.data(), kSelN, b.data(), kSelK, 0.f,
-            a.data(), kSelK);
-  run_sgemm(be, true, false, kSelN, kSelK, kSelM, 1.f, c.data(), kSelN, a.data(), kSelK, 0.f,
-            b.data(), kSelK);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 using gemm_impl::ChoiceCache;
 using gemm_impl::ChoiceOrigin;
+using gemm_impl::kShapeClasses;
+
+const char* origin_name(ChoiceOrigin o) {
+  switch (o) {
+    case ChoiceOrigin::kMeasured:
+      return "measured";
+    case ChoiceOrigin::kForced:
+      return "CHORUS_TENSOR_GEMM";
+    case ChoiceOrigin::kSet:
+      return "set";
+    case ChoiceOrigin::kPinned:
+      return "pinned";
+    case ChoiceOrigin::kNone:
+      break;
+  }
+  return "none";
+}
 
 // The f32 backends, in preference order (the selection keeps the first within 3% of the
-// fastest), and the choice: one shape class, every f32 GEMM (gemm/selection.h).
+// fastest), and the choice: one backend per shape class (gemm/shape_class.h), every class
+// measured at once on first use (gemm/selection.h).
 struct Registry {
   std::vector<std::unique_ptr<gemm_impl::SgemmBackend>> backends;
   std::vector<double> gflops;  // 0 until measured
-  ChoiceCache choice{1, [this] { return decide(); }};
+  ChoiceCache choice{kShapeClasses, [this] { return decide(); }};
 
   Registry() {
     backends.push_back(gemm_impl::make_builtin_backend());
@@ -74,45 +82,105 @@ struct Registry {
       if (name == backends[i]->name()) return static_cast<int>(i);
     return -1;
   }
-  // CHORUS_TENSOR_GEMM's backend, or -1 for auto.
-  int forced() const {
-    const std::string name = kGemmKnob.get();
-    if (name == "auto") return -1;
-    const int i = index_of(name);
-    CHORUS_ARG_CHECK(i >= 0, kGemmKnob.name(), "=", name,
-                     ": expected auto, dnnl, openblas or builtin");
-    CHORUS_ARG_CHECK(backends[static_cast<size_t>(i)]->available(), kGemmKnob.name(), "=", name,
-                     " is unavailable: ", backends[static_cast<size_t>(i)]->note());
-    return i;
+  // A plan string ("auto", a backend, or "class=backend,...") as one backend per class, -1
+  // where left to measurement; `what` names the knob or setter in errors.
+  std::array<int, kShapeClasses> parse(const std::string& plan, const char* what) const {
+    return gemm_impl::parse_class_plan(plan, what, [&](const std::string& name) {
+      const int i = index_of(name);
+      CHORUS_ARG_CHECK(i >= 0, what, "=", plan, ": '", name,
+                       "' is not auto, dnnl, openblas or builtin");
+      CHORUS_ARG_CHECK(backends[static_cast<size_t>(i)]->available(), what, "=", plan, ": ", name,
+                       " is unavailable: ", backends[static_cast<size_t>(i)]->note());
+      return i;
+    });
   }
-  // On first use: the knob's backend, else the fastest measured.
+  std::string plan_string(const std::vector<int>& choice) const {
+    return gemm_impl::class_plan_string(
+        choice, [this](int i) { return std::string(backends[static_cast<size_t>(i)]->name()); });
+  }
+  ChoiceCache::Decision logged(ChoiceCache::Decision d) const {
+    CHORUS_INFO(kLogTune, "tensor gemm: using ", plan_string(d.choice), " (", origin_name(d.origin),
+                ")");
+    return d;
+  }
+  // On first use: the knob's classes as it says, the rest measured.
   ChoiceCache::Decision decide() {
-    const int f = forced();
-    if (f < 0) return measure();
-    CHORUS_INFO(kLogTune, "tensor gemm: using ", backends[static_cast<size_t>(f)]->name(), " (",
-                kGemmKnob.name(), ")");
-    return {{f}, ChoiceOrigin::kForced};
+    const std::string plan = kGemmKnob.get();
+    return logged({measure(parse(plan, kGemmKnob.name())),
+                   plan == "auto" ? ChoiceOrigin::kMeasured : ChoiceOrigin::kForced});
   }
-  // Every available backend multiplies the same matrices (gemm/selection.h's rounds); GFLOP/s
-  // of each kept for gemm_backends().
-  ChoiceCache::Decision measure() {
-    std::vector<gemm_impl::Candidate> candidates;
-    for (const auto& be : backends) candidates.push_back({be->name(), be->available()});
-    std::vector<float> a(kSelM * kSelK), b(kSelK * kSelN), c(kSelM * kSelN);
+  // Seconds per call of each available backend (-1 for the others) on class c's shape: 5
+  // alternating rounds after a warm-up (gemm/selection.h), the best round each. A round repeats
+  // the call for ~0.5 ms, so a small class's tens of microseconds are not lost in the clock's
+  // noise; a large class's call takes longer alone (all eight classes: ~0.2 s on one Zen 3
+  // core, paid once per process).
+  std::vector<double> time_class(int c) {
+    const bool ta = gemm_impl::class_ta(c), tb = gemm_impl::class_tb(c);
+    int64_t m, n, k;
+    gemm_impl::f32_class_shape(c, &m, &n, &k);
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+    std::vector<float> out(static_cast<size_t>(m * n));
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
-    std::vector<double> seconds;
-    const size_t winner = gemm_impl::select_by_measurement(
-        "f32 gemm", candidates, 5, [&](size_t i) { return time_round(*backends[i], a, b, c); },
-        0.03, &seconds);
-    for (size_t i = 0; i < backends.size(); ++i) {
-      if (seconds[i] < 0) continue;
-      gflops[i] = 3.0 * 2.0 * kSelM * kSelN * kSelK / seconds[i] * 1e-9;
-      CHORUS_INFO(kLogTune, "tensor gemm: ", backends[i]->name(), " (", backends[i]->note(), ") ",
-                  gflops[i], " GFLOP/s on ", pool_threads(), " threads");
+    std::vector<gemm_impl::Candidate> candidates;
+    for (const auto& be : backends) candidates.push_back({be->name(), be->available()});
+    using Clock = std::chrono::steady_clock;
+    std::vector<int> iters(backends.size(), 0);  // a round's repeat count, set by the warm-up
+    return gemm_impl::time_candidates(
+        "f32 gemm " + gemm_impl::class_name(c), candidates, 5, [&](size_t w) {
+          auto call = [&] {
+            run_sgemm(*backends[w], ta, tb, m, n, k, 1.f, a.data(), lda, b.data(), ldb, 0.f,
+                      out.data(), n);
+          };
+          const auto t0 = Clock::now();
+          if (iters[w] == 0) {  // warm-up (JIT, page faults): one call, which sizes a round
+            call();
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+            iters[w] = std::clamp(static_cast<int>(5e-4 / std::max(s, 1e-7)), 1, 128);
+            return s;
+          }
+          for (int i = 0; i < iters[w]; ++i) call();
+          return std::chrono::duration<double>(Clock::now() - t0).count() / iters[w];
+        });
+  }
+  // Measures the classes `fixed` leaves open (none: nothing is timed); GFLOP/s of each backend
+  // over the measured classes together kept for gemm_backends().
+  std::vector<int> measure(const std::array<int, kShapeClasses>& fixed) {
+    std::vector<int> plan(kShapeClasses);
+    std::vector<double> flops(backends.size(), 0.0), seconds(backends.size(), 0.0);
+    bool any_open = false;
+    for (int c = 0; c < kShapeClasses; ++c) {
+      if (fixed[static_cast<size_t>(c)] >= 0) {
+        plan[static_cast<size_t>(c)] = fixed[static_cast<size_t>(c)];
+        continue;
+      }
+      any_open = true;
+      const std::vector<double> t = time_class(c);
+      const size_t win = gemm_impl::first_within_margin(t, 0.03);
+      CHORUS_ARG_CHECK(win < t.size(), "f32 gemm: no backend is available");
+      plan[static_cast<size_t>(c)] = static_cast<int>(win);
+      int64_t m, n, k;
+      gemm_impl::f32_class_shape(c, &m, &n, &k);
+      const double f = 2.0 * static_cast<double>(m * n * k);
+      std::string rates;
+      for (size_t i = 0; i < backends.size(); ++i) {
+        if (t[i] < 0) continue;
+        flops[i] += f;
+        seconds[i] += t[i];
+        char rate[64];
+        std::snprintf(rate, sizeof rate, "%s%s %.1f", rates.empty() ? "" : ", ",
+                      backends[i]->name(), f / t[i] * 1e-9);
+        rates += rate;
+      }
+      CHORUS_INFO(kLogTune, "tensor gemm ", gemm_impl::class_name(c), " (", m, "x", n, "x", k,
+                  "): ", rates, " GFLOP/s on ", pool_threads(), " threads -> ",
+                  backends[win]->name());
     }
-    CHORUS_INFO(kLogTune, "tensor gemm: using ", backends[winner]->name(), " (measured)");
-    return {{static_cast<int>(winner)}, ChoiceOrigin::kMeasured};
+    if (any_open)
+      for (size_t i = 0; i < backends.size(); ++i)
+        if (seconds[i] > 0) gflops[i] = flops[i] / seconds[i] * 1e-9;
+    return plan;
   }
 };
 
@@ -121,10 +189,10 @@ Registry& registry() {
   return r;
 }
 
-// The backend in use: measured on first use unless forced or set.
-gemm_impl::SgemmBackend& chosen() {
+// The backend of a product's shape class: measured on first use unless forced or set.
+gemm_impl::SgemmBackend& chosen(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   Registry& r = registry();
-  return *r.backends[static_cast<size_t>(r.choice.choice(0))];
+  return *r.backends[static_cast<size_t>(r.choice.choice(gemm_impl::shape_class(ta, tb, m, n, k)))];
 }
 
 // A product over an empty inner dimension is a sum of nothing: c = beta c (0 when beta is 0,
@@ -156,8 +224,8 @@ void gemm_16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
   // Stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N).
   auto af = widen(a, ta ? k : m, ta ? m : k, lda);
   auto bf = widen(b, tb ? n : k, tb ? k : n, ldb);
-  run_sgemm(chosen(), ta, tb, m, n, k, alpha, af.get(), ta ? m : k, bf.get(), tb ? k : n, beta, c,
-            ldc);
+  run_sgemm(chosen(ta, tb, m, n, k), ta, tb, m, n, k, alpha, af.get(), ta ? m : k, bf.get(),
+            tb ? k : n, beta, c, ldc);
 }
 
 }  // namespace
@@ -165,7 +233,7 @@ void gemm_16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (empty_product(m, n, k, beta, c, ldc)) return;
-  run_sgemm(chosen(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  run_sgemm(chosen(ta, tb, m, n, k), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
@@ -184,7 +252,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   gemm_16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-std::string gemm_backend() { return chosen().name(); }
+std::string gemm_backend() {
+  Registry& r = registry();
+  return r.plan_string(r.choice.decision().choice);
+}
 
 std::vector<GemmBackendInfo> gemm_backends() {
   Registry& r = registry();
@@ -195,32 +266,31 @@ std::vector<GemmBackendInfo> gemm_backends() {
   return out;
 }
 
-void set_gemm_backend(const std::string& name) {
+void set_gemm_backend(const std::string& plan) {
   Registry& r = registry();
-  if (name == "auto") {
-    r.choice.store(r.measure());
-    return;
-  }
-  const int i = r.index_of(name);
-  if (i < 0) throw InvalidArgument("unknown gemm backend '" + name + "'");
-  gemm_impl::SgemmBackend& be = *r.backends[static_cast<size_t>(i)];
-  CHORUS_ARG_CHECK(be.available(), "gemm backend ", name, " unavailable: ", be.note());
-  r.choice.store({{i}, ChoiceOrigin::kSet});
+  // Times only the classes the string leaves out; "auto" is a measured choice (pinning replaces
+  // it), anything else a set one.
+  const auto fixed = r.parse(plan, "set_gemm_backend");
+  r.choice.store(
+      r.logged({r.measure(fixed), plan == "auto" ? ChoiceOrigin::kMeasured : ChoiceOrigin::kSet}));
 }
 
 void pin_gemm_choices() {
   Registry& r = registry();
-  // A forced or set backend stays; a measured one (or none yet) gives way to the rule.
+  // A set or pinned plan stays; a measured one (or none yet) gives way to the rule: the knob's
+  // classes as it says, builtin elsewhere.
   r.choice.replace_unless(
       [](const ChoiceCache::Decision& d) {
-        return d.origin == ChoiceOrigin::kForced || d.origin == ChoiceOrigin::kSet ||
-               d.origin == ChoiceOrigin::kPinned;
+        return d.origin == ChoiceOrigin::kSet || d.origin == ChoiceOrigin::kPinned;
       },
       [&r] {
-        const int f = r.forced();
-        if (f >= 0) return ChoiceCache::Decision{{f}, ChoiceOrigin::kForced};
-        CHORUS_INFO(kLogTune, "tensor gemm: builtin (pinned)");
-        return ChoiceCache::Decision{{r.index_of("builtin")}, ChoiceOrigin::kPinned};
+        const auto fixed = r.parse(kGemmKnob.get(), kGemmKnob.name());
+        ChoiceCache::Decision d{{}, ChoiceOrigin::kForced};
+        for (int f : fixed) {
+          if (f < 0) d.origin = ChoiceOrigin::kPinned;
+          d.choice.push_back(f >= 0 ? f : r.index_of("builtin"));
+        }
+        return r.logged(d);
       });
   gemm_impl::pin_bf16_gemm_choice();
 }

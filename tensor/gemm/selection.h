@@ -1,5 +1,6 @@
-// Internal: choosing a GEMM kernel by measurement, the one mechanism of the f32 backend (one
-// shape class: every f32 GEMM) and the autocast bf16 method (eight classes, bf16_selection.cc).
+// Internal: choosing a GEMM kernel by measurement, the one mechanism of the f32 backend (gemm.cc)
+// and the autocast bf16 method (bf16_selection.cc), each chosen per shape class
+// (gemm/shape_class.h).
 //
 //   candidates   named, in preference order, each available or not;
 //   timing       one round of a candidate (seconds per call), run in alternating rounds so a
@@ -42,7 +43,7 @@ struct Candidate {
 
 // The best round's seconds of every available candidate (-1 for the others): `rounds` rounds
 // after the warm-up round, alternating between the candidates in order. `selection` names what
-// is chosen ("f32 gemm", "bf16 gemm nt.large") for the test seam below.
+// is chosen ("f32 gemm nt.large", "bf16 gemm nt.large") for the test seam below.
 std::vector<double> time_candidates(const std::string& selection,
                                     const std::vector<Candidate>& candidates, int rounds,
                                     const std::function<double(size_t candidate)>& round);

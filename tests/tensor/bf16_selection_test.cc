@@ -109,13 +109,13 @@ TEST(Bf16Selection, ModeStringsRecordAndForceTheChoice) {
 }
 
 TEST(Bf16Selection, ShapeClasses) {
-  using gemm_impl::bf16_shape_class;
+  using gemm_impl::shape_class;
   // Pattern (nn, nt, tn, tt) times 2, plus 1 when large (>= 2^21 multiply-adds).
-  EXPECT_EQ(bf16_shape_class(false, false, 128, 128, 64), 0);
-  EXPECT_EQ(bf16_shape_class(false, true, 128, 128, 128), 3);
-  EXPECT_EQ(bf16_shape_class(true, false, 1024, 768, 256), 5);
-  EXPECT_EQ(bf16_shape_class(true, true, 1, 1, 1), 6);
-  EXPECT_EQ(bf16_shape_class(false, false, 0, 5, 5), 0);
+  EXPECT_EQ(shape_class(false, false, 128, 128, 64), 0);
+  EXPECT_EQ(shape_class(false, true, 128, 128, 128), 3);
+  EXPECT_EQ(shape_class(true, false, 1024, 768, 256), 5);
+  EXPECT_EQ(shape_class(true, true, 1, 1, 1), 6);
+  EXPECT_EQ(shape_class(false, false, 0, 5, 5), 0);
 }
 
 TEST(Bf16Selection, TheRuleKeepsTheFirstWithinTheMarginOfTheFastest) {

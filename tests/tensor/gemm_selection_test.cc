@@ -20,6 +20,9 @@ namespace {
 
 using gemm_impl::set_fake_timings;
 
+constexpr const char* kClasses[] = {"nn.small", "nn.large", "nt.small", "nt.large",
+                                    "tn.small", "tn.large", "tt.small", "tt.large"};
+
 bool available(const std::string& backend) {
   for (const auto& b : gemm_backends())
     if (b.name == backend) return b.available;
@@ -35,15 +38,20 @@ bool knobs_at_auto() {
   return true;
 }
 
-// Fake timings by candidate name (1.0 for the others), recording what each selection timed.
+// Fake timings by candidate name (1.0 for the others), or by selection and name, recording what
+// each selection timed.
 class Faked {
  public:
-  explicit Faked(std::map<std::string, double> seconds) : seconds_(std::move(seconds)) {
+  explicit Faked(std::map<std::string, double> seconds)
+      : Faked([seconds](const std::string&, const std::string& name) {
+          const auto it = seconds.find(name);
+          return it == seconds.end() ? 1.0 : it->second;
+        }) {}
+  explicit Faked(gemm_impl::FakeTimings fake) : fake_(std::move(fake)) {
     previous_ = set_fake_timings([this](const std::string& selection, const std::string& name) {
       std::lock_guard lock(mutex_);
       timed_.insert(selection);
-      const auto it = seconds_.find(name);
-      return it == seconds_.end() ? 1.0 : it->second;
+      return fake_(selection, name);
     });
   }
   ~Faked() { set_fake_timings(previous_); }
@@ -53,7 +61,7 @@ class Faked {
   }
 
  private:
-  std::map<std::string, double> seconds_;
+  gemm_impl::FakeTimings fake_;
   std::mutex mutex_;
   std::set<std::string> timed_;
   gemm_impl::FakeTimings previous_;
@@ -77,7 +85,10 @@ TEST(GemmSelection, BothDtypesChooseThroughTheOneMechanism) {
     Faked fake({{"builtin", 2.0}, {"dnnl", 1.0}, {"openblas", 1.0}});
     set_gemm_backend("auto");
     EXPECT_EQ(gemm_backend(), library.empty() ? "builtin" : (available("dnnl") ? "dnnl" : library));
-    EXPECT_EQ(fake.timed(), std::set<std::string>{"f32 gemm"});
+    // Every shape class timed by the same mechanism.
+    const std::set<std::string> timed = fake.timed();
+    EXPECT_EQ(timed.size(), 8u);
+    for (const char* c : kClasses) EXPECT_EQ(timed.count(std::string("f32 gemm ") + c), 1u) << c;
   }
   {
     Faked fake({{"builtin", 1.02}, {"dnnl", 1.0}, {"openblas", 1.0}});
@@ -92,9 +103,7 @@ TEST(GemmSelection, BothDtypesChooseThroughTheOneMechanism) {
     EXPECT_EQ(bf16_gemm_mode(), "f32");
     const std::set<std::string> timed = fake.timed();
     EXPECT_EQ(timed.size(), 8u);
-    for (const char* c : {"nn.small", "nn.large", "nt.small", "nt.large", "tn.small", "tn.large",
-                          "tt.small", "tt.large"})
-      EXPECT_EQ(timed.count(std::string("bf16 gemm ") + c), 1u) << c;
+    for (const char* c : kClasses) EXPECT_EQ(timed.count(std::string("bf16 gemm ") + c), 1u) << c;
   }
   {
     // A class left to measurement is timed, a forced one is not.
@@ -112,6 +121,72 @@ TEST(GemmSelection, BothDtypesChooseThroughTheOneMechanism) {
   }
 }
 
+TEST(GemmSelection, F32BackendIsChosenPerShapeClass) {
+  if (!knobs_at_auto()) GTEST_SKIP() << "a CHORUS_TENSOR_*GEMM knob forces the choice";
+  if (!available("dnnl") || !available("openblas")) GTEST_SKIP() << "needs dnnl and openblas";
+  const KeepChoices keep;
+  // dnnl wins the nt classes, openblas the tn ones, builtin (first in the order) the others.
+  auto fake_winners = [](const std::string& selection, const std::string& name) {
+    if (selection.rfind("f32 gemm nt.", 0) == 0) return name == "dnnl" ? 1.0 : 2.0;
+    if (selection.rfind("f32 gemm tn.", 0) == 0) return name == "openblas" ? 1.0 : 2.0;
+    return 1.0;
+  };
+  const std::string plan =
+      "nn.small=builtin,nn.large=builtin,nt.small=dnnl,nt.large=dnnl,tn.small=openblas,"
+      "tn.large=openblas,tt.small=builtin,tt.large=builtin";
+  {
+    Faked fake(fake_winners);
+    set_gemm_backend("auto");
+    EXPECT_EQ(gemm_backend(), plan);
+    // The deterministic mode's rule replaces a measured plan: builtin in every class.
+    pin_gemm_choices();
+    EXPECT_EQ(gemm_backend(), "builtin");
+  }
+  {
+    // The decision string is what the ranks' agreement sets back: nothing is timed, the plan
+    // comes back unchanged, and pinning keeps a set plan.
+    Faked fake(std::map<std::string, double>{});
+    set_gemm_backend("builtin");
+    EXPECT_EQ(gemm_backend(), "builtin");
+    set_gemm_backend(plan);
+    EXPECT_EQ(gemm_backend(), plan);
+    pin_gemm_choices();
+    EXPECT_EQ(gemm_backend(), plan);
+    EXPECT_TRUE(fake.timed().empty());
+  }
+  {
+    // One name forces every class; a list forces its classes and measures only the others.
+    Faked fake(fake_winners);
+    set_gemm_backend("openblas");
+    EXPECT_EQ(gemm_backend(), "openblas");
+    EXPECT_TRUE(fake.timed().empty());
+    set_gemm_backend("nt.large=openblas,tn.small=dnnl");
+    EXPECT_EQ(gemm_backend(),
+              "nn.small=builtin,nn.large=builtin,nt.small=dnnl,nt.large=openblas,tn.small=dnnl,"
+              "tn.large=openblas,tt.small=builtin,tt.large=builtin");
+    const std::set<std::string> timed = fake.timed();
+    EXPECT_EQ(timed.size(), 6u);
+    EXPECT_EQ(timed.count("f32 gemm nt.large"), 0u);
+    EXPECT_EQ(timed.count("f32 gemm tn.small"), 0u);
+  }
+  // A malformed plan is refused, naming what is wrong, and the plan in use stays.
+  set_gemm_backend(plan);
+  auto message = [](const std::string& bad) {
+    try {
+      set_gemm_backend(bad);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("nt.huge=dnnl").find("unknown shape class 'nt.huge'"), std::string::npos);
+  EXPECT_NE(message("nt.large=cublas").find("'cublas' is not"), std::string::npos);
+  EXPECT_NE(message("fastest").find("'fastest' is not"), std::string::npos);
+  EXPECT_NE(message("nt.large=dnnl,tn.large").find("expected class=name in 'tn.large'"),
+            std::string::npos);
+  EXPECT_EQ(gemm_backend(), plan);
+}
+
 TEST(GemmSelection, PinnedChoiceIsTheRuleWhateverTheTimings) {
   if (!knobs_at_auto()) GTEST_SKIP() << "a CHORUS_TENSOR_*GEMM knob forces the choice";
   const KeepChoices keep;
@@ -125,6 +200,8 @@ TEST(GemmSelection, PinnedChoiceIsTheRuleWhateverTheTimings) {
     set_gemm_backend("auto");
     set_bf16_gemm_mode("auto");
     const std::set<std::string> measured = fake.timed();
+    if (run == 0 && (available("dnnl") || available("openblas")))
+      EXPECT_NE(gemm_backend(), "builtin") << "measured";
     pin_gemm_choices();
     EXPECT_EQ(gemm_backend(), "builtin") << "run " << run;
     EXPECT_EQ(bf16_gemm_mode(), rule_bf16) << "run " << run;

@@ -3,11 +3,13 @@
 // Backends (gemm/): "builtin" (ours, always present: a blocked 12 x 32 AVX-512 kernel where the
 // CPU has AVX-512, a generic vectorised one elsewhere; also the f64 GEMM), "dnnl" (oneDNN's
 // dnnl_sgemm, JIT for the CPU at hand) and "openblas" (cblas_sgemm). The libraries are opened at
-// run time (dlopen), so a chorus binary runs where neither is installed. On first use every
-// available f32 backend multiplies the same matrices at a GPT-like shape (rounds alternating
-// between backends, best round each); the fastest wins, the earlier one in the order builtin,
-// dnnl, openblas when within 3% (noise cannot flip the choice from launch to launch).
-// CHORUS_TENSOR_GEMM=dnnl|openblas|builtin forces one; CHORUS_DEBUG=INFO logs the rates.
+// run time (dlopen), so a chorus binary runs where neither is installed. The backend is chosen
+// per shape class (transposition pattern nn|nt|tn|tt x small|large): on first use every
+// available f32 backend multiplies the same matrices at each class's shape (rounds alternating
+// between backends, best round each); the fastest wins the class, the earlier one in the order
+// builtin, dnnl, openblas when within 3% (noise cannot flip the choice from launch to launch).
+// CHORUS_TENSOR_GEMM=dnnl|openblas|builtin forces one everywhere, "nt.large=dnnl,..." some
+// classes; CHORUS_DEBUG=INFO logs the rates.
 // Threads: one team for everything, chorus's own (CHORUS_TENSOR_THREADS; 0 = every core this
 // process may run on). Rows of C are split over the team; a library is called once per row
 // block from each team thread and kept single-threaded itself.
@@ -45,21 +47,24 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 struct GemmBackendInfo {
   std::string name;
   bool available = false;
-  double measured_gflops = 0;  // at the selection shape; 0 when not measured
+  double measured_gflops = 0;  // over the classes' selection shapes together; 0 when not measured
   std::string note;            // why unavailable, or the library that was opened
 };
 
-// The backend f32 GEMMs go to (selects on first call).
+// The f32 GEMM plan in use (selects on first call): one backend name ("dnnl") when every shape
+// class runs it, else "nn.small=builtin,nn.large=openblas,..." naming each of the eight classes.
 std::string gemm_backend();
 // Every backend with its availability and the rate measured during selection.
 std::vector<GemmBackendInfo> gemm_backends();
-// Forces a backend by name for this process (tests, benchmarks, ranks that must agree); throws
-// if unavailable. Setting it before the first GEMM skips the measurement. "auto" measures again
-// (a measured choice, as on first use).
-void set_gemm_backend(const std::string& name);
+// Forces the plan for this process (tests, benchmarks, ranks that must agree): a backend name
+// (every class), or a list as gemm_backend() writes it, classes left out measured; "auto"
+// measures every class again (a measured choice, as on first use). Setting a whole plan before
+// the first GEMM skips the measurement. An unknown name or class, a malformed list or an
+// unavailable backend throws InvalidArgument saying why.
+void set_gemm_backend(const std::string& plan);
 // The autocast bf16 GEMM plan in use: one method name ("native", "dnnl" or "f32") when every
 // shape class runs it, else "nn.small=native,nn.large=dnnl,..." naming each of the eight classes
-// (nn|nt|tn|tt . small|large); chosen on first call like the f32 backend. set_bf16_gemm_mode
+// (nn|nt|tn|tt . small|large); chosen on first call like the f32 plan. set_bf16_gemm_mode
 // takes the same strings (classes left out of a list are measured; "auto" measures every class
 // again, a measured choice as on first use): "native" falls back to
 // "f32" where the kernel is missing; an unavailable "dnnl" or a malformed string throws
