@@ -227,24 +227,9 @@ ChoiceCache::Decision decision_of(const Plan& p, ChoiceOrigin origin) {
   return d;
 }
 
-const char* origin_name(ChoiceOrigin o) {
-  switch (o) {
-    case ChoiceOrigin::kMeasured:
-      return "measured";
-    case ChoiceOrigin::kForced:
-      return "CHORUS_TENSOR_BF16_GEMM";
-    case ChoiceOrigin::kSet:
-      return "set";
-    case ChoiceOrigin::kPinned:
-      return "pinned";
-    case ChoiceOrigin::kNone:
-      break;
-  }
-  return "none";
-}
-
 ChoiceCache::Decision logged(const Plan& p, ChoiceOrigin origin) {
-  CHORUS_INFO(kLogTune, "tensor bf16 gemm: using ", plan_string(p), " (", origin_name(origin), ")");
+  CHORUS_INFO(kLogTune, "tensor bf16 gemm: using ", plan_string(p), " (",
+              origin_name(origin, kBf16Knob.name()), ")");
   return decision_of(p, origin);
 }
 

@@ -47,22 +47,6 @@ using gemm_impl::ChoiceCache;
 using gemm_impl::ChoiceOrigin;
 using gemm_impl::kShapeClasses;
 
-const char* origin_name(ChoiceOrigin o) {
-  switch (o) {
-    case ChoiceOrigin::kMeasured:
-      return "measured";
-    case ChoiceOrigin::kForced:
-      return "CHORUS_TENSOR_GEMM";
-    case ChoiceOrigin::kSet:
-      return "set";
-    case ChoiceOrigin::kPinned:
-      return "pinned";
-    case ChoiceOrigin::kNone:
-      break;
-  }
-  return "none";
-}
-
 // The f32 backends, in preference order (the selection keeps the first within 3% of the
 // fastest), and the choice: one backend per shape class (gemm/shape_class.h), every class
 // measured at once on first use (gemm/selection.h).
@@ -99,8 +83,8 @@ struct Registry {
         choice, [this](int i) { return std::string(backends[static_cast<size_t>(i)]->name()); });
   }
   ChoiceCache::Decision logged(ChoiceCache::Decision d) const {
-    CHORUS_INFO(kLogTune, "tensor gemm: using ", plan_string(d.choice), " (", origin_name(d.origin),
-                ")");
+    CHORUS_INFO(kLogTune, "tensor gemm: using ", plan_string(d.choice), " (",
+                gemm_impl::origin_name(d.origin, kGemmKnob.name()), ")");
     return d;
   }
   // On first use: the knob's classes as it says, the rest measured.

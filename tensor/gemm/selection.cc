@@ -103,4 +103,20 @@ ChoiceCache::Decision ChoiceCache::current_locked() const {
   return d;
 }
 
+const char* origin_name(ChoiceOrigin origin, const char* knob) {
+  switch (origin) {
+    case ChoiceOrigin::kMeasured:
+      return "measured";
+    case ChoiceOrigin::kForced:
+      return knob;
+    case ChoiceOrigin::kSet:
+      return "set";
+    case ChoiceOrigin::kPinned:
+      return "pinned";
+    case ChoiceOrigin::kNone:
+      break;
+  }
+  return "none";
+}
+
 }  // namespace chorus::tensor::gemm_impl

@@ -61,6 +61,8 @@ FakeTimings set_fake_timings(FakeTimings fake);
 
 // Where a cached choice came from.
 enum class ChoiceOrigin { kNone, kMeasured, kForced, kSet, kPinned };
+// Its name in the logs: "measured", the forcing knob's name, "set", "pinned" or "none".
+const char* origin_name(ChoiceOrigin origin, const char* knob);
 
 // The choice per shape class (an index into the candidates of each), decided for every class at
 // once on first use by `decide` (measurement where no knob forces it). Thread safe; reading a
