@@ -23,7 +23,6 @@
 // CHORUS_TENSOR_BF16_GEMM or set_bf16_gemm_mode() forces one.
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -152,24 +151,13 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
         gemm(ta, tb, m, n, k, 1.f, a32.data(), lda, b32.data(), ldb, 0.f, out.data(), n);
     }
   };
-  using Clock = std::chrono::steady_clock;
-  std::array<int, 4> iters{};  // the repeat count of a round, set by the warm-up round
   const std::vector<Candidate> timed{{"native", candidates[0]},
                                      {"dnnl", candidates[1]},
                                      {"f32", candidates[2]},
                                      {"f32 on f32 operands", true}};
-  const std::vector<double> t =
-      time_candidates("bf16 gemm " + class_name(c), timed, 9, [&](size_t w) {
-        const auto t0 = Clock::now();
-        if (iters[w] == 0) {  // warm-up (JIT, page faults): one call, which sizes a round
-          call(static_cast<int>(w));
-          const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-          iters[w] = std::clamp(static_cast<int>(2e-3 / std::max(s, 1e-7)), 1, 128);
-          return s;
-        }
-        for (int i = 0; i < iters[w]; ++i) call(static_cast<int>(w));
-        return std::chrono::duration<double>(Clock::now() - t0).count() / iters[w];
-      });
+  const std::vector<double> t = time_candidates(
+      "bf16 gemm " + class_name(c), timed, 9,
+      repeated_round(timed.size(), 2e-3, [&](size_t w) { call(static_cast<int>(w)); }));
   return {t[0], t[1], t[2], t[3]};
 }
 
@@ -252,9 +240,7 @@ Plan plan() {
 
 }  // namespace
 
-Bf16Method bf16_method(int shape_class) {
-  return static_cast<Bf16Method>(cache().choice(shape_class));
-}
+Bf16Method bf16_method(int c) { return static_cast<Bf16Method>(cache().choice(c)); }
 
 bool bf16_operands_as_bf16() {
   for (int c = 0; c < kShapeClasses; ++c)

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -109,24 +108,12 @@ struct Registry {
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
     std::vector<gemm_impl::Candidate> candidates;
     for (const auto& be : backends) candidates.push_back({be->name(), be->available()});
-    using Clock = std::chrono::steady_clock;
-    std::vector<int> iters(backends.size(), 0);  // a round's repeat count, set by the warm-up
     return gemm_impl::time_candidates(
-        "f32 gemm " + gemm_impl::class_name(c), candidates, 5, [&](size_t w) {
-          auto call = [&] {
-            run_sgemm(*backends[w], ta, tb, m, n, k, 1.f, a.data(), lda, b.data(), ldb, 0.f,
-                      out.data(), n);
-          };
-          const auto t0 = Clock::now();
-          if (iters[w] == 0) {  // warm-up (JIT, page faults): one call, which sizes a round
-            call();
-            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-            iters[w] = std::clamp(static_cast<int>(5e-4 / std::max(s, 1e-7)), 1, 128);
-            return s;
-          }
-          for (int i = 0; i < iters[w]; ++i) call();
-          return std::chrono::duration<double>(Clock::now() - t0).count() / iters[w];
-        });
+        "f32 gemm " + gemm_impl::class_name(c), candidates, 5,
+        gemm_impl::repeated_round(backends.size(), 5e-4, [&](size_t w) {
+          run_sgemm(*backends[w], ta, tb, m, n, k, 1.f, a.data(), lda, b.data(), ldb, 0.f,
+                    out.data(), n);
+        }));
   }
   // Measures the classes `fixed` leaves open (none: nothing is timed); GFLOP/s of each backend
   // over the measured classes together kept for gemm_backends().

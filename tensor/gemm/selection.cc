@@ -3,6 +3,8 @@
 #include "gemm/selection.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 
 #include "chorus/error.h"
 
@@ -101,6 +103,24 @@ ChoiceCache::Decision ChoiceCache::current_locked() const {
   for (const auto& c : choice_) d.choice.push_back(c.load(std::memory_order_relaxed));
   d.origin = origin_;
   return d;
+}
+
+std::function<double(size_t)> repeated_round(size_t candidates, double round_seconds,
+                                             std::function<void(size_t)> call) {
+  using Clock = std::chrono::steady_clock;
+  auto iters = std::make_shared<std::vector<int>>(candidates, 0);  // 0 until the warm-up
+  return [iters, round_seconds, call = std::move(call)](size_t w) {
+    int& n = (*iters)[w];
+    const auto t0 = Clock::now();
+    if (n == 0) {
+      call(w);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      n = std::clamp(static_cast<int>(round_seconds / std::max(s, 1e-7)), 1, 128);
+      return s;
+    }
+    for (int i = 0; i < n; ++i) call(w);
+    return std::chrono::duration<double>(Clock::now() - t0).count() / n;
+  };
 }
 
 const char* origin_name(ChoiceOrigin origin, const char* knob) {

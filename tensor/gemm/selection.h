@@ -48,6 +48,13 @@ std::vector<double> time_candidates(const std::string& selection,
                                     const std::vector<Candidate>& candidates, int rounds,
                                     const std::function<double(size_t candidate)>& round);
 
+// A round for time_candidates that runs candidate w's `call` about `round_seconds` long, in
+// seconds per call: its first round (time_candidates' warm-up: JIT, page faults) runs one call,
+// which sizes the later ones (1 to 128 calls), so a short product is not lost in the clock's
+// noise. `candidates` is their count.
+std::function<double(size_t candidate)> repeated_round(size_t candidates, double round_seconds,
+                                                       std::function<void(size_t candidate)> call);
+
 // The measurement and the rule together: the winner's index among `candidates` (the timings in
 // `seconds`, when given). InvalidArgument when none is available.
 size_t select_by_measurement(const std::string& selection, const std::vector<Candidate>& candidates,
