@@ -5,9 +5,9 @@
 // default group: torch.distributed.distributed_c10d._get_default_group()). It runs through the
 // group's c10d store, not chorus, so a rank that does not arrive leaves the communicator
 // usable, as with gloo. Every rank but 0 checks in under a key of its own and waits for rank 0's
-// verdict; rank 0 waits for the check-ins until the timeout and names the ranks missing then
-// (the first in rank order, or with wait_all_ranks all of them), raising chorus_torch.Timeout on
-// every rank that waits for the verdict. Like gloo's, it orders nothing against calls issued
+// verdict (up to twice the timeout); rank 0 waits for the check-ins until the timeout and names
+// the ranks missing then (the first in rank order, or with wait_all_ranks all of them), raising
+// chorus_torch.Timeout on every rank that waits for the verdict. Like gloo's, it orders nothing against calls issued
 // before it that are still in flight. It uses the store as the communicator does (C10dStore: one
 // call at a time, waits by polling).
 #include <string>
@@ -37,10 +37,13 @@ void ProcessGroupChorus::monitoredBarrier(const ::c10d::BarrierOptions& opts, bo
   const std::string in_time = "ok";
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (rank_ != 0) {
+    // Rank 0's verdict comes when its own timeout ends, which started when rank 0 arrived: a
+    // rank that arrived first would give up on it a moment before it is written. So the others
+    // wait twice the timeout, which covers a rank 0 up to one timeout late.
     store_->set(prefix + "/" + std::to_string(rank_), "1");
-    if (!store_->wait_until({verdict}, deadline))
+    if (!store_->wait_until({verdict}, deadline + timeout))
       throw Timeout(detail::concat("rank 0 did not end the monitored barrier within ",
-                                   timeout.count(), " ms"),
+                                   2 * timeout.count(), " ms"),
                     rank_, call, -1, 0);
     const std::string text = store_->get(verdict, timeout);
     if (text != in_time) throw Timeout(text, rank_, call, -1, 0);

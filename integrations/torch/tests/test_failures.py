@@ -154,27 +154,36 @@ def monitored(rank, n):
     import torch.distributed as dist
     # torch 1.13's dist.monitored_barrier admits gloo only: the group's own method is the way in.
     pg = dist.distributed_c10d._get_default_group()
-    pg.monitored_barrier(datetime.timedelta(seconds=30))  # everyone arrives
     out = {}
-    for wait_all, away in ((False, {2}), (True, {1, 2})):
+    for name, wait_all, away, late in MONITORED_ROUNDS:
+        pg.monitored_barrier(datetime.timedelta(seconds=30))  # everyone arrives
         if rank in away:
             time.sleep(3)  # past the barrier's 1 s
+        elif rank in late:
+            time.sleep(0.5)  # within it: rank 0's verdict comes 0.5 s after the others' 1 s
         try:
             pg.monitored_barrier(datetime.timedelta(seconds=1), wait_all_ranks=wait_all)
-            out[wait_all] = None
+            out[name] = None
         except Exception as e:
-            out[wait_all] = (type(e).__name__, str(e))
+            out[name] = (type(e).__name__, str(e))
     t = torch.ones(3)
     dist.all_reduce(t)
     out["after"] = t.tolist()
     return out
 
 
+# (name, wait_all_ranks, the ranks that never arrive in time, the ranks that arrive late, in time)
+MONITORED_ROUNDS = (("first missing", False, {2}, set()),
+                    ("all missing", True, {1, 2}, set()),
+                    ("rank 0 late", False, {2}, {0}))
+NAMED = {"first missing": "Rank 2 ", "all missing": "Ranks 1, 2 ", "rank 0 late": "Rank 2 "}
+
+
 def test_monitored_barrier_names_the_ranks_that_did_not_arrive():
     for r, out in enumerate(values(run_ranks(monitored, 3, timeout=90))):
-        assert out["after"] == [3.0] * 3, (r, out)  # the group still works
-        for wait_all, named in ((False, "Rank 2 "), (True, "Ranks 1, 2 ")):
-            assert out[wait_all] is not None, (r, wait_all, "did not raise")
-            cls, text = out[wait_all]
-            assert cls == "Timeout", (r, out[wait_all])
-            assert named + "failed to pass monitoredBarrier in 1000 ms" in text, (r, text)
+        assert out.pop("after") == [3.0] * 3, (r, out)  # the group still works
+        for name, got in out.items():
+            assert got is not None, (r, name, "did not raise")
+            cls, text = got
+            assert cls == "Timeout", (r, name, got)
+            assert NAMED[name] + "failed to pass monitoredBarrier in 1000 ms" in text, (r, name, text)
