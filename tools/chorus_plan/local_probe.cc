@@ -164,9 +164,10 @@ class BusyNeighbours {
 // Seconds of one forward and backward `pass` in the setup's precision, with `neighbours` other
 // cores running the same pass (BusyNeighbours): the fastest of five after a warm-up. The host's
 // other work only ever adds to a pass, so the fastest is its cost undisturbed (what
-// bench/parallel/plan_vs_runs.py takes of a run's steps too).
-template <typename Pass>
-double fastest_pass(const Setup& s, int neighbours, Pass&& pass) {
+// bench/parallel/plan_vs_runs.py takes of a run's steps too). `before`, when given, runs untimed
+// ahead of every pass (the neighbours run it too): what a step does before the timed part.
+template <typename Pass, typename Before = void (*)()>
+double fastest_pass(const Setup& s, int neighbours, Pass&& pass, Before&& before = [] {}) {
   const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
                         : s.dtype == "f16" ? DataType::kF16
                                            : DataType::kF32;
@@ -174,9 +175,13 @@ double fastest_pass(const Setup& s, int neighbours, Pass&& pass) {
     tensor::AutocastGuard autocast(lowp);
     pass();
   };
-  const BusyNeighbours busy(neighbours, timed);
+  const BusyNeighbours busy(neighbours, [&] {
+    before();
+    timed();
+  });
   std::vector<double> t;
   for (int rep = 0; rep < 6; ++rep) {
+    before();
     const auto t0 = Clock::now();
     timed();
     if (rep > 0) t.push_back(since(t0));
@@ -187,30 +192,51 @@ double fastest_pass(const Setup& s, int neighbours, Pass&& pass) {
 // Seconds of one block's forward and backward on b sequences (fastest_pass); with tp > 1 the slice
 // one rank of a tp split runs (parallel/tensor_parallel.h): the attention's heads and the MLP's
 // hidden columns over tp, the LayerNorms and an MoE layer whole. The slice's all-reduces are not in
-// it (the collectives price them).
-double time_block(const Setup& s, int64_t b, bool moe, int tp, int neighbours) {
+// it (the collectives price them). Timed as a stack of `depth` distinct blocks (the model's own
+// count of its kind, up to four and 1 GiB of parameters), an MoE block's auxiliary losses
+// back-propagated as the trainer's are: one block passed again and again keeps its weights and
+// activations in the caches, which a model's pass does not (a mixture's block then ran 10% below
+// its pass inside chorus-train on an Intel Xeon with AVX-512, a dense one 4%).
+double time_block(const Setup& s, int64_t b, bool moe, int tp, int neighbours, int64_t depth) {
   const ModelShape& m = s.model;
   tensor::nn::GPTConfig cfg = one_layer(m);
   cfg.experts = moe ? m.experts : 0;
   cfg.top_k = m.top_k;
   cfg.capacity_factor = m.capacity_factor;
-  tensor::nn::Block block(cfg, moe);
-  if (tp > 1) {
-    using tensor::nn::Linear;
-    const int64_t c = m.width;
-    block.replace_module("attn.c_attn", std::make_shared<Linear>(c, 3 * c / tp));
-    block.replace_module("attn.c_proj", std::make_shared<Linear>(c / tp, c));
-    block.attn->heads = m.heads / tp;
-    if (!moe) {
-      block.replace_module("mlp.c_fc", std::make_shared<Linear>(c, 4 * c / tp));
-      block.replace_module("mlp.c_proj", std::make_shared<Linear>(4 * c / tp, c));
+  const auto make_block = [&](uint64_t seed) {
+    auto block = std::make_unique<tensor::nn::Block>(cfg, moe);
+    if (tp > 1) {
+      using tensor::nn::Linear;
+      const int64_t c = m.width;
+      block->replace_module("attn.c_attn", std::make_shared<Linear>(c, 3 * c / tp));
+      block->replace_module("attn.c_proj", std::make_shared<Linear>(c / tp, c));
+      block->attn->heads = m.heads / tp;
+      if (!moe) {
+        block->replace_module("mlp.c_fc", std::make_shared<Linear>(c, 4 * c / tp));
+        block->replace_module("mlp.c_proj", std::make_shared<Linear>(4 * c / tp, c));
+      }
     }
-  }
-  block.init(1);
+    block->init(seed);
+    return block;
+  };
+  std::vector<std::unique_ptr<tensor::nn::Block>> blocks;
+  blocks.push_back(make_block(1));
+  constexpr int64_t kMaxDepth = 4, kMaxBytes = int64_t(1) << 30;
+  const int64_t bytes = 4 * std::max<int64_t>(1, blocks[0]->num_parameters());
+  const int64_t count = std::max<int64_t>(1, std::min({depth, kMaxDepth, kMaxBytes / bytes}));
+  while (int64_t(blocks.size()) < count) blocks.push_back(make_block(1 + blocks.size()));
   tensor::Tensor x = tensor::Tensor::empty({b, m.context, m.width});
   tensor::fill_normal_(x, {1, 2}, 0.0, 1.0);
   x.set_requires_grad(true);
-  return fastest_pass(s, neighbours, [&] { tensor::sum(block.forward(x, {})).backward(); });
+  const double seconds = fastest_pass(s, neighbours, [&] {
+    std::vector<tensor::Tensor> aux;
+    tensor::Tensor h = x;
+    for (const auto& block : blocks) h = block->forward(h, {}, moe ? &aux : nullptr);
+    tensor::Tensor loss = tensor::sum(h);
+    for (const tensor::Tensor& a : aux) loss = tensor::add(loss, a);
+    loss.backward();
+  });
+  return seconds / double(blocks.size());
 }
 
 // Seconds of the model's ends on b sequences, forward and backward (fastest_pass): the embeddings,
@@ -236,10 +262,11 @@ double time_ends(const Setup& s, int64_t b, int tp, int neighbours) {
 
 // Seconds of the trainer's update (parallel/common/replicas.cc: the global gradient norm,
 // clipped, then AdamW over every parameter one tensor at a time) on a model of `layers` of the
-// model's blocks, its parameters in f32 with gradients from one pass (fastest_pass); `elements`
-// gets its parameter count (2.1 to 2.4 ns a parameter on the grid's models, dense or a mixture,
-// alone or beside a neighbour, AMD EPYC Zen 3).
-double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elements) {
+// model's blocks, its parameters in f32 (fastest_pass), each update timed right after a forward
+// and backward of b sequences as in a step; `elements` gets its parameter count (2.1 to 2.4 ns a
+// parameter on the grid's models, dense or a mixture, alone or beside a neighbour, AMD EPYC Zen
+// 3, timed back to back).
+double time_update(const Setup& s, int64_t layers, int64_t b, int neighbours, int64_t* elements) {
   const ModelShape& m = s.model;
   tensor::nn::GPTConfig cfg = one_layer(m);
   cfg.layers = layers;
@@ -252,8 +279,9 @@ double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elem
   tensor::nn::GPT gpt(cfg);
   gpt.init(1);
   const tensor::Tensor idx =
-      tensor::Tensor::from_vector(token_ids(m.context, m.vocab), {1, m.context});
-  gpt.loss(idx, idx, 0).backward();
+      tensor::Tensor::from_vector(token_ids(b * m.context, m.vocab), {b, m.context});
+  const auto pass = [&] { gpt.loss(idx, idx, 0).backward(); };
+  pass();
   tensor::optim::AdamW adamw(gpt.named_parameters(), {});
   *elements = gpt.num_parameters();
   const Setup f32 = [&] {
@@ -261,10 +289,16 @@ double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elem
     copy.dtype = "f32";
     return copy;
   }();
-  return fastest_pass(f32, neighbours, [&] {
-    tensor::optim::clip_grad_norm(adamw, 1.0);
-    adamw.step();
-  });
+  // Each update follows a forward and backward, as in a step: the caches then hold the pass's
+  // activations, not the parameters and moments the update streams (timed back to back, a
+  // mixture's update ran 20-30% below its time in chorus-train on an Intel Xeon with AVX-512).
+  return fastest_pass(
+      f32, neighbours,
+      [&] {
+        tensor::optim::clip_grad_norm(adamw, 1.0);
+        adamw.step();
+      },
+      pass);
 }
 
 // The update's time per parameter and per step, fitted through models of one and three of the
@@ -272,10 +306,10 @@ double time_update(const Setup& s, int64_t layers, int neighbours, int64_t* elem
 // parameter, extrapolated, would overprice a larger model's update by what a step costs whatever
 // its size (0.9 to 1.2 ms on the grid's model while the exact norm's passes ran one element at
 // a time, about 40% of its update; none left since).
-void time_optimizer(Cluster& c, const Setup& s, int neighbours) {
+void time_optimizer(Cluster& c, const Setup& s, int64_t b, int neighbours) {
   int64_t n1 = 0, n3 = 0;
-  const double t1 = time_update(s, 1, neighbours, &n1);
-  const double t3 = time_update(s, 3, neighbours, &n3);
+  const double t1 = time_update(s, 1, b, neighbours, &n1);
+  const double t3 = time_update(s, 3, b, neighbours, &n3);
   c.optimizer_s_per_element = t3 > t1 && n3 > n1 ? (t3 - t1) / double(n3 - n1) : t3 / double(n3);
   c.optimizer_fixed_s = std::max(0.0, t1 - c.optimizer_s_per_element * double(n1));
 }
@@ -328,12 +362,12 @@ void calibrate_local(Cluster& c, const Setup& s) {
       double flops = 0, seconds = 0;
       if (dense_blocks > 0) {
         flops += double(dense_blocks) * model_flops(dense, tokens) / tp;
-        seconds += double(dense_blocks) * time_block(s, b, false, tp, neighbours);
+        seconds += double(dense_blocks) * time_block(s, b, false, tp, neighbours, dense_blocks);
       }
       if (moe_blocks > 0) {
         const BlockFlops f = block_flops(moe, tokens, 0, 1);
         flops += double(moe_blocks) * (f.rest / tp + f.experts);
-        seconds += double(moe_blocks) * time_block(s, b, true, tp, neighbours);
+        seconds += double(moe_blocks) * time_block(s, b, true, tp, neighbours, moe_blocks);
       }
       (tp == 1 ? c.model_flops_per_s : c.tp_flops_per_s[tp])[b] = flops / seconds;
       const double end = time_ends(s, b, tp, neighbours);
@@ -347,7 +381,7 @@ void calibrate_local(Cluster& c, const Setup& s) {
     rates += (rates.empty() ? "" : "; ") +
              std::string(tp > 1 ? "tp " + std::to_string(tp) + " " : "") + at;
   }
-  time_optimizer(c, s, neighbours);
+  time_optimizer(c, s, *local_micro_batch_sizes(s, c.world()).rbegin(), neighbours);
   c.source += std::string("; compute: the model's blocks") +
               (moe_blocks > 0 ? " (dense and MoE)" : "") +
               " forward and backward, whole and as a tp rank's slice, measured by micro-batch "
