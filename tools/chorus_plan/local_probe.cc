@@ -167,7 +167,8 @@ class BusyNeighbours {
 // bench/parallel/plan_vs_runs.py takes of a run's steps too). `before`, when given, runs untimed
 // ahead of every pass (the neighbours run it too): what a step does before the timed part.
 template <typename Pass, typename Before = void (*)()>
-double fastest_pass(const Setup& s, int neighbours, Pass&& pass, Before&& before = [] {}) {
+double fastest_pass(
+    const Setup& s, int neighbours, Pass&& pass, Before&& before = [] {}) {
   const DataType lowp = s.dtype == "bf16"  ? DataType::kBF16
                         : s.dtype == "f16" ? DataType::kF16
                                            : DataType::kF32;
