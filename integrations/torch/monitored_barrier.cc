@@ -7,9 +7,9 @@
 // usable, as with gloo. Every rank but 0 checks in under a key of its own and waits for rank 0's
 // verdict (up to twice the timeout); rank 0 waits for the check-ins until the timeout and names
 // the ranks missing then (the first in rank order, or with wait_all_ranks all of them), raising
-// chorus_torch.Timeout on every rank that waits for the verdict. Like gloo's, it orders nothing against calls issued
-// before it that are still in flight. It uses the store as the communicator does (C10dStore: one
-// call at a time, waits by polling).
+// chorus_torch.Timeout on every rank that waits for the verdict. Like gloo's, it orders nothing
+// against calls issued before it that are still in flight. It uses the store as the communicator
+// does (C10dStore: one call at a time, waits by polling).
 #include <string>
 #include <vector>
 
