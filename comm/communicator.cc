@@ -158,6 +158,11 @@ int Communicator::host_of(int r) const {
   return impl_->host_of.empty() ? 0 : impl_->host_of[static_cast<size_t>(r)];
 }
 
+std::string_view Communicator::priced_link() const {
+  return algo::to_string(impl_->selection.caps.hosts > 1 ? algo::Link::kUcx
+                                                         : impl_->selection.local);
+}
+
 // ---- operations
 // ----------------------------------------------------------------------------------
 

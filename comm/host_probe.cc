@@ -212,7 +212,7 @@ std::string probe_host_costs(Communicator& comm, const std::string& cache_path,
   // Rank 0 fits and caches; every rank takes its text, so that all choose alike.
   std::string text;
   if (comm.rank() == 0) {
-    text = measured.fit_costs_into({});
+    text = measured.fit_costs_into({}, comm.priced_link());
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::ostringstream file;

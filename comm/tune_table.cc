@@ -96,9 +96,11 @@ std::string MeasuredTable::merge_into(std::string_view old_text, int world_size,
                                algo::TuneRun{world_size, colls, algorithms});
 }
 
-std::string MeasuredTable::fit_costs_into(std::string_view old_text) const {
+std::string MeasuredTable::fit_costs_into(std::string_view old_text, std::string_view link) const {
+  const std::optional<algo::Link> l = algo::parse_link(link);
+  CHORUS_ARG_CHECK(l.has_value(), "fit_costs_into: unknown link '", link, "' (shm, ucx, ipc)");
   algo::CostModel m = algo::CostModel::parse(old_text, "the existing constants file");
-  m.merge(algo::fit_model(impl_->table, algo::Link::kShm));
+  m.merge(algo::fit_model(impl_->table, *l));
   return m.format();
 }
 

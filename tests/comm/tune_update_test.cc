@@ -95,5 +95,23 @@ TEST(TuneUpdate, TheToolsApiFitsMergesAndSummarises) {
   EXPECT_EQ(s.curves.size(), 4u);
 }
 
+// The constants are filed under the link named; another link's entries stay, an unknown link is
+// refused by name.
+TEST(TuneUpdate, FitsTheConstantsUnderTheLinkNamed) {
+  MeasuredTable m;
+  m.add(2, Collective::kAllReduce, "ring", {{8, 5}, {64, 5}, {512, 6}});
+  const std::string shm = m.fit_costs_into({});
+  EXPECT_EQ(shm.rfind("shm 2 all_reduce ring 0 ", 0), 0u) << shm;
+  const std::string both = m.fit_costs_into(shm, "ucx");
+  EXPECT_NE(both.find("shm 2 all_reduce ring 0 "), std::string::npos) << both;
+  EXPECT_NE(both.find("ucx 2 all_reduce ring 0 "), std::string::npos) << both;
+  try {
+    (void)m.fit_costs_into({}, "nvlink");
+    ADD_FAILURE() << "an unknown link was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown link 'nvlink'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace chorus

@@ -724,6 +724,36 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
   std::filesystem::remove(out + ".cost");
 }
 
+// Ranks that reach each other only over UCX (CHORUS_TRANSPORT=ucx) get their constants filed
+// under "ucx", where the selector prices such a communicator, and those of shared memory stay.
+TEST(ChorusTune, FilesTheConstantsUnderTheLinkTheRanksUsed) {
+#if !CHORUS_TOOLS_TEST_UCX
+  GTEST_SKIP() << "chorus was built without UCX";
+#endif
+  const std::string cost = ::testing::TempDir() + "chorus_tune_link_test.cost";
+  std::filesystem::remove(cost);
+  const auto text = [&] {
+    std::ifstream f(cost);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  const std::vector<std::string> job = {"-n",         "2",           kTune,          "--colls",
+                                        "all_reduce", "--max-bytes", "1K",           "--cost-out",
+                                        cost,         "--out",       cost + ".table"};
+  Result r = run_tune(job);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(text().find("shm 2 all_reduce ring 0 "), std::string::npos) << text();
+  EXPECT_EQ(text().find("ucx 2 "), std::string::npos) << text();
+  r = Launch(job, {"CHORUS_TRANSPORT=ucx"}).finish(90s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("wrote the ucx constants of world size 2"), std::string::npos) << r.err;
+  EXPECT_NE(text().find("ucx 2 all_reduce ring 0 "), std::string::npos) << text();
+  EXPECT_NE(text().find("shm 2 all_reduce ring 0 "), std::string::npos) << "the shm run's lines";
+  std::filesystem::remove(cost);
+  std::filesystem::remove(cost + ".table");
+}
+
 // --algos measures only the algorithms it names and keeps the file's other curves of the same
 // collectives; names that no measured collective has are an error.
 TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {

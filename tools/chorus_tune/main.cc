@@ -41,9 +41,11 @@ through shared memory). Sizes are counted as chorus-bench counts them.
 
 Then it fits, per (N, collective, algorithm), the constants of the algorithm's cost form
 (latency alpha per step, inverse bandwidth beta per byte of its form; least squares on the
-relative error) and writes them to the cost file, which the selector reads on this host: it picks
-for each call the algorithm whose form predicts the shortest time, at any world size (the
-constants of the nearest one measured); chorus-bench --explain prints predicted beside measured.
+relative error) and writes them to the cost file under the link the ranks used ("shm"; "ucx"
+when they span hosts or reach each other only over UCX, CHORUS_TRANSPORT=ucx), which the
+selector reads on this host: it picks for each call the algorithm whose form predicts the
+shortest time, at any world size (the constants of the nearest one measured); chorus-bench
+--explain prints predicted beside measured.
 Without a cost file the first job on the host probes a few sizes and writes one
 (CHORUS_COST_PROBE; chorus-tune measures more and replaces its entries). It also writes the
 measured curves as a tune table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (broadcast is
@@ -371,15 +373,15 @@ int fit(const Options& o) {
 // Writes the run's fitted constants into the cost file and (not for --probe) its curves into the
 // table file (rank 0), keeping the other world sizes' entries of existing files and replacing this
 // run's.
-int write_results(const Options& o, int n, const MeasuredTable& measured) {
+int write_results(const Options& o, int n, std::string_view link, const MeasuredTable& measured) {
   const std::string cost_path = o.cost_out.empty() ? default_cost_path() : o.cost_out;
   if (!write_file(cost_path,
                   "cost constants (<link> <np> <collective> <algorithm> <band from bytes> "
                   "<alpha us per step> <beta us per MiB>)",
-                  measured.fit_costs_into(read_file(cost_path))))
+                  measured.fit_costs_into(read_file(cost_path), link)))
     return 1;
-  std::fprintf(stderr, "chorus-tune: wrote the constants of world size %d to %s\n", n,
-               cost_path.c_str());
+  std::fprintf(stderr, "chorus-tune: wrote the %.*s constants of world size %d to %s\n",
+               static_cast<int>(link.size()), link.data(), n, cost_path.c_str());
   if (o.print) std::fputs(measured.format().c_str(), stdout);
   if (o.probe) return 0;
   const std::string path = o.out.empty() ? default_tune_path() : o.out;
@@ -409,7 +411,7 @@ int tune(const Options& o) {
     return 2;
   }
   if (comm.rank() != 0) return 0;
-  return write_results(o, comm.size(), measured);
+  return write_results(o, comm.size(), comm.priced_link(), measured);
 }
 
 }  // namespace

@@ -484,6 +484,10 @@ class Communicator {
   // else hostname + boot id): ranks with equal indices share one; hosts are numbered in order of
   // their lowest rank (rank 0's is 0). Local: no communication.
   int host_of(int rank) const;
+  // The link the cost model prices this communicator's flat algorithms on (chorus/cost_model.h):
+  // "ucx" when its ranks span hosts or reach each other only over UCX (CHORUS_TRANSPORT=ucx),
+  // else "shm". chorus-tune files the constants it fits under it. Local: no communication.
+  std::string_view priced_link() const;
 
   // ---- algorithms ----------------------------------------------------------------------------
   // Forces an algorithm ("ring", "tree", "direct", ...) for later calls, or "auto". A "/fifo"

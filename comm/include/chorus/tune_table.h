@@ -72,11 +72,12 @@ class MeasuredTable {
   std::string merge_into(std::string_view old_text, int world_size,
                          std::span<const Collective> colls,
                          std::span<const std::string> algorithms) const;
-  // The cost model's constants (chorus/cost_model.h) fitted to the curves added, merged
-  // into `old_text` (an existing constants file: its entries of other world sizes, collectives
-  // and algorithms are kept). Throws chorus::InvalidArgument naming the line of a malformed
-  // `old_text`.
-  std::string fit_costs_into(std::string_view old_text) const;
+  // The cost model's constants (chorus/cost_model.h) fitted to the curves added, filed under
+  // `link` ("shm" or "ucx": what the measured communicator's priced_link() says), merged into
+  // `old_text` (an existing constants file: its entries of other world sizes, collectives,
+  // algorithms and links are kept). Throws chorus::InvalidArgument naming the line of a
+  // malformed `old_text`, or an unknown link.
+  std::string fit_costs_into(std::string_view old_text, std::string_view link = "shm") const;
 
  private:
   struct Impl;
