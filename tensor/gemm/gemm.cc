@@ -97,7 +97,8 @@ struct Registry {
   // the call for ~0.5 ms, so a small class's tens of microseconds are not lost in the clock's
   // noise; a large class's call takes longer alone (all eight classes: ~0.2 s on one Zen 3
   // core, paid once per process).
-  std::vector<double> time_class(int c) {
+  // `warm_only`: no timing, two calls of every available backend (see measure()).
+  std::vector<double> time_class(int c, bool warm_only = false) {
     const bool ta = gemm_impl::class_ta(c), tb = gemm_impl::class_tb(c);
     int64_t m, n, k;
     gemm_impl::f32_class_shape(c, &m, &n, &k);
@@ -106,6 +107,12 @@ struct Registry {
     std::vector<float> out(static_cast<size_t>(m * n));
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+    if (warm_only) {
+      for (const auto& be : backends)
+        for (int i = 0; i < 2 && be->available(); ++i)
+          run_sgemm(*be, ta, tb, m, n, k, 1.f, a.data(), lda, b.data(), ldb, 0.f, out.data(), n);
+      return {};
+    }
     std::vector<gemm_impl::Candidate> candidates;
     for (const auto& be : backends) candidates.push_back({be->name(), be->available()});
     return gemm_impl::time_candidates(
@@ -121,6 +128,13 @@ struct Registry {
     std::vector<int> plan(kShapeClasses);
     std::vector<double> flops(backends.size(), 0.0), seconds(backends.size(), 0.0);
     bool any_open = false;
+    // Every open class run first by every backend, untimed: a library's scratch memory at the
+    // first calls of a process goes back to the system after each call (glibc's thresholds grow
+    // only as larger blocks are freed), so whichever class came first paid a page fault a call
+    // (oneDNN's nt.large at 106-140 GFLOP/s against 185-217 once warm, on an Intel Xeon with
+    // AVX-512, where the rest of the step runs it warm).
+    for (int c = 0; c < kShapeClasses; ++c)
+      if (fixed[static_cast<size_t>(c)] < 0) (void)time_class(c, true);
     for (int c = 0; c < kShapeClasses; ++c) {
       if (fixed[static_cast<size_t>(c)] >= 0) {
         plan[static_cast<size_t>(c)] = fixed[static_cast<size_t>(c)];
