@@ -116,7 +116,8 @@ std::array<int, kShapeClasses> parse_mode(const std::string& mode, const char* w
 // Seconds per call of each method (and of the f32 GEMM on f32-stored operands, index 3) for
 // class c: 9 alternating rounds after a warm-up (gemm/selection.h), the best round each (-1: not
 // a candidate). A round repeats the call for ~2 ms.
-std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
+std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates,
+                                 bool warm_only = false) {
   // candidates[2] (f32) is always true: the fallback.
   const bool ta = class_ta(c), tb = class_tb(c);
   int64_t m, n, k;
@@ -155,6 +156,11 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates) {
                                      {"dnnl", candidates[1]},
                                      {"f32", candidates[2]},
                                      {"f32 on f32 operands", true}};
+  if (warm_only) {  // warm_up_classes
+    for (size_t w = 0; w < timed.size(); ++w)
+      for (int i = 0; i < 2 && timed[w].available; ++i) call(static_cast<int>(w));
+    return {};
+  }
   const std::vector<double> t = time_candidates(
       "bf16 gemm " + class_name(c), timed, 9,
       repeated_round(timed.size(), 2e-3, [&](size_t w) { call(static_cast<int>(w)); }));
@@ -174,6 +180,9 @@ Plan measure(const std::array<int, kShapeClasses>& forced) {
   Plan mixed;
   double t_mixed = 0, t_all_f32 = 0;
   bool any_open = false;
+  std::vector<bool> open(kShapeClasses);
+  for (int c = 0; c < kShapeClasses; ++c) open[static_cast<size_t>(c)] = forced[c] < 0;
+  warm_up_classes(open, [&](int c) { (void)time_class(c, candidates, true); });
   for (int c = 0; c < kShapeClasses; ++c) {
     if (forced[c] >= 0) {
       mixed.method[c] = static_cast<Bf16Method>(forced[c]);

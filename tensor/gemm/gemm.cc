@@ -97,7 +97,7 @@ struct Registry {
   // the call for ~0.5 ms, so a small class's tens of microseconds are not lost in the clock's
   // noise; a large class's call takes longer alone (all eight classes: ~0.2 s on one Zen 3
   // core, paid once per process).
-  // `warm_only`: no timing, two calls of every available backend (see measure()).
+  // `warm_only`: no timing, two calls of every available backend (gemm_impl::warm_up_classes).
   std::vector<double> time_class(int c, bool warm_only = false) {
     const bool ta = gemm_impl::class_ta(c), tb = gemm_impl::class_tb(c);
     int64_t m, n, k;
@@ -128,13 +128,10 @@ struct Registry {
     std::vector<int> plan(kShapeClasses);
     std::vector<double> flops(backends.size(), 0.0), seconds(backends.size(), 0.0);
     bool any_open = false;
-    // Every open class run first by every backend, untimed: a library's scratch memory at the
-    // first calls of a process goes back to the system after each call (glibc's thresholds grow
-    // only as larger blocks are freed), so whichever class came first paid a page fault a call
-    // (oneDNN's nt.large at 106-140 GFLOP/s against 185-217 once warm, on an Intel Xeon with
-    // AVX-512, where the rest of the step runs it warm).
+    std::vector<bool> open(kShapeClasses);
     for (int c = 0; c < kShapeClasses; ++c)
-      if (fixed[static_cast<size_t>(c)] < 0) (void)time_class(c, true);
+      open[static_cast<size_t>(c)] = fixed[static_cast<size_t>(c)] < 0;
+    gemm_impl::warm_up_classes(open, [this](int c) { (void)time_class(c, true); });
     for (int c = 0; c < kShapeClasses; ++c) {
       if (fixed[static_cast<size_t>(c)] >= 0) {
         plan[static_cast<size_t>(c)] = fixed[static_cast<size_t>(c)];

@@ -39,6 +39,12 @@ std::vector<double> time_candidates(const std::string& selection,
   return best;
 }
 
+void warm_up_classes(const std::vector<bool>& open, const std::function<void(int)>& warm) {
+  if (fake_timings()) return;
+  for (size_t c = 0; c < open.size(); ++c)
+    if (open[c]) warm(static_cast<int>(c));
+}
+
 size_t select_by_measurement(const std::string& selection, const std::vector<Candidate>& candidates,
                              int rounds, const std::function<double(size_t candidate)>& round,
                              double margin, std::vector<double>* seconds) {
