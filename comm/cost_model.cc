@@ -16,6 +16,8 @@ struct CostModel::Impl {
 
 std::string default_cost_path() { return algo::default_cost_path(); }
 
+bool chosen_in_place(Collective coll) { return algo::chosen_in_place(coll); }
+
 CostModel::CostModel(const std::string& file) : impl_(std::make_unique<Impl>()) {
   if (file.empty()) {
     impl_->model = algo::load_cost_model();
@@ -58,7 +60,8 @@ std::optional<CostModel::Choice> CostModel::fastest(Collective coll, int world_s
   const size_t b = bytes > 0 ? static_cast<size_t>(bytes) : 0;
   const auto v = algo::model_choice(s, coll, b);
   if (!v) return std::nullopt;
-  const auto us = impl_->model.predict_us(coll, *v, algo::Placement{world_size, 1}, b);
+  const auto us = impl_->model.predict_us(coll, *v, algo::Placement{world_size, 1}, b,
+                                          algo::chosen_in_place(coll));
   if (!us) return std::nullopt;
   return Choice{std::string(algo::to_string(*v)), *us};
 }

@@ -60,13 +60,13 @@ CostModel fit_model(const TuneTable& table, Link local) {
   m.origin = table.origin;
   table.for_each_curve([&](int np, Collective coll, Variant v, bool in_place,
                            const std::vector<TuneTable::Point>& curve) {
-    if (in_place) return;
     const Placement p{np, 1, local};
     for (int band = 0; band < static_cast<int>(std::size(kBands)); ++band) {
       std::vector<TuneTable::Point> in_band;
       for (const TuneTable::Point& pt : curve)
         if (band_of(pt.bytes) == band) in_band.push_back(pt);
-      if (auto c = fit_constants(coll, v, p, in_band)) m.set(local, np, coll, v, band, *c);
+      if (auto c = fit_constants(coll, v, p, in_band))
+        m.set(local, np, coll, v, band, *c, in_place);
     }
   });
   return m;

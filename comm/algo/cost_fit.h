@@ -22,8 +22,8 @@ namespace chorus::algo {
 std::optional<LinkCost> fit_constants(Collective coll, Variant v, const Placement& p,
                                       std::span<const TuneTable::Point> curve);
 
-// Every out-of-place curve of `table` fitted, on the link `local` of one host, band by band
-// (kBands: each band's constants to the curve's points in it).
+// Every curve of `table` fitted (an in-place one as in-place constants), on the link `local` of
+// one host, band by band (kBands: each band's constants to the curve's points in it).
 CostModel fit_model(const TuneTable& table, Link local);
 
 }  // namespace chorus::algo

@@ -115,6 +115,10 @@ std::optional<Link> parse_link(std::string_view name) {
   return std::nullopt;
 }
 
+bool chosen_in_place(Collective coll) {
+  return coll == Collective::kAllReduce || coll == Collective::kBroadcast;
+}
+
 int band_of(size_t bytes) {
   int b = 0;
   while (b + 1 < static_cast<int>(std::size(kBands)) && bytes >= kBands[b + 1]) ++b;
@@ -159,8 +163,8 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
     const auto bad = [&](const std::string& why) {
       return InvalidArgument(detail::concat(
           "cost model ", origin, " line ", number, ": ", why,
-          " (expected '<shm|ucx|ipc> <world size> <collective> <algorithm>[/fifo] <band from "
-          "bytes> <alpha us per step> <beta us per MiB>')"));
+          " (expected '<shm|ucx|ipc> <world size> <collective>[/in-place] <algorithm>[/fifo] "
+          "<band from bytes> <alpha us per step> <beta us per MiB>')"));
     };
     const auto link = parse_link(link_text);
     if (!link) throw bad("unknown transport '" + link_text + "'");
@@ -176,6 +180,9 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
     std::string extra;
     if (fields >> extra) throw bad("unexpected '" + extra + "'");
     if (np < 2) throw bad(detail::concat("bad world size ", np));
+    constexpr std::string_view kInPlace = "/in-place";
+    const bool in_place = coll_text.ends_with(kInPlace);
+    if (in_place) coll_text.resize(coll_text.size() - kInPlace.size());
     const auto coll = parse_collective(coll_text);
     if (!coll) throw bad("unknown collective '" + coll_text + "'");
     const auto v = parse_variant(algo_text);
@@ -184,7 +191,7 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
     if (!(c.alpha_us >= 0) || !(c.beta_us_per_mib >= 0) || !std::isfinite(c.alpha_us) ||
         !std::isfinite(c.beta_us_per_mib))
       throw bad("constants must be finite and not negative");
-    m.set(*link, np, *coll, *v, static_cast<int>(band - std::begin(kBands)), c);
+    m.set(*link, np, *coll, *v, static_cast<int>(band - std::begin(kBands)), c, in_place);
   });
   return m;
 }
@@ -192,17 +199,19 @@ CostModel CostModel::parse(std::string_view text, std::string_view origin) {
 std::string CostModel::format() const {
   std::string s;
   for (const auto& [key, c] : fitted_) {
-    const auto& [link, coll, v, np, band] = key;
+    const auto& [link, coll, in_place, v, np, band] = key;
     char consts[64];
     std::snprintf(consts, sizeof consts, "%.4g %.4g", c.alpha_us, c.beta_us_per_mib);
-    s += detail::concat(to_string(link), " ", np, " ", to_string(coll), " ", to_string(v), " ",
-                        kBands[static_cast<size_t>(band)], " ", consts, "\n");
+    s += detail::concat(to_string(link), " ", np, " ", to_string(coll), in_place ? "/in-place" : "",
+                        " ", to_string(v), " ", kBands[static_cast<size_t>(band)], " ", consts,
+                        "\n");
   }
   return s;
 }
 
-void CostModel::set(Link link, int world_size, Collective coll, Variant v, int band, LinkCost c) {
-  fitted_[{link, coll, v, world_size, band}] = c;
+void CostModel::set(Link link, int world_size, Collective coll, Variant v, int band, LinkCost c,
+                    bool in_place) {
+  fitted_[{link, coll, in_place, v, world_size, band}] = c;
 }
 
 void CostModel::merge(const CostModel& newer) {
@@ -210,17 +219,25 @@ void CostModel::merge(const CostModel& newer) {
 }
 
 std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collective coll, Variant v,
-                                             size_t bytes) const {
-  // The fitted entries of (link, coll) are adjacent keys. The nearest world size fitted for the
-  // collective (its variants are the candidates there), then the nearest band.
-  const auto first = fitted_.lower_bound({link, coll, Variant{}, 0, 0});
-  const auto in_coll = [&](auto it) {
-    return it != fitted_.end() && std::get<0>(it->first) == link && std::get<1>(it->first) == coll;
+                                             size_t bytes, bool in_place) const {
+  // The fitted entries of (link, coll, in place) are adjacent keys. In place only where the
+  // collective has in-place entries on the link.
+  const auto begin_of = [&](bool placed) {
+    return fitted_.lower_bound({link, coll, placed, Variant{}, 0, 0});
   };
+  const auto in_set = [&](auto it, bool placed) {
+    return it != fitted_.end() && std::get<0>(it->first) == link &&
+           std::get<1>(it->first) == coll && std::get<2>(it->first) == placed;
+  };
+  if (in_place && !in_set(begin_of(true), true)) in_place = false;
+  // The nearest world size fitted for the collective (its variants are the candidates there),
+  // then the nearest band.
+  const auto first = begin_of(in_place);
+  const auto in_coll = [&](auto it) { return in_set(it, in_place); };
   bool any_fitted = false;
   int nearest = 0;
   for (auto it = first; in_coll(it); ++it) {
-    const int np = std::get<3>(it->first);
+    const int np = std::get<4>(it->first);
     if (!any_fitted || std::abs(np - world_size) < std::abs(nearest - world_size) ||
         (std::abs(np - world_size) == std::abs(nearest - world_size) && np < nearest))
       nearest = np;
@@ -230,8 +247,8 @@ std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collecti
   const LinkCost* best = nullptr;
   int best_distance = 0;
   for (auto it = first; in_coll(it); ++it) {
-    if (std::get<2>(it->first) != v || std::get<3>(it->first) != nearest) continue;
-    const int d = std::abs(std::get<4>(it->first) - band);
+    if (std::get<3>(it->first) != v || std::get<4>(it->first) != nearest) continue;
+    const int d = std::abs(std::get<5>(it->first) - band);
     if (best == nullptr || d < best_distance) {
       best = &it->second;
       best_distance = d;
@@ -246,7 +263,7 @@ std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collecti
 }
 
 std::optional<double> CostModel::predict_us(Collective coll, Variant v, const Placement& p,
-                                            size_t bytes) const {
+                                            size_t bytes, bool in_place) const {
   const auto form = form_of(coll, v.algo, p);
   if (!form) return std::nullopt;
   double us = 0;
@@ -255,7 +272,7 @@ std::optional<double> CostModel::predict_us(Collective coll, Variant v, const Pl
     // Across hosts the FIFO path is a host's: the network term of a FIFO variant is its plain
     // one's.
     const Variant on_link = t.link == p.local ? v : Variant{v.algo};
-    const auto c = constants(t.link, p.world_size, coll, on_link, bytes);
+    const auto c = constants(t.link, p.world_size, coll, on_link, bytes, in_place);
     if (!c) return std::nullopt;
     us += c->alpha_us * t.steps +
           c->beta_us_per_mib * t.factor * static_cast<double>(bytes) / double(1 << 20);

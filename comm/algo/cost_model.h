@@ -38,9 +38,17 @@
 // docs/ARCHITECTURE.md "Cost model"); the device IPC path has a form but no defaults: unknown until
 // measured.
 //
+// In-place calls have constants of their own where chorus-tune measured them
+// ("<collective>/in-place" lines): an in-place all-reduce cannot read a peer's buffer while its
+// owner overwrites it, so its single-copy paths cost more than out of place (twoshot 82 us in
+// place, 50 out of place at 512 KiB on two ranks of an Intel Xeon) where the FIFO paths cost the
+// same. all_reduce and broadcast are chosen by them, on every rank alike (torch.distributed, DDP,
+// tensor parallelism and MPI_Bcast call them in place); a collective without in-place constants
+// uses its out-of-place ones.
+//
 // Text format, one fitted variant and band per line ('#' starts a comment):
-//   <transport> <world size> <collective> <variant> <band from bytes> <alpha us per step>
-//   <beta us per MiB>
+//   <transport> <world size> <collective>[/in-place] <variant> <band from bytes>
+//   <alpha us per step> <beta us per MiB>
 #pragma once
 
 #include <array>
@@ -83,6 +91,10 @@ struct Placement {
 // algorithm that does not apply there (hier on one host, fanout across hosts).
 std::optional<CostForm> form_of(Collective coll, Algorithm algo, const Placement& p);
 
+// Whether the selector prices `coll` by its in-place constants (where it has any): all_reduce and
+// broadcast, mostly called in place.
+bool chosen_in_place(Collective coll);
+
 // The size bands constants are fitted in: band i holds selection bytes from kBands[i] up to the
 // next band's start.
 inline constexpr size_t kBands[] = {0, size_t(32) << 10, size_t(1) << 20};
@@ -107,8 +119,9 @@ class CostModel {
   std::string format() const;
 
   // The constants of `v` for `coll` fitted at `world_size` ranks over `link`, for the band
-  // `band` (an index of kBands).
-  void set(Link link, int world_size, Collective coll, Variant v, int band, LinkCost c);
+  // `band` (an index of kBands), of in-place calls when `in_place`.
+  void set(Link link, int world_size, Collective coll, Variant v, int band, LinkCost c,
+           bool in_place = false);
   bool empty() const { return fitted_.empty(); }
   // Takes every fitted entry of `newer`, replacing this model's of the same key.
   void merge(const CostModel& newer);
@@ -116,17 +129,20 @@ class CostModel {
   // the world size nearest `world_size` that `coll` was fitted at (ties: the smaller), in the
   // band of `bytes` (else the nearest band fitted); nullopt when `v` was not fitted there (only
   // the variants fitted there are candidates); the link's defaults when `coll` was never fitted
-  // on `link` (none for the IPC path).
+  // on `link` (none for the IPC path). `in_place`: the in-place constants where `coll` has any
+  // on `link`, else the out-of-place ones.
   std::optional<LinkCost> constants(Link link, int world_size, Collective coll, Variant v,
-                                    size_t bytes) const;
-  // Predicted time of one call of `bytes` selection bytes; nullopt without a form or constants.
-  std::optional<double> predict_us(Collective coll, Variant v, const Placement& p,
-                                   size_t bytes) const;
+                                    size_t bytes, bool in_place = false) const;
+  // Predicted time of one call of `bytes` selection bytes (in place: as constants() says);
+  // nullopt without a form or constants.
+  std::optional<double> predict_us(Collective coll, Variant v, const Placement& p, size_t bytes,
+                                   bool in_place = false) const;
 
   std::string origin;  // where it came from ("defaults" when nothing was loaded)
 
  private:
-  using Key = std::tuple<Link, Collective, Variant, int, int>;  // world size, band
+  // link, collective, in place, variant, world size, band
+  using Key = std::tuple<Link, Collective, bool, Variant, int, int>;
   std::map<Key, LinkCost> fitted_;
 };
 

@@ -44,7 +44,7 @@ std::optional<Variant> model_choice(const SelectContext& s, Collective coll, siz
     for (Path path : {Path::kSingleCopy, Path::kFifo}) {
       if (path == Path::kFifo && (!paths || !has_paths(e.algo))) continue;
       const Variant v{e.algo, path};
-      const auto us = s.model->predict_us(coll, v, p, bytes);
+      const auto us = s.model->predict_us(coll, v, p, bytes, chosen_in_place(coll));
       if (us && (!best || *us < best_us)) {
         best = v;
         best_us = *us;
@@ -52,7 +52,7 @@ std::optional<Variant> model_choice(const SelectContext& s, Collective coll, siz
     }
   }
   if (best && best->path == Path::kFifo)
-    if (auto us = s.model->predict_us(coll, Variant{best->algo}, p, bytes);
+    if (auto us = s.model->predict_us(coll, Variant{best->algo}, p, bytes, chosen_in_place(coll));
         us && *us <= best_us * (1 + TuneTable::kTieMargin)) {
       best = Variant{best->algo};
       best_us = *us;
@@ -62,7 +62,8 @@ std::optional<Variant> model_choice(const SelectContext& s, Collective coll, siz
   const Variant fixed{s.deterministic ? select_rank_ordered(coll, bytes, p.world_size)
                                       : select_default(coll, bytes, p.world_size, s.host_of)};
   if (best && fixed != *best)
-    if (auto us = s.model->predict_us(coll, fixed, p, bytes); us && *us <= best_us * (1 + 1e-9))
+    if (auto us = s.model->predict_us(coll, fixed, p, bytes, chosen_in_place(coll));
+        us && *us <= best_us * (1 + 1e-9))
       best = fixed;
   return best;
 }
@@ -94,15 +95,16 @@ Variant choose_by_size(const SelectContext& s, Collective coll, size_t bytes) {
   const Algorithm fixed = s.deterministic ? select_rank_ordered(coll, bytes, size)
                                           : select_default(coll, bytes, size, s.host_of);
   std::optional<Variant> a;
-  // Broadcast by its in-place curves: the receivers' work is the same either way, and in place
-  // is how a broadcast is mostly called (MPI_Bcast, torch.distributed.broadcast, the span
-  // overload); an out-of-place root adds its own copy to any algorithm. Every rank chooses
-  // alike, whatever its own buffers. Deterministic mode picks among the rank-ordered variants,
+  // Broadcast and all_reduce by their in-place curves (chosen_in_place): in place is how they are
+  // mostly called (MPI_Bcast, torch.distributed, DDP's buckets, tensor parallelism, the span
+  // overloads); an out-of-place broadcast root adds its own copy to any algorithm, and an
+  // in-place all-reduce's single-copy paths cost more. Every rank chooses alike, whatever its
+  // own buffers. Deterministic mode picks among the rank-ordered variants,
   // and only where the table measured the fixed choice: a table without reduce_scatter twoshot
   // would otherwise send large reduce-scatters through the direct one.
   if (s.caps.hosts == 1 && s.tune != nullptr &&
       (!s.deterministic || s.tune->predict_us(size, coll, Variant{fixed}, bytes)))
-    a = s.tune->fastest(size, coll, bytes, fixed, coll == Collective::kBroadcast, s.deterministic);
+    a = s.tune->fastest(size, coll, bytes, fixed, chosen_in_place(coll), s.deterministic);
   // A table measured where the algorithm could run (fanout, on a host whose transport shares a
   // buffer) does not make it run where it cannot.
   if (a && size > 1) {
@@ -152,14 +154,15 @@ std::vector<Candidate> explain(const SelectContext& s, Collective coll, size_t b
                                     " names the same)");
       }
       if (s.tune != nullptr && s.caps.hosts == 1) {
-        // What the choice compared: broadcast's in-place curve where there is one.
-        c.predicted_us = coll == Collective::kBroadcast
+        // What the choice compared: the in-place curve where there is one (chosen_in_place).
+        c.predicted_us = chosen_in_place(coll)
                              ? s.tune->predict_us(size, coll, c.variant, bytes, true)
                              : std::nullopt;
         if (!c.predicted_us) c.predicted_us = s.tune->predict_us(size, coll, c.variant, bytes);
       }
       if (!c.predicted_us && s.model != nullptr)
-        c.predicted_us = s.model->predict_us(coll, c.variant, placement(s), bytes);
+        c.predicted_us =
+            s.model->predict_us(coll, c.variant, placement(s), bytes, chosen_in_place(coll));
       out.push_back(std::move(c));
     }
   }

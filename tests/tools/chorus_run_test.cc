@@ -716,6 +716,8 @@ TEST(ChorusTune, WritesBroadcastInBothPlacementsAndReplacesItsOwnLines) {
     std::stringstream text;
     text << cost.rdbuf();
     EXPECT_NE(text.str().find("shm 2 broadcast ring 0 "), std::string::npos) << text.str();
+    // and its in-place curves' own (the selector chooses broadcast by them).
+    EXPECT_NE(text.str().find("shm 2 broadcast/in-place ring 0 "), std::string::npos) << text.str();
   }
   const Result show = run_tune({"-n", "1", kTune, "--show", "--file", out});
   ASSERT_EQ(show.exit_code, 0) << show.err;
@@ -744,6 +746,8 @@ TEST(ChorusTune, FilesTheConstantsUnderTheLinkTheRanksUsed) {
   Result r = run_tune(job);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(text().find("shm 2 all_reduce ring 0 "), std::string::npos) << text();
+  // all_reduce is measured in place too: the selector chooses it by those constants.
+  EXPECT_NE(text().find("shm 2 all_reduce/in-place ring 0 "), std::string::npos) << text();
   EXPECT_EQ(text().find("ucx 2 "), std::string::npos) << text();
   r = Launch(job, {"CHORUS_TRANSPORT=ucx"}).finish(90s);
   ASSERT_EQ(r.exit_code, 0) << r.err;

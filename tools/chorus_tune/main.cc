@@ -47,14 +47,16 @@ selector reads on this host: it picks for each call the algorithm whose form pre
 shortest time, at any world size (the constants of the nearest one measured); chorus-bench
 --explain prints predicted beside measured.
 Without a cost file the first job on the host probes a few sizes and writes one
-(CHORUS_COST_PROBE; chorus-tune measures more and replaces its entries). It also writes the
-measured curves as a tune table, which chooses instead of the model only where CHORUS_TUNE_FILE names it (broadcast is
-measured in place too: "broadcast/in-place" lines). Entries for other world sizes already in the
-files are kept, so run it once per world size you use.
+(CHORUS_COST_PROBE; chorus-tune measures more and replaces its entries). all_reduce and
+broadcast are measured in place too ("all_reduce/in-place" lines in both files), and the selector
+chooses them by those constants, as they are mostly called in place. It also writes the measured
+curves as a tune table, which chooses instead of the model only where CHORUS_TUNE_FILE names it.
+Entries for other world sizes already in the files are kept, so run it once per world size you
+use.
 
   --probe            the short probe: sizes 8 B, 1 KiB, 8 KiB, 32 KiB, 256 KiB, 1 MiB and
-                     16 MiB (to --max-bytes; two in each of the model's size bands) only, and
-                     the cost file only (no tune table)
+                     16 MiB (to --max-bytes; two in each of the model's size bands) only,
+                     in place for all_reduce only, and the cost file only (no tune table)
   --cost-out FILE    where to write the constants (default ~/.cache/chorus/cost-<hostname>.txt,
                      which every job on this host then loads unless CHORUS_COST_FILE names another)
   --out FILE         where to write the tune table (default ~/.cache/chorus/tune-<hostname>.txt)
@@ -287,7 +289,9 @@ class Tuner {
     std::erase_if(algos, [&](const AlgorithmEstimate& e) { return !wanted(e.algorithm); });
     if (algos.empty()) return;
     for (bool in_place : {false, true}) {
-      if (in_place && (c != Collective::kBroadcast || o_.probe)) continue;
+      // In place too where the selector chooses by it (all_reduce, broadcast; the probe only
+      // all_reduce's, the in-place call a training step makes most).
+      if (in_place && (!chosen_in_place(c) || (o_.probe && c != Collective::kAllReduce))) continue;
       std::vector<std::vector<TunePoint>> curves(algos.size());
       for (size_t bytes : sizes_)
         for (size_t i = 0; i < algos.size(); ++i)

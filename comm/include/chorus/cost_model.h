@@ -18,11 +18,15 @@ namespace chorus {
 // ~/.cache/chorus/cost-<hostname>.txt: where chorus-tune writes the fitted constants.
 std::string default_cost_path();
 
+// Whether the selector chooses `coll` by its in-place constants where it has any (all_reduce and
+// broadcast, mostly called in place): what chorus-tune measures in place too.
+bool chosen_in_place(Collective coll);
+
 // One fitted entry, as chorus-tune --show prints it.
 struct FittedCost {
   std::string link;  // "shm", "ucx", "ipc"
   int world_size = 0;
-  std::string collective;      // "all_reduce", ...
+  std::string collective;      // "all_reduce", "all_reduce/in-place", ...
   std::string algorithm;       // "ring", "ring/fifo", ...
   size_t band_from_bytes = 0;  // the size band fitted: from here to the next band's start
   double alpha_us = 0;         // per step of the algorithm's form
@@ -45,7 +49,8 @@ class CostModel {
   // The time of one call of `bytes` selection bytes (chorus/selection_bytes.h) among `world_size`
   // ranks on one host, by the fastest algorithm the model predicts (the selector's choice where
   // nothing else decides), and that algorithm; nullopt for a collective without algorithms to
-  // choose from or a model that predicts none.
+  // choose from or a model that predicts none. In place for all_reduce and broadcast
+  // (chosen_in_place) where the model has in-place constants.
   struct Choice {
     std::string algorithm;
     double us = 0;
