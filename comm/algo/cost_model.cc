@@ -220,8 +220,7 @@ void CostModel::merge(const CostModel& newer) {
 
 std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collective coll, Variant v,
                                              size_t bytes, bool in_place) const {
-  // The fitted entries of (link, coll, in place) are adjacent keys. In place only where the
-  // collective has in-place entries on the link.
+  // The fitted entries of (link, coll, in place) are adjacent keys.
   const auto begin_of = [&](bool placed) {
     return fitted_.lower_bound({link, coll, placed, Variant{}, 0, 0});
   };
@@ -229,20 +228,30 @@ std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collecti
     return it != fitted_.end() && std::get<0>(it->first) == link &&
            std::get<1>(it->first) == coll && std::get<2>(it->first) == placed;
   };
-  if (in_place && !in_set(begin_of(true), true)) in_place = false;
-  // The nearest world size fitted for the collective (its variants are the candidates there),
-  // then the nearest band.
+  // The nearest world size fitted for the collective (its variants are the candidates there;
+  // ties: the smaller), then the nearest band.
+  const auto nearest_of = [&](bool placed) -> std::optional<int> {
+    std::optional<int> nearest;
+    for (auto it = begin_of(placed); in_set(it, placed); ++it) {
+      const int np = std::get<4>(it->first);
+      if (!nearest || std::abs(np - world_size) < std::abs(*nearest - world_size) ||
+          (std::abs(np - world_size) == std::abs(*nearest - world_size) && np < *nearest))
+        nearest = np;
+    }
+    return nearest;
+  };
+  // In place where the collective has in-place entries at a world size as near as its
+  // out-of-place ones' (a size measured only out of place keeps its own constants).
+  if (in_place) {
+    const auto placed = nearest_of(true), unplaced = nearest_of(false);
+    in_place =
+        placed && (!unplaced || std::abs(*placed - world_size) <= std::abs(*unplaced - world_size));
+  }
   const auto first = begin_of(in_place);
   const auto in_coll = [&](auto it) { return in_set(it, in_place); };
-  bool any_fitted = false;
-  int nearest = 0;
-  for (auto it = first; in_coll(it); ++it) {
-    const int np = std::get<4>(it->first);
-    if (!any_fitted || std::abs(np - world_size) < std::abs(nearest - world_size) ||
-        (std::abs(np - world_size) == std::abs(nearest - world_size) && np < nearest))
-      nearest = np;
-    any_fitted = true;
-  }
+  const std::optional<int> fitted_at = nearest_of(in_place);
+  const bool any_fitted = fitted_at.has_value();
+  const int nearest = fitted_at.value_or(0);
   const int band = band_of(bytes);
   const LinkCost* best = nullptr;
   int best_distance = 0;

@@ -129,8 +129,8 @@ class CostModel {
   // the world size nearest `world_size` that `coll` was fitted at (ties: the smaller), in the
   // band of `bytes` (else the nearest band fitted); nullopt when `v` was not fitted there (only
   // the variants fitted there are candidates); the link's defaults when `coll` was never fitted
-  // on `link` (none for the IPC path). `in_place`: the in-place constants where `coll` has any
-  // on `link`, else the out-of-place ones.
+  // on `link` (none for the IPC path). `in_place`: the in-place constants where `coll` has them
+  // on `link` at a world size as near as its out-of-place ones', else the out-of-place ones.
   std::optional<LinkCost> constants(Link link, int world_size, Collective coll, Variant v,
                                     size_t bytes, bool in_place = false) const;
   // Predicted time of one call of `bytes` selection bytes (in place: as constants() says);

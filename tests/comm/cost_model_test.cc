@@ -243,6 +243,16 @@ TEST(CostModel, InPlaceConstantsChooseAllReduceAndBroadcast) {
       CostModel::parse(text.substr(0, text.find("shm 2 all_reduce/in-place")), "out");
   EXPECT_EQ(to_string(choose(on_one_host(2, out_only), Collective::kAllReduce, 512 << 10)),
             "twoshot");
+  // A world size measured only out of place keeps its own constants for in-place calls.
+  const CostModel at8 = CostModel::parse(text + "shm 8 all_reduce twoshot 32768 7 70\n", "at8");
+  const auto c8 = at8.constants(Link::kShm, 8, Collective::kAllReduce, Variant{Algorithm::kTwoShot},
+                                512 << 10, true);
+  ASSERT_TRUE(c8);
+  EXPECT_DOUBLE_EQ(c8->beta_us_per_mib, 70);
+  const auto c3 = at8.constants(Link::kShm, 3, Collective::kAllReduce, Variant{Algorithm::kTwoShot},
+                                512 << 10, true);
+  ASSERT_TRUE(c3);
+  EXPECT_DOUBLE_EQ(c3->beta_us_per_mib, 150);  // 2's in-place, nearer than 8
   EXPECT_TRUE(chosen_in_place(Collective::kAllReduce));
   EXPECT_TRUE(chosen_in_place(Collective::kBroadcast));
   EXPECT_FALSE(chosen_in_place(Collective::kReduceScatter));
