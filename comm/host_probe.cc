@@ -35,6 +35,8 @@ const StringKnob kCostProbe{"CHORUS_COST_PROBE", "auto",
 // bandwidth), so that each band's alpha and beta are fitted (one point fixes only one of them).
 constexpr Collective kProbed[] = {Collective::kAllReduce, Collective::kReduceScatter,
                                   Collective::kAllGather, Collective::kBroadcast};
+// all_reduce is measured in place too: the selector chooses it by its in-place constants
+// (algo::chosen_in_place), and in place its single-copy paths cost more (algo/cost_model.h).
 // The top band's second point lies past the caches a call's buffers fit in at 1-2 MiB: fitted
 // from 1 and 2 MiB, its beta was a cache's, and all-reduce at 16 MiB chose direct (9.6 ms)
 // over two-shot (5.7 ms) on 2 ranks of a Zen 3 host.
@@ -54,7 +56,10 @@ int calls_per_block(size_t bytes) {
 }
 constexpr std::chrono::seconds kStaleLock{60};
 
-void call(Communicator& comm, Collective c, const float* send, float* recv, size_t count) {
+// In place: `send` is ignored and `recv` is both.
+void call(Communicator& comm, Collective c, const float* send, float* recv, size_t count,
+          bool in_place) {
+  if (in_place) send = recv;
   switch (c) {
     case Collective::kAllReduce:
       comm.all_reduce(send, recv, count, DataType::kF32, ReduceOp::kSum);
@@ -76,15 +81,15 @@ void call(Communicator& comm, Collective c, const float* send, float* recv, size
 // One point: one warm-up call, then kBlocks blocks of `algorithm`, this rank's time per call in
 // each appended to `times`. The collectives keep the ranks in step; no barrier between blocks.
 void measure(Communicator& comm, Collective c, const std::string& algorithm, size_t bytes,
-             const float* send, float* recv, std::vector<double>& times) {
+             bool in_place, const float* send, float* recv, std::vector<double>& times) {
   using Clock = std::chrono::steady_clock;
   const size_t count = count_for_selection_bytes(c, bytes, DataType::kF32, comm.size());
   const int calls = calls_per_block(bytes);
   comm.set_algorithm(algorithm);
-  call(comm, c, send, recv, count);
+  call(comm, c, send, recv, count, in_place);
   for (int b = 0; b < kBlocks; ++b) {
     const auto start = Clock::now();
-    for (int i = 0; i < calls; ++i) call(comm, c, send, recv, count);
+    for (int i = 0; i < calls; ++i) call(comm, c, send, recv, count, in_place);
     times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
                     calls);
   }
@@ -184,17 +189,20 @@ std::string probe_host_costs(Communicator& comm, const std::string& cache_path,
   struct Curve {
     Collective coll;
     std::string algorithm;
+    bool in_place = false;
   };
   std::vector<Curve> curves;
   std::vector<double> times;  // per curve, size and block: this rank's us per call
-  for (Collective c : kProbed) {
-    // Every algorithm that can run here (explain() lists them alike on every rank).
-    for (const AlgorithmEstimate& e : comm.explain(c, 8)) {
-      curves.push_back({c, e.algorithm});
-      for (size_t bytes : kSizes)
-        measure(comm, c, e.algorithm, bytes, send.data(), recv.data(), times);
+  for (Collective c : kProbed)
+    for (bool in_place : {false, true}) {
+      if (in_place && c != Collective::kAllReduce) continue;
+      // Every algorithm that can run here (explain() lists them alike on every rank).
+      for (const AlgorithmEstimate& e : comm.explain(c, 8)) {
+        curves.push_back({c, e.algorithm, in_place});
+        for (size_t bytes : kSizes)
+          measure(comm, c, e.algorithm, bytes, in_place, send.data(), recv.data(), times);
+      }
     }
-  }
   // The slowest rank's time of each block, once for the whole probe; a point is the median block.
   std::vector<double> slowest(times.size());
   comm.all_reduce(times.data(), slowest.data(), times.size(), DataType::kF64, ReduceOp::kMax);
@@ -207,7 +215,7 @@ std::string probe_host_costs(Communicator& comm, const std::string& cache_path,
       curve.push_back({bytes, *(block + kBlocks / 2)});
       block += kBlocks;
     }
-    measured.add(n, k.coll, k.algorithm, std::move(curve));
+    measured.add(n, k.coll, k.algorithm, std::move(curve), k.in_place);
   }
   // Rank 0 fits and caches; every rank takes its text, so that all choose alike.
   std::string text;

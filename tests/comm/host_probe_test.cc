@@ -92,8 +92,8 @@ TEST_F(HostProbe, FirstJobProbesAndCachesTheSecondLoads) {
   std::stringstream text;
   text << f.rdbuf();
   for (const char* line :
-       {"shm 3 all_reduce ring ", "shm 3 all_reduce direct ", "shm 3 reduce_scatter ring ",
-        "shm 3 all_gather ring ", "shm 3 broadcast direct "})
+       {"shm 3 all_reduce ring ", "shm 3 all_reduce direct ", "shm 3 all_reduce/in-place ring ",
+        "shm 3 reduce_scatter ring ", "shm 3 all_gather ring ", "shm 3 broadcast direct "})
     EXPECT_NE(text.str().find(line), std::string::npos) << line << "missing in\n" << text.str();
   struct stat first {};
   ASSERT_EQ(::stat(cache.c_str(), &first), 0);
