@@ -180,9 +180,7 @@ Plan measure(const std::array<int, kShapeClasses>& forced) {
   Plan mixed;
   double t_mixed = 0, t_all_f32 = 0;
   bool any_open = false;
-  std::vector<bool> open(kShapeClasses);
-  for (int c = 0; c < kShapeClasses; ++c) open[static_cast<size_t>(c)] = forced[c] < 0;
-  warm_up_classes(open, [&](int c) { (void)time_class(c, candidates, true); });
+  warm_up_classes(forced, [&](int c) { (void)time_class(c, candidates, true); });
   for (int c = 0; c < kShapeClasses; ++c) {
     if (forced[c] >= 0) {
       mixed.method[c] = static_cast<Bf16Method>(forced[c]);

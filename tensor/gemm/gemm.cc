@@ -128,10 +128,7 @@ struct Registry {
     std::vector<int> plan(kShapeClasses);
     std::vector<double> flops(backends.size(), 0.0), seconds(backends.size(), 0.0);
     bool any_open = false;
-    std::vector<bool> open(kShapeClasses);
-    for (int c = 0; c < kShapeClasses; ++c)
-      open[static_cast<size_t>(c)] = fixed[static_cast<size_t>(c)] < 0;
-    gemm_impl::warm_up_classes(open, [this](int c) { (void)time_class(c, true); });
+    gemm_impl::warm_up_classes(fixed, [this](int c) { (void)time_class(c, true); });
     for (int c = 0; c < kShapeClasses; ++c) {
       if (fixed[static_cast<size_t>(c)] >= 0) {
         plan[static_cast<size_t>(c)] = fixed[static_cast<size_t>(c)];

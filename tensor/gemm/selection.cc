@@ -39,10 +39,10 @@ std::vector<double> time_candidates(const std::string& selection,
   return best;
 }
 
-void warm_up_classes(const std::vector<bool>& open, const std::function<void(int)>& warm) {
+void warm_up_classes(std::span<const int> fixed, const std::function<void(int)>& warm) {
   if (fake_timings()) return;
-  for (size_t c = 0; c < open.size(); ++c)
-    if (open[c]) warm(static_cast<int>(c));
+  for (size_t c = 0; c < fixed.size(); ++c)
+    if (fixed[c] < 0) warm(static_cast<int>(c));
 }
 
 size_t select_by_measurement(const std::string& selection, const std::vector<Candidate>& candidates,

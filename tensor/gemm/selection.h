@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,13 +57,14 @@ std::function<double(size_t candidate)> repeated_round(size_t candidates, double
                                                        std::function<void(size_t candidate)> call);
 
 // Before any class is timed, `warm(c)` (two untimed calls of every candidate on class c's shape)
-// for every class c that `open` marks; nothing while timings are faked. A library's scratch memory
+// for every class c left open (`fixed[c]` < 0: a plan's classes, -1 where measured); nothing
+// while timings are faked. A library's scratch memory
 // at the first calls of a process goes back to the system after each call (glibc's thresholds grow
 // only as larger blocks are freed), so whichever class was timed first paid page faults on every
 // call: oneDNN's f32 nt.large measured 106-140 GFLOP/s against 185-217 warm on an Intel Xeon with
 // AVX-512, where the step runs it warm.
-void warm_up_classes(const std::vector<bool>& open,
-                     const std::function<void(int shape_class)>& warm);
+void warm_up_classes(std::span<const int> fixed, const std::function<void(int shape_class)>& warm);
+
 // The measurement and the rule together: the winner's index among `candidates` (the timings in
 // `seconds`, when given). InvalidArgument when none is available.
 size_t select_by_measurement(const std::string& selection, const std::vector<Candidate>& candidates,
