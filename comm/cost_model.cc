@@ -18,6 +18,8 @@ std::string default_cost_path() { return algo::default_cost_path(); }
 
 bool chosen_in_place(Collective coll) { return algo::chosen_in_place(coll); }
 
+bool probed_in_place(Collective coll) { return algo::probed_in_place(coll); }
+
 CostModel::CostModel(const std::string& file) : impl_(std::make_unique<Impl>()) {
   if (file.empty()) {
     impl_->model = algo::load_cost_model();

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "algo/cost_model.h"
 #include "chorus/communicator.h"
 #include "chorus/config.h"
 #include "chorus/error.h"
@@ -35,8 +36,8 @@ const StringKnob kCostProbe{"CHORUS_COST_PROBE", "auto",
 // bandwidth), so that each band's alpha and beta are fitted (one point fixes only one of them).
 constexpr Collective kProbed[] = {Collective::kAllReduce, Collective::kReduceScatter,
                                   Collective::kAllGather, Collective::kBroadcast};
-// all_reduce is measured in place too: the selector chooses it by its in-place constants
-// (algo::chosen_in_place), and in place its single-copy paths cost more (algo/cost_model.h).
+// all_reduce is measured in place too (algo::probed_in_place): the selector chooses it by its
+// in-place constants, and in place its single-copy paths cost more (algo/cost_model.h).
 // The top band's second point lies past the caches a call's buffers fit in at 1-2 MiB: fitted
 // from 1 and 2 MiB, its beta was a cache's, and all-reduce at 16 MiB chose direct (9.6 ms)
 // over two-shot (5.7 ms) on 2 ranks of a Zen 3 host.
@@ -195,7 +196,7 @@ std::string probe_host_costs(Communicator& comm, const std::string& cache_path,
   std::vector<double> times;  // per curve, size and block: this rank's us per call
   for (Collective c : kProbed)
     for (bool in_place : {false, true}) {
-      if (in_place && c != Collective::kAllReduce) continue;
+      if (in_place && !algo::probed_in_place(c)) continue;
       // Every algorithm that can run here (explain() lists them alike on every rank).
       for (const AlgorithmEstimate& e : comm.explain(c, 8)) {
         curves.push_back({c, e.algorithm, in_place});

@@ -119,6 +119,8 @@ bool chosen_in_place(Collective coll) {
   return coll == Collective::kAllReduce || coll == Collective::kBroadcast;
 }
 
+bool probed_in_place(Collective coll) { return coll == Collective::kAllReduce; }
+
 int band_of(size_t bytes) {
   int b = 0;
   while (b + 1 < static_cast<int>(std::size(kBands)) && bytes >= kBands[b + 1]) ++b;

@@ -94,6 +94,10 @@ std::optional<CostForm> form_of(Collective coll, Algorithm algo, const Placement
 // Whether the selector prices `coll` by its in-place constants (where it has any): all_reduce and
 // broadcast, mostly called in place.
 bool chosen_in_place(Collective coll);
+// Whether the short probes (the host probe, chorus-tune --probe) measure `coll` in place too:
+// all_reduce only, the in-place call of a training step; broadcast's in-place constants come
+// from a full chorus-tune run.
+bool probed_in_place(Collective coll);
 
 // The size bands constants are fitted in: band i holds selection bytes from kBands[i] up to the
 // next band's start.

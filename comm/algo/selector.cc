@@ -35,6 +35,7 @@ Placement placement(const SelectContext& s) {
 std::optional<Variant> model_choice(const SelectContext& s, Collective coll, size_t bytes) {
   if (s.model == nullptr || s.caps.world_size < 2) return std::nullopt;
   const Placement p = placement(s);
+  const bool in_place = chosen_in_place(coll);
   std::optional<Variant> best;
   double best_us = 0;
   // Both paths only where they differ: from the single-copy threshold up.
@@ -44,7 +45,7 @@ std::optional<Variant> model_choice(const SelectContext& s, Collective coll, siz
     for (Path path : {Path::kSingleCopy, Path::kFifo}) {
       if (path == Path::kFifo && (!paths || !has_paths(e.algo))) continue;
       const Variant v{e.algo, path};
-      const auto us = s.model->predict_us(coll, v, p, bytes, chosen_in_place(coll));
+      const auto us = s.model->predict_us(coll, v, p, bytes, in_place);
       if (us && (!best || *us < best_us)) {
         best = v;
         best_us = *us;
@@ -52,7 +53,7 @@ std::optional<Variant> model_choice(const SelectContext& s, Collective coll, siz
     }
   }
   if (best && best->path == Path::kFifo)
-    if (auto us = s.model->predict_us(coll, Variant{best->algo}, p, bytes, chosen_in_place(coll));
+    if (auto us = s.model->predict_us(coll, Variant{best->algo}, p, bytes, in_place);
         us && *us <= best_us * (1 + TuneTable::kTieMargin)) {
       best = Variant{best->algo};
       best_us = *us;
@@ -62,7 +63,7 @@ std::optional<Variant> model_choice(const SelectContext& s, Collective coll, siz
   const Variant fixed{s.deterministic ? select_rank_ordered(coll, bytes, p.world_size)
                                       : select_default(coll, bytes, p.world_size, s.host_of)};
   if (best && fixed != *best)
-    if (auto us = s.model->predict_us(coll, fixed, p, bytes, chosen_in_place(coll));
+    if (auto us = s.model->predict_us(coll, fixed, p, bytes, in_place);
         us && *us <= best_us * (1 + 1e-9))
       best = fixed;
   return best;

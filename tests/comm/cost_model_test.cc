@@ -256,6 +256,8 @@ TEST(CostModel, InPlaceConstantsChooseAllReduceAndBroadcast) {
   EXPECT_TRUE(chosen_in_place(Collective::kAllReduce));
   EXPECT_TRUE(chosen_in_place(Collective::kBroadcast));
   EXPECT_FALSE(chosen_in_place(Collective::kReduceScatter));
+  EXPECT_TRUE(probed_in_place(Collective::kAllReduce));
+  EXPECT_FALSE(probed_in_place(Collective::kBroadcast));
 }
 
 // Without fitted constants every algorithm shares the transport's defaults and the form alone

@@ -291,7 +291,7 @@ class Tuner {
     for (bool in_place : {false, true}) {
       // In place too where the selector chooses by it (all_reduce, broadcast; the probe only
       // all_reduce's, the in-place call a training step makes most).
-      if (in_place && (!chosen_in_place(c) || (o_.probe && c != Collective::kAllReduce))) continue;
+      if (in_place && !(o_.probe ? probed_in_place(c) : chosen_in_place(c))) continue;
       std::vector<std::vector<TunePoint>> curves(algos.size());
       for (size_t bytes : sizes_)
         for (size_t i = 0; i < algos.size(); ++i)

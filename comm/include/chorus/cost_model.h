@@ -21,6 +21,9 @@ std::string default_cost_path();
 // Whether the selector chooses `coll` by its in-place constants where it has any (all_reduce and
 // broadcast, mostly called in place): what chorus-tune measures in place too.
 bool chosen_in_place(Collective coll);
+// Whether the short probes (the host probe, chorus-tune --probe) measure `coll` in place too:
+// all_reduce only.
+bool probed_in_place(Collective coll);
 
 // One fitted entry, as chorus-tune --show prints it.
 struct FittedCost {
