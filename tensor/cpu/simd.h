@@ -4,9 +4,8 @@
 // GCC compiles each for AVX-512, x86-64-v3 (AVX2 with FMA, as every AVX2 CPU since Haswell and
 // Zen has; a list "avx2,fma" would make two clones, neither with both) and baseline x86-64, and
 // an ifunc resolver picks one at load time, so the library runs on any x86-64 without -march
-// flags. Parallel regions
-// (parallel_for, on the tensor thread team of runtime/thread_pool.h) stay outside the cloned
-// functions, so each clone is a plain loop over its piece.
+// flags. Parallel regions (parallel_for, on the tensor thread team of runtime/thread_pool.h) stay
+// outside the cloned functions, so each clone is a plain loop over its piece.
 #pragma once
 
 #include <algorithm>
