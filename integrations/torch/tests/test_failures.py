@@ -155,7 +155,7 @@ def monitored(rank, n):
     # torch 1.13's dist.monitored_barrier admits gloo only: the group's own method is the way in.
     pg = dist.distributed_c10d._get_default_group()
     out = {}
-    for name, wait_all, away, late in MONITORED_ROUNDS:
+    for name, wait_all, away, late, _ in MONITORED_ROUNDS:
         pg.monitored_barrier(datetime.timedelta(seconds=30))  # everyone arrives
         if rank in away:
             time.sleep(3)  # past the barrier's 1 s
@@ -172,18 +172,19 @@ def monitored(rank, n):
     return out
 
 
-# (name, wait_all_ranks, the ranks that never arrive in time, the ranks that arrive late, in time)
-MONITORED_ROUNDS = (("first missing", False, {2}, set()),
-                    ("all missing", True, {1, 2}, set()),
-                    ("rank 0 late", False, {2}, {0}))
-NAMED = {"first missing": "Rank 2 ", "all missing": "Ranks 1, 2 ", "rank 0 late": "Rank 2 "}
+# (name, wait_all_ranks, the ranks that never arrive in time, the ranks that arrive late but in
+# time, the ranks every rank's error names)
+MONITORED_ROUNDS = (("first missing", False, {2}, set(), "Rank 2 "),
+                    ("all missing", True, {1, 2}, set(), "Ranks 1, 2 "),
+                    ("rank 0 late", False, {2}, {0}, "Rank 2 "))
 
 
 def test_monitored_barrier_names_the_ranks_that_did_not_arrive():
     for r, out in enumerate(values(run_ranks(monitored, 3, timeout=90))):
         assert out.pop("after") == [3.0] * 3, (r, out)  # the group still works
-        for name, got in out.items():
+        for name, _, _, _, named in MONITORED_ROUNDS:
+            got = out[name]
             assert got is not None, (r, name, "did not raise")
             cls, text = got
             assert cls == "Timeout", (r, name, got)
-            assert NAMED[name] + "failed to pass monitoredBarrier in 1000 ms" in text, (r, name, text)
+            assert named + "failed to pass monitoredBarrier in 1000 ms" in text, (r, name, text)
