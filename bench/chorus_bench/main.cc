@@ -40,13 +40,7 @@ bool use_device() {
       std::fprintf(stderr, "chorus-bench: --device: no GPU: %s\n", devices.reason.c_str());
     return false;
   }
-  int local_rank = 0;
-  try {
-    local_rank = chorus::detect_launch_env().local_rank;
-  } catch (const chorus::Error&) {
-    // A single process without launcher variables: device 0.
-  }
-  chorus::gpu::set_device(local_rank % devices.count);
+  chorus::gpu::set_device(chorus::local_device_index(devices.count));
   return true;
 }
 

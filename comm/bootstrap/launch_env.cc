@@ -283,4 +283,15 @@ LaunchEnv detect_launch_env() {
   return detect_launch_env([](const char* name) { return env_get(name); });
 }
 
+int local_device_index(int device_count) {
+  if (device_count <= 0) return 0;
+  int local_rank = 0;
+  try {
+    local_rank = detect_launch_env().local_rank;
+  } catch (const Error&) {
+    // A single process without launcher variables.
+  }
+  return local_rank % device_count;
+}
+
 }  // namespace chorus

@@ -122,12 +122,7 @@ tensor::Device training_device(const Options& o) {
   tensor::Device d(o.device);
   if (o.device == "cuda") {
     const int gpus = tensor::device_count(tensor::DeviceType::kCUDA);
-    int local_rank = 0;
-    try {
-      local_rank = detect_launch_env().local_rank;
-    } catch (const std::exception&) {
-    }
-    if (gpus > 0) d = tensor::Device::cuda(local_rank % gpus);
+    if (gpus > 0) d = tensor::Device::cuda(local_device_index(gpus));
   }
   const std::string why = tensor::device_unavailable_reason(d);
   CHORUS_ARG_CHECK(why.empty(), "--device ", o.device, ": ", why);

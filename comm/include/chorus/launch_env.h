@@ -43,4 +43,9 @@ LaunchEnv detect_launch_env();
 // The same against any lookup (tests use a map).
 LaunchEnv detect_launch_env(const EnvLookup& lookup);
 
+// The device of this rank among `device_count` of its host: its local rank modulo the count, so
+// that the ranks of a host spread over its GPUs (and share them when there are more ranks); 0
+// without launcher variables (a single process) or without devices.
+int local_device_index(int device_count);
+
 }  // namespace chorus
