@@ -158,7 +158,9 @@ int Communicator::host_of(int r) const {
   return impl_->host_of.empty() ? 0 : impl_->host_of[static_cast<size_t>(r)];
 }
 
-std::string_view Communicator::priced_link() const {
+std::string_view Communicator::priced_link(BufferMemory where) const {
+  if (where == BufferMemory::kDevice && impl_->device_buffers_on_ipc())
+    return algo::to_string(algo::Link::kDeviceIpc);
   return algo::to_string(impl_->selection.caps.hosts > 1 ? algo::Link::kUcx
                                                          : impl_->selection.local);
 }
@@ -490,12 +492,14 @@ void Communicator::set_algorithm(std::string_view name) {
   impl_->selection.forced = a;
 }
 
-std::string Communicator::algorithm_for(Collective c, size_t bytes) const {
-  return std::string(algo::to_string(impl_->choose(c, bytes)));
+std::string Communicator::algorithm_for(Collective c, size_t bytes, BufferMemory where) const {
+  const bool ipc = where == BufferMemory::kDevice && impl_->device_buffers_on_ipc();
+  return std::string(algo::to_string(impl_->choose(c, bytes, ipc)));
 }
 
-std::vector<AlgorithmEstimate> Communicator::explain(Collective c, size_t bytes) const {
-  return impl_->explain(c, bytes);
+std::vector<AlgorithmEstimate> Communicator::explain(Collective c, size_t bytes,
+                                                     BufferMemory where) const {
+  return impl_->explain(c, bytes, where == BufferMemory::kDevice && impl_->device_buffers_on_ipc());
 }
 
 std::vector<int> Communicator::ring_order() const {

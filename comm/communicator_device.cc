@@ -58,6 +58,24 @@ void root_copies_first(algo::CollArgs& a, int rank, DeviceMemoryOps& mem) {
 
 }  // namespace
 
+GpuPath Communicator::Impl::device_path(std::string* why) const {
+  if (device_ops_) return device_ops_->path();
+  const bool transport_ok = transport && transport->capabilities().moves_device_memory;
+  const std::string transport_why =
+      transport && !transport_ok ? transport->capabilities().host_memory_only : "";
+  return choose_gpu_path(parse_gpu_path(kGpuPath.get()), size, transport_ok, transport_why, why);
+}
+
+bool Communicator::Impl::device_buffers_on_ipc() const {
+  if (device_ops_) return device_ops_->path() == GpuPath::kIpc;
+  if (gpu::probe_devices().count == 0) return false;
+  try {
+    return device_path() == GpuPath::kIpc;
+  } catch (const InvalidArgument&) {
+    return false;  // CHORUS_GPU_PATH=ipc where IPC is impossible: device calls are refused
+  }
+}
+
 void Communicator::Impl::check_stream(const algo::CollArgs& args, gpu::Stream stream) const {
   const gpu::Devices devices = gpu::probe_devices();
   const std::string name(to_string(args.coll));
@@ -84,12 +102,8 @@ Work Communicator::Impl::submit_on_stream(const algo::CollArgs& args, const Memo
     const int64_t limit = kStagingBytes.get();
     CHORUS_ARG_CHECK(limit > 0, "CHORUS_GPU_STAGING_BYTES must be positive, got ", limit);
     const int device = where.device ? where.device_id : gpu::current_device();
-    const bool transport_ok = transport && transport->capabilities().moves_device_memory;
-    const std::string transport_why =
-        transport && !transport_ok ? transport->capabilities().host_memory_only : "";
     std::string why;
-    const GpuPath path =
-        choose_gpu_path(parse_gpu_path(kGpuPath.get()), size, transport_ok, transport_why, &why);
+    const GpuPath path = device_path(&why);
     CHORUS_INFO(kLogColl, "rank ", rank, ": device buffers move by ",
                 path == GpuPath::kIpc ? std::string("IPC (") + transport->name() + ")"
                                       : "pinned-host staging (" + why + ")");

@@ -36,9 +36,11 @@ Work Communicator::Impl::submit(const algo::CollArgs& args, bool blocking,
                                 std::optional<DeviceOp> device) {
   const size_t bytes = algo::selection_bytes(args.coll, args.count, args.dtype, size);
   const bool p2p = is_point_to_point(args.coll);
+  // Device buffers on the IPC path are priced on its own constants (algo/selector.h).
+  const bool device_ipc = device && device->device_memory;
   Op op{args,
         collectives,
-        choose(args.coll, bytes),
+        choose(args.coll, bytes, device_ipc),
         nullptr,
         {},
         call_timeout.count() > 0 ? call_timeout : timeout,

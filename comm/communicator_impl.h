@@ -114,13 +114,21 @@ struct Communicator::Impl {
   // The algorithm of a call (`bytes`: algo::selection_bytes): algo::choose() on `selection`,
   // remembering recent choices by size, and saying once when deterministic mode replaces a
   // forced algorithm (communicator_selection.cc).
-  algo::Variant choose(Collective coll, size_t bytes) const;
-  algo::Variant choose_by_size(Collective coll, size_t bytes) const;
+  // `device_ipc`: the call is on device buffers that move by IPC (algo/selector.h).
+  algo::Variant choose(Collective coll, size_t bytes, bool device_ipc = false) const;
+  algo::Variant choose_by_size(Collective coll, size_t bytes, bool device_ipc) const;
   // Runs the probe rank 0 chose at set-up (collective: from the constructor, on every rank) and
   // chooses by the constants rank 0 fitted from then on.
   void probe_host(Communicator& self);
   // algo::explain()'s candidates, as the public AlgorithmEstimate list.
-  std::vector<AlgorithmEstimate> explain(Collective coll, size_t bytes) const;
+  std::vector<AlgorithmEstimate> explain(Collective coll, size_t bytes, bool device_ipc) const;
+  // The path this communicator's device buffers take (choose_gpu_path on what every rank
+  // agreed at set-up and CHORUS_GPU_PATH; fixed once the first device operation made
+  // device_ops_). Throws InvalidArgument as choose_gpu_path(); `why` as there.
+  GpuPath device_path(std::string* why = nullptr) const;
+  // Whether device buffers move by IPC here: false without a device, and where device_path()
+  // refuses them (their calls then fail before anything is chosen).
+  bool device_buffers_on_ipc() const;
 
   int rank;
   int size;
@@ -232,6 +240,7 @@ struct Communicator::Impl {
   struct Choice {
     size_t bytes = SIZE_MAX;
     Collective coll{};
+    bool device_ipc = false;
     algo::Variant algo{};
   };
   mutable std::array<Choice, 16> choices_{};

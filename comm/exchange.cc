@@ -393,8 +393,17 @@ void Exchange::throw_mismatch(const transport::StampMismatch& m) const {
                            describe(m.mine), ")");
   else
     text += detail::concat(" while this rank called ", describe(m.mine));
-  throw Mismatch(text + "; every rank must issue the same collectives in the same order", rank_,
-                 op_name_, seq_, m.peer);
+  // The same call with another algorithm: forced on some ranks only, or chosen by another kind
+  // of memory's constants.
+  transport::OpStamp same_algo = m.theirs;
+  same_algo.algo = m.mine.algo;
+  const char* why = same_algo == m.mine
+                        ? "; the same call with another algorithm: every rank must force the same "
+                          "one (CHORUS_ALGO, set_algorithm) and pass the same kind of memory "
+                          "(calls on device buffers that move by IPC are chosen by that path's "
+                          "own constants, docs/GPU.md)"
+                        : "; every rank must issue the same collectives in the same order";
+  throw Mismatch(text + why, rank_, op_name_, seq_, m.peer);
 }
 
 bool Exchange::on_sleep() {

@@ -231,8 +231,9 @@ Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, const Bu
         for (int i = 0; i < options_.iters; ++i) call(c, send, recv);
       });
     }
-    algorithm = comm_.algorithm_for(to_collective(p.collective),
-                                    selector_bytes(p.collective, bytes, p.dtype, p.world_size));
+    algorithm =
+        comm_.algorithm_for(to_collective(p.collective),
+                            selector_bytes(p.collective, bytes, p.dtype, p.world_size), memory());
   } else {
     std::vector<Work> works;
     works.reserve(static_cast<size_t>(std::max(options_.warmup, options_.iters)));
@@ -261,8 +262,9 @@ Measurement BenchRunner::measure(const CollectiveCase& c, size_t bytes, const Bu
 std::vector<Estimate> BenchRunner::estimates(BenchCollective collective, size_t bytes) const {
   std::vector<Estimate> out;
   const int n = comm_.size();
-  for (const AlgorithmEstimate& e : comm_.explain(
-           to_collective(collective), selector_bytes(collective, bytes, options_.dtype, n)))
+  for (const AlgorithmEstimate& e :
+       comm_.explain(to_collective(collective),
+                     selector_bytes(collective, bytes, options_.dtype, n), memory()))
     out.push_back({e.algorithm, e.predicted_us, e.chosen});
   return out;
 }

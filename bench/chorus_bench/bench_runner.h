@@ -53,6 +53,8 @@ class BenchRunner {
   void call(const CollectiveCase& c, std::byte* send, std::byte* recv);
   // Communicator::explain for a line, as the report's Estimates.
   std::vector<Estimate> estimates(BenchCollective collective, size_t bytes) const;
+  // Where the buffers are, as the selector prices them (--device: device memory).
+  BufferMemory memory() const { return stream_ ? BufferMemory::kDevice : BufferMemory::kHost; }
   double max_over_ranks(double value);
   uint64_t sum_over_ranks(uint64_t value);
   void print(const std::string& text);

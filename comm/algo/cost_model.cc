@@ -216,6 +216,11 @@ void CostModel::set(Link link, int world_size, Collective coll, Variant v, int b
   fitted_[{link, coll, in_place, v, world_size, band}] = c;
 }
 
+bool CostModel::fitted(Link link, Collective coll) const {
+  const auto it = fitted_.lower_bound({link, coll, false, Variant{}, 0, 0});
+  return it != fitted_.end() && std::get<0>(it->first) == link && std::get<1>(it->first) == coll;
+}
+
 void CostModel::merge(const CostModel& newer) {
   for (const auto& [key, c] : newer.fitted_) fitted_[key] = c;
 }

@@ -36,7 +36,8 @@
 // candidates) of the nearest one it did, with its own form. Without a cache every variant shares
 // the transport's default constants, so the form alone chooses (default_link_cost(),
 // docs/ARCHITECTURE.md "Cost model"); the device IPC path has a form but no defaults: unknown until
-// measured.
+// chorus-tune --device measures it on device buffers, and then what calls on device buffers that
+// move by IPC are chosen by (algo/selector.h).
 //
 // In-place calls have constants of their own where chorus-tune measured them
 // ("<collective>/in-place" lines): an in-place all-reduce cannot read a peer's buffer while its
@@ -127,6 +128,8 @@ class CostModel {
   void set(Link link, int world_size, Collective coll, Variant v, int band, LinkCost c,
            bool in_place = false);
   bool empty() const { return fitted_.empty(); }
+  // Whether any constants of `coll` were fitted on `link` (in place or not, any world size).
+  bool fitted(Link link, Collective coll) const;
   // Takes every fitted entry of `newer`, replacing this model's of the same key.
   void merge(const CostModel& newer);
   // The constants used for `v` at `world_size` for a call of `bytes`: those fitted on `link` at

@@ -30,6 +30,19 @@ Placement placement(const SelectContext& s) {
   return Placement{s.caps.world_size, s.caps.hosts, s.local};
 }
 
+// The context a call is chosen in: for one on device buffers that move by IPC, where its
+// collective has the IPC link's constants, `s` on that link without the tune table and with one
+// path (`ipc` holds it); else `s` itself.
+const SelectContext& call_context(const SelectContext& s, Collective coll, bool device_ipc,
+                                  SelectContext& ipc) {
+  if (!device_ipc || !priced_on_ipc(s, coll)) return s;
+  ipc = s;
+  ipc.local = Link::kDeviceIpc;
+  ipc.tune = nullptr;
+  ipc.fifo_from_bytes = 0;
+  return ipc;
+}
+
 }  // namespace
 
 std::optional<Variant> model_choice(const SelectContext& s, Collective coll, size_t bytes) {
@@ -89,7 +102,14 @@ ForcedUse use_of_forced(const SelectContext& s, Collective coll) {
   return ForcedUse::kRuns;
 }
 
-Variant choose_by_size(const SelectContext& s, Collective coll, size_t bytes) {
+bool priced_on_ipc(const SelectContext& s, Collective coll) {
+  return s.model != nullptr && s.model->fitted(Link::kDeviceIpc, coll);
+}
+
+Variant choose_by_size(const SelectContext& context, Collective coll, size_t bytes,
+                       bool device_ipc) {
+  SelectContext ipc;
+  const SelectContext& s = call_context(context, coll, device_ipc, ipc);
   const int size = s.caps.world_size;
   // The tune table is measured on one host; across hosts the hierarchical rules apply, unless
   // reductions must fold in rank order (hier does not).
@@ -120,12 +140,15 @@ Variant choose_by_size(const SelectContext& s, Collective coll, size_t bytes) {
   return a ? *a : Variant{fixed};
 }
 
-Variant choose(const SelectContext& s, Collective coll, size_t bytes) {
+Variant choose(const SelectContext& s, Collective coll, size_t bytes, bool device_ipc) {
   if (use_of_forced(s, coll) == ForcedUse::kRuns) return *s.forced;
-  return choose_by_size(s, coll, bytes);
+  return choose_by_size(s, coll, bytes, device_ipc);
 }
 
-std::vector<Candidate> explain(const SelectContext& s, Collective coll, size_t bytes) {
+std::vector<Candidate> explain(const SelectContext& context, Collective coll, size_t bytes,
+                               bool device_ipc) {
+  SelectContext ipc;
+  const SelectContext& s = call_context(context, coll, device_ipc, ipc);
   // What choose() picks; nothing when the forced algorithm cannot run.
   std::optional<Variant> chosen;
   const AlgoEntry* forced = s.forced ? find_algorithm(coll, s.forced->algo) : nullptr;
@@ -148,7 +171,9 @@ std::vector<Candidate> explain(const SelectContext& s, Collective coll, size_t b
       // algorithm has two paths (has_paths). A forced or tuned one is a candidate anyway, since
       // it is what runs.
       if (c.reason.empty() && path == Path::kFifo && !c.chosen) {
-        if (s.fifo_from_bytes == 0)
+        if (s.local == Link::kDeviceIpc)
+          c.reason = "device buffers: every message takes one path (the FIFO's slots, then IPC)";
+        else if (s.fifo_from_bytes == 0)
           c.reason = "no peer is read single copy: every message goes through the FIFO";
         else if (!has_paths(e.algo))
           c.reason = detail::concat(to_string(e.algo), " has one path (", to_string(c.variant),

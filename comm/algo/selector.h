@@ -71,12 +71,20 @@ enum class ForcedUse : uint8_t {
 // one rank runs any (it only copies).
 ForcedUse use_of_forced(const SelectContext& s, Collective coll);
 
+// A call on device buffers that move by IPC (`device_ipc`, docs/GPU.md) is priced on the IPC
+// link (Link::kDeviceIpc) where chorus-tune --device fitted constants of its collective: by the
+// cost model alone (the tune table's curves are host memory's) among single-copy variants (a
+// device message takes one path, whatever the variant's). Without such constants it is chosen
+// as a host call is. Every rank of such a call passes device memory (a rank with host buffers
+// would choose as a host call, and the peers would fail with a Mismatch naming both choices).
+
 // The choice without the forced algorithm: the tune table's fastest prediction where it applies
 // (one host; in deterministic mode among the rank-ordered variants), else the cost model's, else
 // the fixed thresholds.
-Variant choose_by_size(const SelectContext& s, Collective coll, size_t bytes);
+Variant choose_by_size(const SelectContext& s, Collective coll, size_t bytes,
+                       bool device_ipc = false);
 // The choice for a call (the order of precedence above). Throws as use_of_forced().
-Variant choose(const SelectContext& s, Collective coll, size_t bytes);
+Variant choose(const SelectContext& s, Collective coll, size_t bytes, bool device_ipc = false);
 
 // One variant of a registered algorithm of the collective, as explain() sees it.
 struct Candidate {
@@ -96,7 +104,11 @@ std::optional<Variant> model_choice(const SelectContext& s, Collective coll, siz
 // Every variant of every algorithm registered for `coll`, with its reason and prediction, and
 // which one choose() picks. Never throws: a forced algorithm that cannot run is listed with its
 // reason, and nothing is chosen.
-std::vector<Candidate> explain(const SelectContext& s, Collective coll, size_t bytes);
+std::vector<Candidate> explain(const SelectContext& s, Collective coll, size_t bytes,
+                               bool device_ipc = false);
+// Whether a call of `coll` on device buffers that move by IPC is priced on the IPC link's
+// constants (the model has some for `coll`); else it is chosen as a host call is.
+bool priced_on_ipc(const SelectContext& s, Collective coll);
 
 // Whether this rank's sends of a call run as `v` go through the FIFO: v's path, except for the
 // root of a broadcast the selector chose for (not a forced algorithm) on one host, from the

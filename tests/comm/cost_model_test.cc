@@ -260,6 +260,61 @@ TEST(CostModel, InPlaceConstantsChooseAllReduceAndBroadcast) {
   EXPECT_FALSE(probed_in_place(Collective::kBroadcast));
 }
 
+// A call on device buffers that move by IPC is chosen by the IPC path's constants (chorus-tune
+// --device) where its collective has some: by the model alone, though a tune table chooses host
+// calls, and among single-copy variants (a device message takes one path). A collective without
+// them is chosen as on host buffers.
+TEST(CostModel, DeviceBuffersOnIpcAreChosenByTheIpcConstants) {
+  const std::string text =
+      "shm 2 all_reduce direct 32768 1 100\n"    // 1 + 100 x 2 x 0.5 = 101 us at 512 KiB
+      "shm 2 all_reduce ring 32768 1 300\n"      // 2 + 300 x 1.5 x 0.5 = 227 us
+      "ipc 2 all_reduce direct 32768 30 400\n"   // 30 + 400 x 2 x 0.5 = 430 us
+      "ipc 2 all_reduce ring 32768 5 50\n"       // 10 + 50 x 1.5 x 0.5 = 47.5 us
+      "ipc 2 all_reduce ring/fifo 32768 1 1\n";  // the cheapest, but no device message takes it
+  const CostModel m = CostModel::parse(text, "t");
+  EXPECT_TRUE(m.fitted(Link::kDeviceIpc, Collective::kAllReduce));
+  EXPECT_FALSE(m.fitted(Link::kDeviceIpc, Collective::kBroadcast));
+  EXPECT_TRUE(m.fitted(Link::kShm, Collective::kAllReduce));
+  SelectContext s = on_one_host(2, m);
+  s.fifo_from_bytes = 64 << 10;
+  // Host calls see a table that prefers twoshot; device calls priced on IPC do not.
+  const TuneTable t = TuneTable::parse(
+      "2 all_reduce twoshot 8:1 1000000:5\n2 all_reduce ring 8:10 1000000:2000\n", "test");
+  EXPECT_EQ(to_string(choose(s, Collective::kAllReduce, 512 << 10)), "direct");
+  EXPECT_EQ(to_string(choose(s, Collective::kAllReduce, 512 << 10, true)), "ring");
+  s.tune = &t;
+  EXPECT_EQ(to_string(choose(s, Collective::kAllReduce, 512 << 10)), "twoshot");
+  EXPECT_EQ(to_string(choose(s, Collective::kAllReduce, 512 << 10, true)), "ring");
+  EXPECT_TRUE(priced_on_ipc(s, Collective::kAllReduce));
+  // What explain() shows for the device call: the IPC predictions, and one path.
+  bool saw_ring = false, saw_fifo = false;
+  for (const Candidate& c : explain(s, Collective::kAllReduce, 512 << 10, true)) {
+    if (c.variant == Variant{Algorithm::kRing}) {
+      saw_ring = true;
+      EXPECT_TRUE(c.chosen);
+      ASSERT_TRUE(c.predicted_us);
+      EXPECT_NEAR(*c.predicted_us, 47.5, 1e-9);
+    }
+    if (c.variant == Variant{Algorithm::kRing, Path::kFifo}) {
+      saw_fifo = true;
+      EXPECT_NE(c.reason.find("device buffers"), std::string::npos) << c.reason;
+    }
+  }
+  EXPECT_TRUE(saw_ring && saw_fifo);
+  // Broadcast has no IPC constants: its device calls are chosen as its host calls are.
+  EXPECT_FALSE(priced_on_ipc(s, Collective::kBroadcast));
+  for (size_t bytes : {size_t(8), size_t(64) << 10, size_t(8) << 20})
+    EXPECT_EQ(choose(s, Collective::kBroadcast, bytes, true),
+              choose(s, Collective::kBroadcast, bytes));
+  // Nor without a model.
+  SelectContext fixed = s;
+  fixed.model = nullptr;
+  fixed.tune = nullptr;
+  EXPECT_FALSE(priced_on_ipc(fixed, Collective::kAllReduce));
+  EXPECT_EQ(choose(fixed, Collective::kAllReduce, 512 << 10, true),
+            choose(fixed, Collective::kAllReduce, 512 << 10));
+}
+
 // Without fitted constants every algorithm shares the transport's defaults and the form alone
 // chooses: direct below about 16 KiB at 2 ranks (its one step against the others' two), a
 // bandwidth-optimal form above; forms that tie, the fixed rule; across hosts, hier for large

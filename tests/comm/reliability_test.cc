@@ -299,6 +299,7 @@ struct MismatchCase {
   std::function<void(Communicator&)> rank0, rank1;
   const char* mine;    // as rank 0 sees its own call
   const char* theirs;  // as rank 0 sees rank 1's call
+  const char* why = "every rank must issue the same collectives in the same order";
 };
 
 TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
@@ -337,7 +338,7 @@ TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
          c.set_algorithm("ring");
          c.all_reduce(a, b, 64, DataType::kF32, ReduceOp::kSum);
        },
-       "direct algorithm", "ring algorithm"},
+       "direct algorithm", "ring algorithm", "the same call with another algorithm"},
   };
   for (const auto& k : cases) {
     SCOPED_TRACE(k.name);
@@ -356,6 +357,7 @@ TEST(Reliability, MismatchedCallsFailOnBothSidesNamingBoth) {
               << e->what();
           EXPECT_TRUE(contains(e->what(), k.mine)) << e->what();
           EXPECT_TRUE(contains(e->what(), k.theirs)) << e->what();
+          EXPECT_TRUE(contains(e->what(), k.why)) << e->what();
         },
         options);
   }

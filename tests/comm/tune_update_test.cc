@@ -105,6 +105,10 @@ TEST(TuneUpdate, FitsTheConstantsUnderTheLinkNamed) {
   const std::string both = m.fit_costs_into(shm, "ucx");
   EXPECT_NE(both.find("shm 2 all_reduce ring 0 "), std::string::npos) << both;
   EXPECT_NE(both.find("ucx 2 all_reduce ring 0 "), std::string::npos) << both;
+  // chorus-tune --device: the IPC path's own lines, beside the host's.
+  const std::string three = m.fit_costs_into(both, "ipc");
+  EXPECT_NE(three.find("ipc 2 all_reduce ring 0 "), std::string::npos) << three;
+  EXPECT_NE(three.find("shm 2 all_reduce ring 0 "), std::string::npos) << three;
   try {
     (void)m.fit_costs_into({}, "nvlink");
     ADD_FAILURE() << "an unknown link was taken";

@@ -306,6 +306,34 @@ TEST(Tuner, EveryRankFollowsRankZerosCostModel) {
   });
 }
 
+// Calls on device buffers that move by IPC are priced on the "ipc" lines (chorus-tune --device);
+// where device buffers cannot exist (no GPU) or move by staging, as host buffers are. Here the
+// host's constants say direct, the IPC path's tree.
+TEST(Tuner, DeviceBuffersArePricedOnTheIpcPathWhereTheyMoveByIt) {
+  const std::string cost = write_table("cost_ipc.txt",
+                                       "shm 2 all_reduce tree 0 50 50\n"
+                                       "shm 2 all_reduce direct 0 1 2\n"
+                                       "ipc 2 all_reduce tree 0 1 2\n"
+                                       "ipc 2 all_reduce direct 0 50 50\n");
+  for (const char* path : {"auto", "staging"}) {
+    SCOPED_TRACE(path);
+    run_processes(2, [&](int) {
+      ::setenv("CHORUS_COST_FILE", cost.c_str(), 1);
+      ::setenv("CHORUS_GPU_PATH", path, 1);
+      Communicator comm = Communicator::from_env();
+      EXPECT_EQ(comm.priced_link(), "shm");
+      EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64), "direct");
+      const bool ipc = gpu::probe_devices().count > 0 && std::string(path) == "auto";
+      EXPECT_EQ(comm.priced_link(BufferMemory::kDevice), ipc ? "ipc" : "shm");
+      EXPECT_EQ(comm.algorithm_for(Collective::kAllReduce, 64, BufferMemory::kDevice),
+                ipc ? "tree" : "direct");
+      for (const AlgorithmEstimate& e :
+           comm.explain(Collective::kAllReduce, 1 << 19, BufferMemory::kDevice))
+        if (e.algorithm == "tree") EXPECT_NEAR(e.predicted_us, ipc ? 5.0 : 175.0, 1e-3);
+    });
+  }
+}
+
 // The selector chooses a broadcast by the table's in-place curves, and its root picks the path
 // of its sends by the curves of its own placement. Here the in-place curves say `direct/fifo`,
 // the out-of-place ones `direct` (single copy). A FIFO send of 256 KiB fits the FIFO

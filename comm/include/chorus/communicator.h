@@ -52,10 +52,13 @@
 // with; managed memory counts as device memory, pinned host memory as host memory). The buffers
 // of one call must all be host memory or all device memory of one device (InvalidArgument
 // naming them otherwise), and a communicator works with one device, fixed by its first device
-// operation. Ranks need not agree: one may pass device buffers and another host buffers to the
-// same collective. When every rank is on one host, device buffers are read by the peers through
+// operation. When every rank is on one host, device buffers are read by the peers through
 // CUDA/HIP IPC and reduced by kernels on the device (the IPC path); otherwise they travel
 // through pinned host staging memory and the host transports (CHORUS_GPU_PATH; docs/GPU.md).
+// Ranks may pass device buffers and host buffers to the same collective, except where
+// chorus-tune --device fitted the IPC path's constants: calls on device buffers that move by IPC
+// are chosen by them, calls on host buffers by the host's, and ranks that chose different
+// algorithms fail with a Mismatch that says so (a forced algorithm makes them agree).
 //
 #pragma once
 
@@ -94,6 +97,11 @@ enum class Collective : uint8_t {
   kSendRecv,
 };
 std::string_view to_string(Collective c);
+
+// Where a call's buffers are, for the questions a Communicator answers about its algorithms
+// (priced_link, algorithm_for, explain): device buffers that move by IPC are priced on that
+// path's own constants where chorus-tune --device fitted them (docs/GPU.md).
+enum class BufferMemory : uint8_t { kHost, kDevice };
 
 // A handle on an operation in flight. Default-constructed = already complete.
 class Work {
@@ -486,8 +494,10 @@ class Communicator {
   int host_of(int rank) const;
   // The link the cost model prices this communicator's flat algorithms on (chorus/cost_model.h):
   // "ucx" when its ranks span hosts or reach each other only over UCX (CHORUS_TRANSPORT=ucx),
-  // else "shm". chorus-tune files the constants it fits under it. Local: no communication.
-  std::string_view priced_link() const;
+  // else "shm"; for device buffers, "ipc" where they move by IPC (docs/GPU.md; on pinned-host
+  // staging the host algorithms run on host memory, priced as host buffers are). chorus-tune
+  // files the constants it fits under it. Local: no communication.
+  std::string_view priced_link(BufferMemory where = BufferMemory::kHost) const;
 
   // ---- algorithms ----------------------------------------------------------------------------
   // Forces an algorithm ("ring", "tree", "direct", ...) for later calls, or "auto". A "/fifo"
@@ -495,12 +505,15 @@ class Communicator {
   // shared-memory FIFO instead of being read single-copy (docs/perf/collectives.md, "Tuner"). Every
   // rank must make the same call at the same point. Throws InvalidArgument for an unknown name.
   void set_algorithm(std::string_view name);
-  // The algorithm the selector picks for a collective of `bytes` per rank buffer.
-  std::string algorithm_for(Collective c, size_t bytes) const;
+  // The algorithm the selector picks for a collective of `bytes` per rank buffer, on buffers
+  // in `where`.
+  std::string algorithm_for(Collective c, size_t bytes,
+                            BufferMemory where = BufferMemory::kHost) const;
   // Every algorithm registered for `c`, with its predicted time for `bytes` (as algorithm_for
-  // counts them) and which one the selector would pick (in deterministic mode, of a reduction:
-  // only those that fold in rank order). Local: no communication.
-  std::vector<AlgorithmEstimate> explain(Collective c, size_t bytes) const;
+  // counts them) on buffers in `where`, and which one the selector would pick (in deterministic
+  // mode, of a reduction: only those that fold in rank order). Local: no communication.
+  std::vector<AlgorithmEstimate> explain(Collective c, size_t bytes,
+                                         BufferMemory where = BufferMemory::kHost) const;
   // The ring the ring, chain and tree algorithms are laid over: element p is the rank at ring
   // position p. Ranks are grouped by host, then socket, NUMA node and the CPU they are bound to,
   // so the ring crosses each slower link the fewest times (rank order when nothing tells ranks
