@@ -13,7 +13,9 @@
 #   1. the GPU kernel and runtime tests at 1 rank (kernels_gpu_test)
 #   2. the Communicator on device buffers over IPC (comm_gpu_test, its IPC worlds)
 #   3. chorus-gpu-bandwidth: device-to-device copy bandwidth, the reference for collectives
-#   4. chorus-bench --device all_reduce on 2 and 4 ranks over IPC, 8 B to 1 GiB
+#   4. chorus-bench --device all_reduce on 2 and 4 ranks over IPC, 8 B to 1 GiB; between them,
+#      the IPC path's cost constants (chorus-tune --device --probe on 2 ranks) and chorus-bench
+#      --device --explain by them: predicted beside measured
 #   5. the tensor engine on the device against the CPU engine, every op forward and backward with
 #      poisoned allocations (tensor_gpu_test)
 #   6. the rest: chorus-topo against nvidia-smi; the kernel tests as 2 and 4 concurrent ranks;
@@ -29,10 +31,10 @@ set -uo pipefail
 
 # The CMake targets the steps run (what tools/chorus gpu-pack builds and packs).
 TARGETS=(kernels_gpu_test gpu_ipc_peer comm_gpu_test tensor_gpu_test train_gpu_test
-  chorus-gpu-bandwidth chorus-bench chorus-run chorus-topo chorus-train)
+  chorus-gpu-bandwidth chorus-bench chorus-run chorus-topo chorus-train chorus-tune)
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^# Environment/p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -275,6 +277,42 @@ collective() {
   if [[ $detail == *"wrong 0" ]]; then row "$name" ok "$detail"; else fail_row "$name" "$detail"; fi
 }
 
+# ipc_constants RANKS: chorus-tune --device fits the IPC path's constants on RANKS ranks (into the
+# log folder, not the host's cache), then chorus-bench --device --explain chooses and predicts by
+# them: all_reduce in place, the selector's prediction of its choice against the time measured.
+ipc_constants() {
+  local n=$1 cost=$LOGS/cost-ipc-np$1.txt
+  local name="ipc constants np$n"
+  LOG_LAST=$LOGS/tune-ipc-np$n.log
+  step "$name" 150 "tune-ipc-np$n.log" "$BIN/chorus-run" -n "$n" "$BIN/chorus-tune" --device \
+    --probe --max-bytes 256M --colls all_reduce,reduce_scatter,all_gather,broadcast \
+    --cost-out "$cost" || return 0
+  report "$name" "$(grep -c '^ipc ' "$cost" 2>/dev/null) lines fitted (cost-ipc-np$n.txt)"
+  [[ $step_status == ok ]] || return 0
+  name="all_reduce np$n ipc predicted"
+  LOG_LAST=$LOGS/bench-ipc-explain-np$n.log
+  step "$name" 60 "bench-ipc-explain-np$n.log" env CHORUS_COST_FILE="$cost" \
+    "$BIN/chorus-run" -n "$n" "$BIN/chorus-bench" all_reduce --device --explain -b 8 -e 256M \
+    -f 4 -n 10 -w 3 -c 1 || return 0
+  if [[ $step_status != ok ]]; then
+    report "$name" "exit status not 0"
+    return 0
+  fi
+  # Data lines: size count type redop root, out of place (time algbw busbw #wrong), in place
+  # (the same), pred, algorithm.
+  local detail
+  detail=$(awk '!/^#/ && NF >= 15 && $1 ~ /^[0-9]+$/ && $14 > 0 && $10 > 0 {
+      r = $14 / $10; e = r > 1 ? r - 1 : 1 - r; errs[n++] = e; wrong += $9 + $13
+      if (e > worst) { worst = e; at = $1; pred = $14; meas = $10 } }
+    END {
+      if (!n) { print "no predicted lines"; exit }
+      for (i = 1; i < n; ++i) for (j = i; j > 0 && errs[j - 1] > errs[j]; --j) {
+        t = errs[j]; errs[j] = errs[j - 1]; errs[j - 1] = t }
+      printf "%d sizes: median error %.0f%%, worst %.0f%% at %d B (%s us predicted, %s measured); wrong %d\n",
+        n, 100 * errs[int(n / 2)], 100 * worst, at, pred, meas, wrong }' "$LOG_LAST")
+  if [[ $detail == *"wrong 0" ]]; then row "$name" ok "$detail"; else fail_row "$name" "$detail"; fi
+}
+
 # The GPT-2 small training benchmark: chorus-train against PyTorch eager and compiled on this
 # GPU, and two ranks sharing it (bench/gpu/gpt_side_by_side.py; its table goes into the log).
 training_benchmark() {
@@ -338,6 +376,7 @@ gtest "comm GPU tests, IPC" 150 comm-gpu-ipc.log "$BIN/comm_gpu_test" \
   '--gtest_filter=*_ipc*:*IpcPath*'
 bandwidth
 collective all_reduce 2 ipc
+ipc_constants 2
 collective all_reduce 4 ipc
 gtest "tensor GPU tests" 120 tensor-gpu.log "$BIN/tensor_gpu_test"
 gtest "training on the GPU" 240 train-gpu.log "$BIN/train_gpu_test"

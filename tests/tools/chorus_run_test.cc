@@ -798,4 +798,35 @@ TEST(ChorusTune, AlgosReplacesOnlyTheNamedCurves) {
   std::filesystem::remove(out);
 }
 
+// --device fits the IPC path's constants on device buffers; without a GPU every rank refuses
+// with the reason (and the fit is skipped). Options it does not go with are usage errors.
+TEST(ChorusTune, DeviceFitsTheIpcPathOrSaysWhyNot) {
+  Result r = run_tune({"-n", "1", kTune, "--device", "--show"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--device measures: it does not go with --show"), std::string::npos)
+      << r.err;
+  r = run_tune({"-n", "1", kTune, "--device", "--out", "table.txt"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--device writes the cost file only"), std::string::npos) << r.err;
+
+  const std::string cost = ::testing::TempDir() + "chorus_tune_device_test.cost";
+  std::filesystem::remove(cost);
+  r = run_tune({"-n", "2", kTune, "--device", "--colls", "all_reduce", "--max-bytes", "64K",
+                "--cost-out", cost});
+  if (r.err.find("--device: no GPU: ") != std::string::npos) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(cost));
+    GTEST_SKIP() << "no GPU: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream f(cost);
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_NE(text.str().find("ipc 2 all_reduce ring 0 "), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("ipc 2 all_reduce/in-place ring 0 "), std::string::npos) << text.str();
+  EXPECT_EQ(text.str().find("ring/fifo"), std::string::npos) << "one path on device buffers";
+  EXPECT_EQ(text.str().find("shm 2 "), std::string::npos) << text.str();
+  std::filesystem::remove(cost);
+}
+
 }  // namespace

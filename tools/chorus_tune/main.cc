@@ -6,6 +6,7 @@
 //
 //   chorus-run -n 2 chorus-tune            # writes ~/.cache/chorus/cost-<host>.txt and tune-...
 //   chorus-run -n 2 chorus-tune --probe    # a few sizes: the constants only, in seconds
+//   chorus-run -n 2 chorus-tune --device   # on device buffers: the IPC path's constants
 //   chorus-tune --show                     # the constants (and any named table) in effect
 #include <unistd.h>
 
@@ -23,6 +24,8 @@
 #include "chorus/config.h"
 #include "chorus/cost_model.h"
 #include "chorus/error.h"
+#include "chorus/gpu/runtime.h"
+#include "chorus/launch_env.h"
 #include "chorus/selection_bytes.h"
 #include "chorus/tune_table.h"
 
@@ -57,6 +60,13 @@ use.
   --probe            the short probe: sizes 8 B, 1 KiB, 8 KiB, 32 KiB, 256 KiB, 1 MiB and
                      16 MiB (to --max-bytes; two in each of the model's size bands) only,
                      in place for all_reduce only, and the cost file only (no tune table)
+  --device           on device buffers (each rank on GPU CHORUS_LOCAL_RANK % count, buffers
+                     not registered, as a trainer passes them): fits the constants of the IPC
+                     path ("ipc" lines), by which the selector chooses calls on device buffers
+                     that move by IPC; the cost file only (the tune table is host memory's).
+                     Refused without a GPU, or where device buffers move by pinned-host staging
+                     (ranks on several hosts, CHORUS_GPU_PATH=staging, CHORUS_TRANSPORT=ucx):
+                     the host algorithms then run on host memory, priced as host buffers are
   --cost-out FILE    where to write the constants (default ~/.cache/chorus/cost-<hostname>.txt,
                      which every job on this host then loads unless CHORUS_COST_FILE names another)
   --out FILE         where to write the tune table (default ~/.cache/chorus/tune-<hostname>.txt)
@@ -86,6 +96,7 @@ struct Options {
   std::string cost_file;
   size_t max_bytes = 64 << 20;
   bool probe = false;
+  bool device = false;
   std::string fit;
   std::vector<Collective> colls = {Collective::kAllReduce, Collective::kReduceScatter,
                                    Collective::kAllGather, Collective::kBroadcast,
@@ -124,6 +135,8 @@ Options parse(int argc, char** argv) {
       o.fit = value();
     } else if (arg == "--probe") {
       o.probe = true;
+    } else if (arg == "--device") {
+      o.device = true;
     } else if (arg == "--max-bytes") {
       const std::string v = value();
       auto b = parse_size(v);
@@ -160,6 +173,10 @@ Options parse(int argc, char** argv) {
       usage_error("unknown option '" + arg + "'");
     }
   }
+  if (o.device && (o.show || !o.fit.empty()))
+    usage_error("--device measures: it does not go with --show or --fit");
+  if (o.device && !o.out.empty())
+    usage_error("--device writes the cost file only (--cost-out); --out names a tune table");
   return o;
 }
 
@@ -265,8 +282,22 @@ class Tuner {
     // gather's and scatter's: only those two need n times the largest size (np=8 at 256 MiB
     // would otherwise hold 4 GiB per rank).
     const size_t ranks = static_cast<size_t>(n_);
-    send_.assign(max_elems * (measures(Collective::kScatter) ? ranks : 1), 1.0f);
-    recv_.resize(max_elems * (measures(Collective::kGather) ? ranks : 1));
+    const size_t send_elems = max_elems * (measures(Collective::kScatter) ? ranks : 1);
+    const size_t recv_elems = max_elems * (measures(Collective::kGather) ? ranks : 1);
+    if (o.device) {
+      device_send_ = gpu::DeviceBuffer(send_elems * sizeof(float));
+      device_recv_ = gpu::DeviceBuffer(recv_elems * sizeof(float));
+      gpu::memset_async(device_send_.data(), 0, device_send_.bytes(), gpu::Stream{});
+      gpu::memset_async(device_recv_.data(), 0, device_recv_.bytes(), gpu::Stream{});
+      gpu::stream_synchronize(gpu::Stream{});
+      send_ptr_ = static_cast<float*>(device_send_.data());
+      recv_ptr_ = static_cast<float*>(device_recv_.data());
+    } else {
+      send_.assign(send_elems, 1.0f);
+      recv_.resize(recv_elems);
+      send_ptr_ = send_.data();
+      recv_ptr_ = recv_.data();
+    }
   }
 
   // Settles first: pages in the buffers, wakes the cores, fills the caches.
@@ -275,7 +306,7 @@ class Tuner {
     const size_t max_elems = o_.max_bytes / sizeof(float) + 1;
     int go = 1;
     while (go) {
-      call(comm_, Collective::kAllReduce, send_.data(), recv_.data(),
+      call(comm_, Collective::kAllReduce, send_ptr_, recv_ptr_,
            std::min<size_t>(1024, max_elems));  // --max-bytes below 4 KiB: a smaller buffer
       go = max_over_ranks(comm_, Clock::now() < until ? 1.0 : 0.0) > 0 ? 1 : 0;
     }
@@ -285,7 +316,8 @@ class Tuner {
   // time, the algorithms of a size in turn, so that a disturbance of the machine lands on
   // neighbouring points of different curves rather than on one whole curve.
   void measure_collective(Collective c, MeasuredTable& measured) {
-    std::vector<AlgorithmEstimate> algos = comm_.explain(c, 8);
+    std::vector<AlgorithmEstimate> algos =
+        comm_.explain(c, 8, o_.device ? BufferMemory::kDevice : BufferMemory::kHost);
     std::erase_if(algos, [&](const AlgorithmEstimate& e) { return !wanted(e.algorithm); });
     if (algos.empty()) return;
     for (bool in_place : {false, true}) {
@@ -322,8 +354,8 @@ class Tuner {
     comm_.set_algorithm(algorithm);
     // Iterations per block: enough for ~3 ms, agreed on by all ranks.
     const auto t0 = Clock::now();
-    call(comm_, c, send_.data(), recv_.data(), count, in_place);
-    call(comm_, c, send_.data(), recv_.data(), count, in_place);
+    call(comm_, c, send_ptr_, recv_ptr_, count, in_place);
+    call(comm_, c, send_ptr_, recv_ptr_, count, in_place);
     const double first_us =
         std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2;
     comm_.set_algorithm("auto");
@@ -334,7 +366,7 @@ class Tuner {
       comm_.set_algorithm(algorithm);
       comm_.barrier();
       const auto start = Clock::now();
-      for (int i = 0; i < iters; ++i) call(comm_, c, send_.data(), recv_.data(), count, in_place);
+      for (int i = 0; i < iters; ++i) call(comm_, c, send_ptr_, recv_ptr_, count, in_place);
       const double us =
           std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
       comm_.set_algorithm("auto");
@@ -348,7 +380,10 @@ class Tuner {
   const Options& o_;
   const int n_;
   const std::vector<size_t> sizes_;
-  std::vector<float> send_, recv_;
+  std::vector<float> send_, recv_;               // host buffers
+  gpu::DeviceBuffer device_send_, device_recv_;  // --device
+  float* send_ptr_ = nullptr;                    // the buffers the calls use
+  float* recv_ptr_ = nullptr;
 };
 
 bool write_file(const std::string& path, const std::string& header, const std::string& text) {
@@ -387,7 +422,7 @@ int write_results(const Options& o, int n, std::string_view link, const Measured
   std::fprintf(stderr, "chorus-tune: wrote the %.*s constants of world size %d to %s\n",
                static_cast<int>(link.size()), link.data(), n, cost_path.c_str());
   if (o.print) std::fputs(measured.format().c_str(), stdout);
-  if (o.probe) return 0;
+  if (o.probe || o.device) return 0;
   const std::string path = o.out.empty() ? default_tune_path() : o.out;
   if (!write_file(path, "tune table (median us per call)",
                   measured.merge_into(read_file(path), n, o.colls, o.algos)))
@@ -396,13 +431,35 @@ int write_results(const Options& o, int n, std::string_view link, const Measured
   return 0;
 }
 
+// --device: this rank's GPU made current before the communicator exists. False (with the reason,
+// from every rank: they are refused alike) when there is none.
+bool use_device() {
+  const gpu::Devices devices = gpu::probe_devices();
+  if (devices.count == 0) {
+    std::fprintf(stderr, "chorus-tune: --device: no GPU: %s\n", devices.reason.c_str());
+    return false;
+  }
+  gpu::set_device(local_device_index(devices.count));
+  return true;
+}
+
 int tune(const Options& o) {
+  if (o.device && !use_device()) return 2;
   // chorus-tune measures itself: the host probe of a communicator made here would only be
   // replaced.
   ::setenv("CHORUS_COST_PROBE", "off", 1);
   Communicator comm = Communicator::from_env();
   if (comm.size() < 2) {
     std::fprintf(stderr, "chorus-tune: needs at least 2 ranks (chorus-run -n 2 chorus-tune)\n");
+    return 2;
+  }
+  const BufferMemory memory = o.device ? BufferMemory::kDevice : BufferMemory::kHost;
+  if (o.device && comm.priced_link(memory) != "ipc") {  // the same on every rank
+    if (comm.rank() == 0)
+      std::fprintf(stderr,
+                   "chorus-tune: --device: device buffers move by pinned-host staging here "
+                   "(CHORUS_GPU_PATH, docs/GPU.md), where the host algorithms run on host memory "
+                   "and are chosen by the host's constants: run chorus-tune without --device\n");
     return 2;
   }
   Tuner tuner(comm, o);
@@ -415,7 +472,7 @@ int tune(const Options& o) {
     return 2;
   }
   if (comm.rank() != 0) return 0;
-  return write_results(o, comm.size(), comm.priced_link(), measured);
+  return write_results(o, comm.size(), comm.priced_link(memory), measured);
 }
 
 }  // namespace
