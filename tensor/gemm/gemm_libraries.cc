@@ -7,9 +7,14 @@
 //
 // Threads: chorus runs its own team (runtime/thread_pool.h) and calls a library once per row block
 // from each team thread, so each library call must stay on its calling thread. OpenBLAS gets
-// openblas_set_num_threads(1). oneDNN (the Debian build) runs its own OpenMP team sized by the
-// calling thread's OpenMP setting, so each calling thread sets that to 1 once, through the
-// OpenMP runtime oneDNN itself loaded.
+// openblas_set_num_threads(1), and the workers its pthreads build started when it was loaded
+// (one per core but one) are stopped at once (blas_thread_shutdown_; it starts them again itself
+// if anything in the process asks it for more threads later): each busy-waits about 100 ms after
+// the load, and with two cores that halved the team's GEMMs during the process's first 100 ms,
+// the choice of kernels included (nn.large measured at 160-170 GFLOP/s instead of 350-450 on an
+// Intel Xeon with AVX-512, and builtin chosen where oneDNN is 7-17% faster). oneDNN (the Debian
+// build) runs its own OpenMP team sized by the calling thread's OpenMP setting, so each calling
+// thread sets that to 1 once, through the OpenMP runtime oneDNN itself loaded.
 #include <string>
 
 #include "chorus/dynamic_library.h"
@@ -67,6 +72,7 @@ class DnnlBackend final : public SgemmBackend {
 using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
                             int, float, float*, int);
 using SetThreads = void (*)(int);
+using StopWorkers = int (*)();
 constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
 class OpenBlasBackend final : public SgemmBackend {
@@ -79,6 +85,7 @@ class OpenBlasBackend final : public SgemmBackend {
     }
     sgemm_ = lib_.symbol<CblasSgemm>("cblas_sgemm");
     if (auto set_threads = lib_.symbol<SetThreads>("openblas_set_num_threads")) set_threads(1);
+    if (auto stop_workers = lib_.symbol<StopWorkers>("blas_thread_shutdown_")) stop_workers();
     note_ = sgemm_ ? lib_.soname() : lib_.soname() + " lacks cblas_sgemm";
   }
   const char* name() const override { return "openblas"; }

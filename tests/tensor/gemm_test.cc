@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "chorus/tensor/amp.h"
 #include "chorus/tensor/gemm.h"
@@ -25,6 +26,29 @@ std::vector<double> ref_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
       c[i * n + j] = s;
     }
   return c;
+}
+
+int threads_of_this_process() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.exists();
+  return n;
+}
+
+// The libraries run on the team's threads only. OpenBLAS's pthreads build starts workers of its
+// own when it is loaded (one per core but one), each busy-waiting about 100 ms: on two cores
+// that halved the team's GEMMs for a process's first 100 ms, the choice of kernels included. So
+// once every backend has run, the process holds no thread beyond the team.
+TEST(Gemm, TheLibrariesKeepNoThreadsOfTheirOwn) {
+  const std::string chosen = gemm_backend();
+  const Tensor a = randn({256, 256}, 1, DataType::kF32), b = randn({256, 256}, 2, DataType::kF32);
+  for (const auto& be : gemm_backends()) {
+    if (!be.available) continue;
+    set_gemm_backend(be.name);
+    (void)matmul(a, b);
+  }
+  set_gemm_backend(chosen);
+  EXPECT_LE(threads_of_this_process(), num_threads())
+      << "a library keeps threads beyond the tensor team of " << num_threads();
 }
 
 TEST(Gemm, EveryBackendMatchesReference) {
