@@ -114,8 +114,9 @@ std::array<int, kShapeClasses> parse_mode(const std::string& mode, const char* w
 }
 
 // Seconds per call of each method (and of the f32 GEMM on f32-stored operands, index 3) for
-// class c: 9 alternating rounds after a warm-up (gemm/selection.h), the best round each (-1: not
-// a candidate). A round repeats the call for ~2 ms.
+// class c, a call being the class's products as a step runs them (run_as_in_a_step: one, or one
+// per team thread at once): 9 alternating rounds after a warm-up (gemm/selection.h), the best
+// round each (-1: not a candidate). A round repeats the call for ~2 ms.
 std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates,
                                  bool warm_only = false) {
   // candidates[2] (f32) is always true: the fallback.
@@ -123,34 +124,48 @@ std::array<double, 4> time_class(int c, const std::array<bool, 3>& candidates,
   int64_t m, n, k;
   class_shape(c, &m, &n, &k);
   const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-  std::vector<uint16_t> a16(static_cast<size_t>(m * k)), b16(static_cast<size_t>(k * n));
-  std::vector<float> a32(a16.size()), b32(b16.size()), wa(a16.size()), wb(b16.size());
-  std::vector<float> out(static_cast<size_t>(m * n));
-  for (size_t i = 0; i < a16.size(); ++i) {
-    a16[i] = float_to_bf16(static_cast<float>(i % 13) * 0.1f - 0.6f);
-    a32[i] = bf16_to_float(a16[i]);
+  struct Operands {
+    std::vector<uint16_t> a16, b16;
+    std::vector<float> a32, b32, wa, wb, out;
+  };
+  std::vector<Operands> sets(static_cast<size_t>(calls_at_once(c)));
+  for (Operands& o : sets) {
+    o.a16.resize(static_cast<size_t>(m * k));
+    o.b16.resize(static_cast<size_t>(k * n));
+    o.a32.resize(o.a16.size());
+    o.wa.resize(o.a16.size());
+    o.b32.resize(o.b16.size());
+    o.wb.resize(o.b16.size());
+    o.out.resize(static_cast<size_t>(m * n));
+    for (size_t i = 0; i < o.a16.size(); ++i) {
+      o.a16[i] = float_to_bf16(static_cast<float>(i % 13) * 0.1f - 0.6f);
+      o.a32[i] = bf16_to_float(o.a16[i]);
+    }
+    for (size_t i = 0; i < o.b16.size(); ++i) {
+      o.b16[i] = float_to_bf16(static_cast<float>(i % 7) * 0.1f - 0.3f);
+      o.b32[i] = bf16_to_float(o.b16[i]);
+    }
   }
-  for (size_t i = 0; i < b16.size(); ++i) {
-    b16[i] = float_to_bf16(static_cast<float>(i % 7) * 0.1f - 0.3f);
-    b32[i] = bf16_to_float(b16[i]);
-  }
-  auto call = [&](int which) {
+  auto one = [&](int which, Operands& o) {
     switch (which) {
       case 0:
-        blocked_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, false, out.data(),
-                          n);
+        blocked_gemm_bf16(ta, tb, m, n, k, 1.f, o.a16.data(), lda, o.b16.data(), ldb, false,
+                          o.out.data(), n);
         break;
       case 1:
-        dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, a16.data(), lda, b16.data(), ldb, out.data(), n);
+        dnnl_gemm_bf16(ta, tb, m, n, k, 1.f, o.a16.data(), lda, o.b16.data(), ldb, o.out.data(), n);
         break;
       case 2:  // as it runs on bf16-stored operands: widened first
-        cpu::from_bf16(wa.data(), a16.data(), static_cast<int64_t>(a16.size()));
-        cpu::from_bf16(wb.data(), b16.data(), static_cast<int64_t>(b16.size()));
-        gemm(ta, tb, m, n, k, 1.f, wa.data(), lda, wb.data(), ldb, 0.f, out.data(), n);
+        cpu::from_bf16(o.wa.data(), o.a16.data(), static_cast<int64_t>(o.a16.size()));
+        cpu::from_bf16(o.wb.data(), o.b16.data(), static_cast<int64_t>(o.b16.size()));
+        gemm(ta, tb, m, n, k, 1.f, o.wa.data(), lda, o.wb.data(), ldb, 0.f, o.out.data(), n);
         break;
       default:
-        gemm(ta, tb, m, n, k, 1.f, a32.data(), lda, b32.data(), ldb, 0.f, out.data(), n);
+        gemm(ta, tb, m, n, k, 1.f, o.a32.data(), lda, o.b32.data(), ldb, 0.f, o.out.data(), n);
     }
+  };
+  auto call = [&](int which) {
+    run_as_in_a_step(c, [&](int s) { one(which, sets[static_cast<size_t>(s)]); });
   };
   const std::vector<Candidate> timed{{"native", candidates[0]},
                                      {"dnnl", candidates[1]},
@@ -194,11 +209,13 @@ Plan measure(const std::array<int, kShapeClasses>& forced) {
     t_all_f32 += t[3];
     int64_t m, n, k;
     class_shape(c, &m, &n, &k);
-    const double gf = 2.0 * m * n * k * 1e-9;
-    CHORUS_INFO(kLogTune, "tensor bf16 gemm ", class_name(c), " (", m, "x", n, "x", k, "): native ",
-                candidates[0] ? gf / t[0] : 0.0, ", dnnl ", candidates[1] ? gf / t[1] : 0.0,
-                ", f32 ", gf / t[2], " (", gf / t[3], " on f32 operands) GFLOP/s on ",
-                pool_threads(), " threads -> ", kMethodNames[win]);
+    const int at_once = calls_at_once(c);
+    const double gf = 2.0 * m * n * k * at_once * 1e-9;
+    CHORUS_INFO(kLogTune, "tensor bf16 gemm ", class_name(c), " (", m, "x", n, "x", k,
+                at_once > 1 ? detail::concat(", ", at_once, " at once") : std::string(),
+                "): native ", candidates[0] ? gf / t[0] : 0.0, ", dnnl ",
+                candidates[1] ? gf / t[1] : 0.0, ", f32 ", gf / t[2], " (", gf / t[3],
+                " on f32 operands) GFLOP/s on ", pool_threads(), " threads -> ", kMethodNames[win]);
   }
   mixed = finish(mixed);
   // With nothing forced, f32 everywhere on f32-stored operands (no widening) when that is

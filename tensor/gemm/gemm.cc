@@ -92,35 +92,45 @@ struct Registry {
     return logged({measure(parse(plan, kGemmKnob.name())),
                    plan == "auto" ? ChoiceOrigin::kMeasured : ChoiceOrigin::kForced});
   }
-  // Seconds per call of each available backend (-1 for the others) on class c's shape: 5
-  // alternating rounds after a warm-up (gemm/selection.h), the best round each. A round repeats
-  // the call for ~0.5 ms, so a small class's tens of microseconds are not lost in the clock's
-  // noise; a large class's call takes longer alone (all eight classes: ~0.2 s on one Zen 3
-  // core, paid once per process).
+  // Seconds per call of each available backend (-1 for the others) on class c's shape, a call
+  // being the class's products as a step runs them (gemm_impl::run_as_in_a_step: one over the
+  // team, or one per team thread at once): 5 alternating rounds after a warm-up
+  // (gemm/selection.h), the best round each. A round repeats the call for ~0.5 ms, so a small
+  // class's tens of microseconds are not lost in the clock's noise; a large class's call takes
+  // longer alone (all eight classes: ~0.2 s on one Zen 3 core, paid once per process).
   // `warm_only`: no timing, two calls of every available backend (gemm_impl::warm_up_classes).
   std::vector<double> time_class(int c, bool warm_only = false) {
     const bool ta = gemm_impl::class_ta(c), tb = gemm_impl::class_tb(c);
     int64_t m, n, k;
     gemm_impl::f32_class_shape(c, &m, &n, &k);
     const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-    std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
-    std::vector<float> out(static_cast<size_t>(m * n));
-    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
-    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+    struct Operands {
+      std::vector<float> a, b, out;
+    };
+    std::vector<Operands> sets(static_cast<size_t>(gemm_impl::calls_at_once(c)));
+    for (Operands& o : sets) {
+      o.a.resize(static_cast<size_t>(m * k));
+      o.b.resize(static_cast<size_t>(k * n));
+      o.out.resize(static_cast<size_t>(m * n));
+      for (size_t i = 0; i < o.a.size(); ++i) o.a[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
+      for (size_t i = 0; i < o.b.size(); ++i) o.b[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+    }
+    const auto run = [&](size_t w) {
+      gemm_impl::run_as_in_a_step(c, [&](int s) {
+        Operands& o = sets[static_cast<size_t>(s)];
+        run_sgemm(*backends[w], ta, tb, m, n, k, 1.f, o.a.data(), lda, o.b.data(), ldb, 0.f,
+                  o.out.data(), n);
+      });
+    };
     if (warm_only) {
-      for (const auto& be : backends)
-        for (int i = 0; i < 2 && be->available(); ++i)
-          run_sgemm(*be, ta, tb, m, n, k, 1.f, a.data(), lda, b.data(), ldb, 0.f, out.data(), n);
+      for (size_t w = 0; w < backends.size(); ++w)
+        for (int i = 0; i < 2 && backends[w]->available(); ++i) run(w);
       return {};
     }
     std::vector<gemm_impl::Candidate> candidates;
     for (const auto& be : backends) candidates.push_back({be->name(), be->available()});
-    return gemm_impl::time_candidates(
-        "f32 gemm " + gemm_impl::class_name(c), candidates, 5,
-        gemm_impl::repeated_round(backends.size(), 5e-4, [&](size_t w) {
-          run_sgemm(*backends[w], ta, tb, m, n, k, 1.f, a.data(), lda, b.data(), ldb, 0.f,
-                    out.data(), n);
-        }));
+    return gemm_impl::time_candidates("f32 gemm " + gemm_impl::class_name(c), candidates, 5,
+                                      gemm_impl::repeated_round(backends.size(), 5e-4, run));
   }
   // Measures the classes `fixed` leaves open (none: nothing is timed); GFLOP/s of each backend
   // over the measured classes together kept for gemm_backends().
@@ -141,7 +151,7 @@ struct Registry {
       plan[static_cast<size_t>(c)] = static_cast<int>(win);
       int64_t m, n, k;
       gemm_impl::f32_class_shape(c, &m, &n, &k);
-      const double f = 2.0 * static_cast<double>(m * n * k);
+      const double f = 2.0 * static_cast<double>(m * n * k) * gemm_impl::calls_at_once(c);
       std::string rates;
       for (size_t i = 0; i < backends.size(); ++i) {
         if (t[i] < 0) continue;
@@ -152,7 +162,9 @@ struct Registry {
                       backends[i]->name(), f / t[i] * 1e-9);
         rates += rate;
       }
+      const int at_once = gemm_impl::calls_at_once(c);
       CHORUS_INFO(kLogTune, "tensor gemm ", gemm_impl::class_name(c), " (", m, "x", n, "x", k,
+                  at_once > 1 ? detail::concat(", ", at_once, " at once") : std::string(),
                   "): ", rates, " GFLOP/s on ", pool_threads(), " threads -> ",
                   backends[win]->name());
     }

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 
 #include "chorus/error.h"
+#include "runtime/thread_pool.h"
 
 namespace chorus::tensor::gemm_impl {
 namespace {
@@ -39,10 +41,39 @@ std::vector<double> time_candidates(const std::string& selection,
   return best;
 }
 
+void settle_the_heap() {
+#ifdef __GLIBC__
+  // glibc serves a block above its mmap threshold (128 KiB at first) by mmap and unmaps it when
+  // freed, and gives the top of its heap back beyond the trim threshold; it raises both once a
+  // mapped block is freed (to that block's size, and twice it), for blocks up to 32 MiB with
+  // their header. A block freed just under that puts the process where a training step's first
+  // large free puts it. (Through a volatile pointer: a compiler may drop an unused pair.)
+  static const bool settled = [] {
+    void* volatile block = std::malloc((size_t{32} << 20) - 8192);
+    std::free(block);
+    return true;
+  }();
+  (void)settled;
+#endif
+}
+
 void warm_up_classes(std::span<const int> fixed, const std::function<void(int)>& warm) {
   if (fake_timings()) return;
+  settle_the_heap();
   for (size_t c = 0; c < fixed.size(); ++c)
     if (fixed[c] < 0) warm(static_cast<int>(c));
+}
+
+int calls_at_once(int shape_class) { return shape_class % 2 ? 1 : std::max(1, pool_threads()); }
+
+void run_as_in_a_step(int shape_class, const std::function<void(int)>& call) {
+  const int calls = calls_at_once(shape_class);
+  if (calls == 1) {
+    call(0);
+    return;
+  }
+  auto task = [&](int t) { call(t); };
+  pool_run(calls, TaskRef(task));
 }
 
 size_t select_by_measurement(const std::string& selection, const std::vector<Candidate>& candidates,

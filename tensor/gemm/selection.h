@@ -56,7 +56,8 @@ std::vector<double> time_candidates(const std::string& selection,
 std::function<double(size_t candidate)> repeated_round(size_t candidates, double round_seconds,
                                                        std::function<void(size_t candidate)> call);
 
-// Before any class is timed, `warm(c)` (two untimed calls of every candidate on class c's shape)
+// Before any class is timed, the heap as a training step leaves it (settle_the_heap), then
+// `warm(c)` (two untimed calls of every candidate on class c's shape)
 // for every class c left open (`fixed[c]` < 0: a plan's classes, -1 where measured); nothing
 // while timings are faked. A library's scratch memory
 // at the first calls of a process goes back to the system after each call (glibc's thresholds grow
@@ -64,6 +65,24 @@ std::function<double(size_t candidate)> repeated_round(size_t candidates, double
 // call: oneDNN's f32 nt.large measured 106-140 GFLOP/s against 185-217 warm on an Intel Xeon with
 // AVX-512, where the step runs it warm.
 void warm_up_classes(std::span<const int> fixed, const std::function<void(int shape_class)>& warm);
+// glibc's malloc thresholds raised as a process's first large free raises them (once per process):
+// before it, a library's per-call scratch above 128 KiB is mapped and unmapped on every call,
+// page faults included, which no step pays once its first large tensor has been freed. oneDNN's
+// f32 nn products measured 174-192 GFLOP/s alone on an Intel Xeon with AVX-512 (one thread)
+// against 207-220 in the training step or with the thresholds raised, so builtin (188-206) was
+// chosen where oneDNN is 6-8% faster.
+void settle_the_heap();
+
+// How a class's products run in a training step, so that a timing runs them alike: a large
+// class's product alone, its rows spread over the team (a linear layer's); a small class's one
+// per team thread, all at once, each library call on its own thread (attention runs each head's
+// products inside a task of the team). Timed alone over the team instead, OpenBLAS led the small
+// transposed classes on an Intel Xeon with AVX-512 (2 threads: 357 against oneDNN's 328
+// GFLOP/s) where in the step it ran them at 93 against oneDNN's 120.
+// The products a class's timing runs at once, each on operands of its own.
+int calls_at_once(int shape_class);
+// Runs call(0) .. call(calls_at_once(c) - 1) as the step runs class c's products.
+void run_as_in_a_step(int shape_class, const std::function<void(int call)>& call);
 
 // The measurement and the rule together: the winner's index among `candidates` (the timings in
 // `seconds`, when given). InvalidArgument when none is available.

@@ -4,16 +4,23 @@
 // the deterministic mode ignores every timing.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "chorus/error.h"
 #include "chorus/tensor/gemm.h"
 #include "gemm/backend.h"
 #include "gemm/selection.h"
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 namespace chorus::tensor {
 namespace {
@@ -234,6 +241,56 @@ TEST(GemmSelection, NoAvailableCandidateIsAClearError) {
   EXPECT_EQ(calls, 8);  // (1 warm-up + 3 rounds) x 2 available
   EXPECT_EQ(seconds, (std::vector<double>{2.0, -1.0, 1.0}));
 }
+
+// A timing runs a class's products as a step does: a large class's one product (spread over the
+// team by the call itself), a small class's one per team thread at once, each on its own operands
+// (attention's heads) and its own thread.
+TEST(GemmSelection, ClassesAreTimedAsAStepRunsThem) {
+  const int before = num_threads();
+  set_num_threads(2);
+  for (int c = 0; c < 8; ++c) {
+    SCOPED_TRACE(kClasses[c]);
+    const bool large = std::string(kClasses[c]).ends_with(".large");
+    EXPECT_EQ(gemm_impl::calls_at_once(c), large ? 1 : 2);
+    std::mutex mu;
+    std::map<int, std::thread::id> thread_of_call;
+    std::atomic<int> inside{0}, most_inside{0};
+    gemm_impl::run_as_in_a_step(c, [&](int call) {
+      const int now = ++inside;
+      int seen = most_inside.load();
+      while (now > seen && !most_inside.compare_exchange_weak(seen, now)) {
+      }
+      // Long enough for a second thread to join in; the calls that overlap are counted.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      --inside;
+      std::lock_guard lock(mu);
+      EXPECT_TRUE(thread_of_call.emplace(call, std::this_thread::get_id()).second) << call;
+    });
+    ASSERT_EQ(thread_of_call.size(), large ? 1u : 2u);
+    EXPECT_EQ(thread_of_call.begin()->first, 0);
+    if (!large) {
+      EXPECT_EQ(thread_of_call.rbegin()->first, 1);
+      EXPECT_NE(thread_of_call[0], thread_of_call[1]) << "each call on a thread of its own";
+      EXPECT_EQ(most_inside.load(), 2) << "the calls run at once";
+    }
+  }
+  set_num_threads(1);
+  EXPECT_EQ(gemm_impl::calls_at_once(0), 1);
+  set_num_threads(before);
+}
+
+#ifdef __GLIBC__
+// Before the timing, glibc's thresholds as a step's first large free leaves them: a library's
+// scratch of a few MiB then comes from the heap, not from a mapping made and unmade per call.
+TEST(GemmSelection, TheHeapIsSettledBeforeTiming) {
+  gemm_impl::settle_the_heap();
+  const size_t mapped_before = mallinfo2().hblks;
+  void* volatile block = std::malloc(size_t{4} << 20);
+  const size_t mapped_during = mallinfo2().hblks;
+  std::free(block);
+  EXPECT_EQ(mapped_during, mapped_before) << "a 4 MiB block was mapped on its own";
+}
+#endif
 
 }  // namespace
 }  // namespace chorus::tensor
