@@ -151,7 +151,8 @@ struct Registry {
       plan[static_cast<size_t>(c)] = static_cast<int>(win);
       int64_t m, n, k;
       gemm_impl::f32_class_shape(c, &m, &n, &k);
-      const double f = 2.0 * static_cast<double>(m * n * k) * gemm_impl::calls_at_once(c);
+      const int at_once = gemm_impl::calls_at_once(c);
+      const double f = 2.0 * static_cast<double>(m * n * k) * at_once;
       std::string rates;
       for (size_t i = 0; i < backends.size(); ++i) {
         if (t[i] < 0) continue;
@@ -162,7 +163,6 @@ struct Registry {
                       backends[i]->name(), f / t[i] * 1e-9);
         rates += rate;
       }
-      const int at_once = gemm_impl::calls_at_once(c);
       CHORUS_INFO(kLogTune, "tensor gemm ", gemm_impl::class_name(c), " (", m, "x", n, "x", k,
                   at_once > 1 ? detail::concat(", ", at_once, " at once") : std::string(),
                   "): ", rates, " GFLOP/s on ", pool_threads(), " threads -> ",

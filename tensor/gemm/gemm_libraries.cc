@@ -7,8 +7,8 @@
 //
 // Threads: chorus runs its own team (runtime/thread_pool.h) and calls a library once per row block
 // from each team thread, so each library call must stay on its calling thread. OpenBLAS gets
-// openblas_set_num_threads(1), and the workers its pthreads build started when it was loaded
-// (one per core but one) are stopped at once (blas_thread_shutdown_; it starts them again itself
+// openblas_set_num_threads(1), and when chorus loaded it, the workers its pthreads build started
+// then (one per core but one) are stopped at once (blas_thread_shutdown_; it starts them again
 // if anything in the process asks it for more threads later): each busy-waits about 100 ms after
 // the load, and with two cores that halved the team's GEMMs during the process's first 100 ms,
 // the choice of kernels included (nn.large measured at 160-170 GFLOP/s instead of 350-450 on an
@@ -78,6 +78,8 @@ constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 class OpenBlasBackend final : public SgemmBackend {
  public:
   OpenBlasBackend() {
+    // Already loaded: another part of the process uses it, and its threads are that part's.
+    const bool first_load = !DynamicLibrary::find_loaded({"libopenblas.so.0", "libopenblas.so"});
     lib_ = DynamicLibrary({"libopenblas.so.0", "libopenblas.so"});
     if (!lib_) {
       note_ = "libopenblas not found (apt-get install libopenblas0)";
@@ -85,7 +87,8 @@ class OpenBlasBackend final : public SgemmBackend {
     }
     sgemm_ = lib_.symbol<CblasSgemm>("cblas_sgemm");
     if (auto set_threads = lib_.symbol<SetThreads>("openblas_set_num_threads")) set_threads(1);
-    if (auto stop_workers = lib_.symbol<StopWorkers>("blas_thread_shutdown_")) stop_workers();
+    if (first_load)
+      if (auto stop_workers = lib_.symbol<StopWorkers>("blas_thread_shutdown_")) stop_workers();
     note_ = sgemm_ ? lib_.soname() : lib_.soname() + " lacks cblas_sgemm";
   }
   const char* name() const override { return "openblas"; }
