@@ -30,17 +30,20 @@ Placement placement(const SelectContext& s) {
   return Placement{s.caps.world_size, s.caps.hosts, s.local};
 }
 
-// The context a call is chosen in: for one on device buffers that move by IPC, where its
-// collective has the IPC link's constants, `s` on that link without the tune table and with one
-// path (`ipc` holds it); else `s` itself.
+// The context a call is chosen in: for one on device buffers that move by IPC, `s` with one path
+// (every device message larger than a slot travels by IPC, whatever the variant's path), and on
+// the IPC link without the tune table where its collective has that link's constants (`device`
+// holds it); for any other, `s` itself.
 const SelectContext& call_context(const SelectContext& s, Collective coll, bool device_ipc,
-                                  SelectContext& ipc) {
-  if (!device_ipc || !priced_on_ipc(s, coll)) return s;
-  ipc = s;
-  ipc.local = Link::kDeviceIpc;
-  ipc.tune = nullptr;
-  ipc.fifo_from_bytes = 0;
-  return ipc;
+                                  SelectContext& device) {
+  if (!device_ipc) return s;
+  device = s;
+  device.fifo_from_bytes = 0;
+  if (priced_on_ipc(s, coll)) {
+    device.local = Link::kDeviceIpc;
+    device.tune = nullptr;
+  }
+  return device;
 }
 
 }  // namespace
@@ -108,8 +111,8 @@ bool priced_on_ipc(const SelectContext& s, Collective coll) {
 
 Variant choose_by_size(const SelectContext& context, Collective coll, size_t bytes,
                        bool device_ipc) {
-  SelectContext ipc;
-  const SelectContext& s = call_context(context, coll, device_ipc, ipc);
+  SelectContext device;
+  const SelectContext& s = call_context(context, coll, device_ipc, device);
   const int size = s.caps.world_size;
   // The tune table is measured on one host; across hosts the hierarchical rules apply, unless
   // reductions must fold in rank order (hier does not).
@@ -147,15 +150,15 @@ Variant choose(const SelectContext& s, Collective coll, size_t bytes, bool devic
 
 std::vector<Candidate> explain(const SelectContext& context, Collective coll, size_t bytes,
                                bool device_ipc) {
-  SelectContext ipc;
-  const SelectContext& s = call_context(context, coll, device_ipc, ipc);
+  SelectContext device;
+  const SelectContext& s = call_context(context, coll, device_ipc, device);
   // What choose() picks; nothing when the forced algorithm cannot run.
   std::optional<Variant> chosen;
   const AlgoEntry* forced = s.forced ? find_algorithm(coll, s.forced->algo) : nullptr;
   if (forced != nullptr && (!s.deterministic || folds_in_rank_order(coll, forced->algo))) {
     if (why_forced_cannot_run(s, *forced).empty()) chosen = *s.forced;
   } else {
-    chosen = choose_by_size(s, coll, bytes);
+    chosen = choose_by_size(context, coll, bytes, device_ipc);
   }
   const int size = s.caps.world_size;
   std::vector<Candidate> out;
@@ -171,7 +174,7 @@ std::vector<Candidate> explain(const SelectContext& context, Collective coll, si
       // algorithm has two paths (has_paths). A forced or tuned one is a candidate anyway, since
       // it is what runs.
       if (c.reason.empty() && path == Path::kFifo && !c.chosen) {
-        if (s.local == Link::kDeviceIpc)
+        if (device_ipc)
           c.reason = "device buffers: every message takes one path (the FIFO's slots, then IPC)";
         else if (s.fifo_from_bytes == 0)
           c.reason = "no peer is read single copy: every message goes through the FIFO";

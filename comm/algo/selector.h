@@ -71,12 +71,13 @@ enum class ForcedUse : uint8_t {
 // one rank runs any (it only copies).
 ForcedUse use_of_forced(const SelectContext& s, Collective coll);
 
-// A call on device buffers that move by IPC (`device_ipc`, docs/GPU.md) is priced on the IPC
-// link (Link::kDeviceIpc) where chorus-tune --device fitted constants of its collective: by the
-// cost model alone (the tune table's curves are host memory's) among single-copy variants (a
-// device message takes one path, whatever the variant's). Without such constants it is chosen
-// as a host call is. Every rank of such a call passes device memory (a rank with host buffers
-// would choose as a host call, and the peers would fail with a Mismatch naming both choices).
+// A call on device buffers that move by IPC (`device_ipc`, docs/GPU.md) is chosen among
+// single-copy variants (a device message takes one path, whatever the variant's), and priced on
+// the IPC link (Link::kDeviceIpc) where chorus-tune --device fitted constants of its collective:
+// by the cost model alone (the tune table's curves are host memory's). Without such constants
+// it is chosen as a host call is. Every rank of such a call passes device memory (a rank with
+// host buffers would choose as a host call, and the peers would fail with a Mismatch naming both
+// choices).
 
 // The choice without the forced algorithm: the tune table's fastest prediction where it applies
 // (one host; in deterministic mode among the rank-ordered variants), else the cost model's, else

@@ -306,6 +306,20 @@ TEST(CostModel, DeviceBuffersOnIpcAreChosenByTheIpcConstants) {
   for (size_t bytes : {size_t(8), size_t(64) << 10, size_t(8) << 20})
     EXPECT_EQ(choose(s, Collective::kBroadcast, bytes, true),
               choose(s, Collective::kBroadcast, bytes));
+  // Without ipc lines a device call is still chosen among single-copy variants: here the host's
+  // constants choose ring/fifo, and a device call the best one-path variant by the same ones.
+  const CostModel host_only = CostModel::parse(
+      "shm 2 all_reduce ring/fifo 32768 1 100\n"  // 2 + 100 x 0.75 = 77 us at 512 KiB
+      "shm 2 all_reduce ring 32768 1 300\n"       // 227 us
+      "shm 2 all_reduce direct 32768 1 400\n",    // 401 us
+      "host only");
+  SelectContext host = on_one_host(2, host_only);
+  host.fifo_from_bytes = 64 << 10;
+  EXPECT_EQ(to_string(choose(host, Collective::kAllReduce, 512 << 10)), "ring/fifo");
+  EXPECT_EQ(to_string(choose(host, Collective::kAllReduce, 512 << 10, true)), "ring");
+  for (const Candidate& c : explain(host, Collective::kAllReduce, 512 << 10, true))
+    if (c.variant == Variant{Algorithm::kRing, Path::kFifo})
+      EXPECT_NE(c.reason.find("device buffers"), std::string::npos) << c.reason;
   // Nor without a model.
   SelectContext fixed = s;
   fixed.model = nullptr;
