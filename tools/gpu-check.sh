@@ -285,7 +285,7 @@ ipc_constants() {
   local name="ipc constants np$n"
   LOG_LAST=$LOGS/tune-ipc-np$n.log
   step "$name" 150 "tune-ipc-np$n.log" "$BIN/chorus-run" -n "$n" "$BIN/chorus-tune" --device \
-    --probe --max-bytes 256M --colls all_reduce,reduce_scatter,all_gather,broadcast \
+    --probe --colls all_reduce,reduce_scatter,all_gather,broadcast \
     --cost-out "$cost" || return 0
   report "$name" "$(grep -c '^ipc ' "$cost" 2>/dev/null) lines fitted (cost-ipc-np$n.txt)"
   [[ $step_status == ok ]] || return 0

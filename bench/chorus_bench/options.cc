@@ -246,7 +246,8 @@ COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather, scatter
                            copy), each forced in turn, then one line under auto; * marks the one
                            the selector picks for the size (not with --algo)
       --explain            add a pred column, the predicted time (us; a named tune table's, else
-                           the cost model's) for the algorithm
+                           the cost model's; with --device over IPC, the ipc constants
+                           chorus-tune --device fitted) for the algorithm
                            the line ran ("-": no estimate); without --sweep-algos each line is
                            followed by "#   predicted (us):" with every algorithm's prediction,
                            * marking the one the selector picks

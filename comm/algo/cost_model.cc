@@ -249,14 +249,13 @@ std::optional<LinkCost> CostModel::constants(Link link, int world_size, Collecti
   };
   // In place where the collective has in-place entries at a world size as near as its
   // out-of-place ones' (a size measured only out of place keeps its own constants).
-  if (in_place) {
-    const auto placed = nearest_of(true), unplaced = nearest_of(false);
-    in_place =
-        placed && (!unplaced || std::abs(*placed - world_size) <= std::abs(*unplaced - world_size));
-  }
+  const std::optional<int> unplaced = nearest_of(false);
+  const std::optional<int> placed = in_place ? nearest_of(true) : std::nullopt;
+  in_place =
+      placed && (!unplaced || std::abs(*placed - world_size) <= std::abs(*unplaced - world_size));
   const auto first = begin_of(in_place);
   const auto in_coll = [&](auto it) { return in_set(it, in_place); };
-  const std::optional<int> fitted_at = nearest_of(in_place);
+  const std::optional<int> fitted_at = in_place ? placed : unplaced;
   const bool any_fitted = fitted_at.has_value();
   const int nearest = fitted_at.value_or(0);
   const int band = band_of(bytes);

@@ -277,7 +277,8 @@ class Tuner {
         n_(comm.size()),
         sizes_(tune_sizes(o.probe ? std::min<size_t>(o.max_bytes, size_t(16) << 20) : o.max_bytes,
                           o.probe)) {
-    const size_t max_elems = o.max_bytes / sizeof(float) + 1;
+    // Sized for the largest size measured (--probe stops at 16 MiB).
+    const size_t max_elems = sizes_.back() / sizeof(float) + 1;
     // A size counts the whole buffer of reduce_scatter and all_gather, but one rank's part of
     // gather's and scatter's: only those two need n times the largest size (np=8 at 256 MiB
     // would otherwise hold 4 GiB per rank).
@@ -303,7 +304,7 @@ class Tuner {
   // Settles first: pages in the buffers, wakes the cores, fills the caches.
   void settle() {
     const auto until = Clock::now() + std::chrono::milliseconds(200);
-    const size_t max_elems = o_.max_bytes / sizeof(float) + 1;
+    const size_t max_elems = sizes_.back() / sizeof(float) + 1;
     int go = 1;
     while (go) {
       call(comm_, Collective::kAllReduce, send_ptr_, recv_ptr_,
